@@ -1,0 +1,37 @@
+"""Policy options: the validated, typed form of the policy part of the configuration.
+
+The config room parses and validates YAML into this; the policy only ever sees this value.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from nri_topology.topology.model import MemoryTier
+
+
+@dataclass(frozen=True, slots=True)
+class CpuAmount:
+    """A CPU amount given either as an explicit CPU list or as a quantity in milli-CPU."""
+
+    cpus: frozenset[int] | None = None  # "cpuset:0-1" or a plain list
+    exclude: frozenset[int] | None = None  # "exclude-cpuset:0-1"
+    milli: int | None = None  # "750m" or "2"
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    pin_cpu: bool = True
+    pin_memory: bool = True
+    prefer_isolated_cpus: bool = True
+    prefer_shared_cpus: bool = False
+    reserved_resources: CpuAmount = CpuAmount(milli=750)
+    available_resources: CpuAmount | None = None
+    reserved_namespaces: tuple[str, ...] = ("kube-system",)  # globs
+    colocate_pods: bool = False
+    colocate_namespaces: bool = False
+    prefer_closest_numa: bool = True  # KEP-3545
+    distribute_across_numa: bool = False  # KEP-2902
+    distribute_min_group: int = 1  # KEP-2902 cpuGroupSize; 1 = use threads per core
+    full_pcpus_only: bool = False
+    default_memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM, MemoryTier.PMEM})

@@ -1,0 +1,118 @@
+"""What goes into the policy and what comes out of it.
+
+The policy knows nothing of NRI or protobuf: the daemon converts runtime messages into these
+plain values and converts decisions back into adjustments and updates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from nri_topology.topology.model import MemoryTier
+
+
+class QoS(StrEnum):
+    GUARANTEED = "Guaranteed"
+    BURSTABLE = "Burstable"
+    BEST_EFFORT = "BestEffort"
+
+
+class CpuKind(StrEnum):
+    """How a container's CPUs are granted."""
+
+    RESERVED = "reserved"  # the reserved CPUs (system pods), accounted in milli-CPU
+    SHARED = "shared"  # the pool's shared CPUs only
+    EXCLUSIVE = "exclusive"  # whole CPUs of its own, no shared part
+    MIXED = "mixed"  # whole CPUs of its own plus the pool's shared CPUs
+    ISOLATED = "isolated"  # kernel-isolated CPUs of its own
+    PRESERVE = "preserve"  # CPU pinning left as it is (annotation cpu.preserve)
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """The Linux resources the runtime reports for a container (None = not set)."""
+
+    cpu_shares: int | None = None
+    cpu_quota: int | None = None
+    cpu_period: int | None = None
+    memory_limit: int | None = None
+    cpuset_cpus: str = ""
+    cpuset_mems: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    id: str
+    name: str
+    namespace: str
+    uid: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    cgroup_parent: str = ""  # QoS class is read from it (besteffort / burstable / else guaranteed)
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerInfo:
+    id: str
+    pod_id: str
+    name: str
+    resources: Resources = Resources()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    oom_score_adj: int | None = None
+    created_at: int = 0  # nanoseconds since the epoch, as the runtime reports it
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a container runs. `None` fields are left untouched."""
+
+    cpus: frozenset[int] | None
+    mems: frozenset[int] | None
+    cpu_shares: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """A changed placement of another, already running container."""
+
+    container_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class PoolScore:
+    """One line of a decision's trace: a pool, its sort key and why it lost (or won)."""
+
+    pool: str
+    key: tuple[object, ...]
+    verdict: str  # "chosen", "does not fit: …", "lost to <pool> on <criterion>", "grant failed: …"
+
+
+@dataclass(frozen=True, slots=True)
+class ColdStart:
+    """Memory placement changes later: after `delay_ns`, widen the mems to `then_mems`."""
+
+    delay_ns: int
+    then_mems: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    container_id: str
+    pool: str
+    kind: CpuKind
+    placement: Placement
+    exclusive: frozenset[int] = frozenset()  # CPUs granted to this container alone
+    memory_tiers: frozenset[MemoryTier] = frozenset()
+    updates: tuple[Update, ...] = ()  # other containers whose cpuset or memset actually changed
+    reason: str = ""  # one sentence: why this pool and this kind
+    trace: tuple[PoolScore, ...] = ()
+    memory_relaxed: bool = False  # memory widened beyond the pool because it ran out
+    cold_start: ColdStart | None = None
+
+
+class PolicyError(Exception):
+    """A request that cannot be met or is invalid; the policy state is unchanged."""

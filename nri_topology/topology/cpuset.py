@@ -1,0 +1,52 @@
+"""Linux list format ("0-3,8,10-11") for CPU and NUMA node sets, both ways.
+
+Every room speaks this format: sysfs writes it, the runtime's cpuset fields carry it,
+and logs and metrics show it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+class CpuSetError(ValueError):
+    """A list string that is not in the Linux list format."""
+
+
+def parse(text: str) -> frozenset[int]:
+    """Parse "0-3,8" into {0, 1, 2, 3, 8}; whitespace and an empty string give an empty set."""
+    text = text.strip()
+    if not text:
+        return frozenset()
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            raise CpuSetError(f"empty element in list {text!r}")
+        lo, sep, hi = part.partition("-")
+        try:
+            first = int(lo)
+            last = int(hi) if sep else first
+        except ValueError:
+            raise CpuSetError(f"bad element {part!r} in list {text!r}") from None
+        if first < 0 or last < first:
+            raise CpuSetError(f"bad range {part!r} in list {text!r}")
+        out.update(range(first, last + 1))
+    return frozenset(out)
+
+
+def format(ids: Iterable[int]) -> str:
+    """Format {0, 1, 2, 3, 8} as "0-3,8" (sorted, ranges collapsed)."""
+    items = sorted(set(ids))
+    if not items:
+        return ""
+    parts: list[str] = []
+    start = prev = items[0]
+    for i in items[1:]:
+        if i == prev + 1:
+            prev = i
+            continue
+        parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    parts.append(str(start) if start == prev else f"{start}-{prev}")
+    return ",".join(parts)

@@ -1,0 +1,32 @@
+"""The Linux list format, both ways."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nri_topology.topology import cpuset
+
+
+@pytest.mark.parametrize(
+    ("text", "ids"),
+    [
+        ("", set()),
+        ("0", {0}),
+        ("0-3", {0, 1, 2, 3}),
+        ("0-1,4,8-9", {0, 1, 4, 8, 9}),
+        (" 2 , 5-6\n", {2, 5, 6}),
+    ],
+)
+def test_parse(text: str, ids: set[int]) -> None:
+    assert cpuset.parse(text) == ids
+
+
+@pytest.mark.parametrize("text", ["a", "1-", "3-1", "1,,2", "-1", "1-2-3"])
+def test_parse_rejects(text: str) -> None:
+    with pytest.raises(cpuset.CpuSetError):
+        cpuset.parse(text)
+
+
+@given(st.sets(st.integers(min_value=0, max_value=4096)))
+def test_round_trip(ids: set[int]) -> None:
+    assert cpuset.parse(cpuset.format(ids)) == ids
