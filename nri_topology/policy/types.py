@@ -116,3 +116,33 @@ class Decision:
 
 class PolicyError(Exception):
     """A request that cannot be met or is invalid; the policy state is unchanged."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A container's classified resource request: what the engine places.
+
+    Built by `request.build_request` from pod and container data, annotations and options.
+    """
+
+    container_id: str
+    pod_id: str
+    name: str
+    pod_name: str
+    namespace: str
+    qos: QoS
+    kind: CpuKind
+    cpu_request: int  # milli-CPU
+    cpu_limit: int | None  # milli-CPU, None = unlimited
+    memory_request: int  # bytes (0 = none)
+    memory_limit: int | None  # bytes, None = unlimited
+    exclusive: int = 0  # whole CPUs of its own (EXCLUSIVE, MIXED, ISOLATED)
+    shared: int = 0  # milli-CPU from the pool's shared CPUs (or the reserved CPUs for RESERVED)
+    require_isolated: bool = False  # fail unless all exclusive CPUs are isolated
+    memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM, MemoryTier.PMEM})
+    memory_preserve: bool = False  # leave cpuset.mems untouched
+    hide_hyperthreads: bool = False  # pin one thread per physical core
+    cold_start_ns: int = 0  # > 0: start without DRAM, add it after this long
+    affinities: tuple[object, ...] = ()  # policy.affinity.Affinity values
+    labels: Mapping[str, str] = field(default_factory=dict)
+    created_at: int = 0
