@@ -146,3 +146,4 @@ class Request:
     affinities: tuple[object, ...] = ()  # policy.affinity.Affinity values
     labels: Mapping[str, str] = field(default_factory=dict)
     created_at: int = 0
+    pod_labels: Mapping[str, str] = field(default_factory=dict)  # affinity keys pod/labels/<k>
