@@ -1,0 +1,256 @@
+"""NRI trunk multiplexer: two ttrpc connections share one unix socket.
+
+The wire format is `[u32 BE conn id][u32 BE length][payload]` (docs/nri-protocol.md §3). The
+sans-IO part (`frame_message`, `MuxDecoder`) knows nothing about sockets, so the framing rules the
+Go peer depends on can be tested byte by byte; `Mux` is the asyncio trunk on top of it: one reader
+task routing payloads to per-connection `MuxChannel`s and one lock so that the frames of a ttrpc
+message leave contiguously.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from collections.abc import Callable, Iterable
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+HEADER = struct.Struct(">II")
+HEADER_SIZE = HEADER.size
+
+PLUGIN_SERVICE_CONN = 1
+"""Logical connection on which the runtime calls us and we serve the Plugin service."""
+RUNTIME_SERVICE_CONN = 2
+"""Logical connection on which we call the runtime's Runtime service."""
+
+GO_BUFFER_SIZE = 4096
+"""Size of Go's default bufio buffers; the Go ttrpc writer flushes the first frame at this size."""
+GO_MAX_PAYLOAD = 10 + (4 << 20)
+"""Largest frame payload the Go mux writes: a ttrpc header plus the ttrpc size limit."""
+MAX_ACCEPTED_PAYLOAD = 1 << 24
+"""Largest frame payload we accept. Older Go muxes (NRI v0.2.0) wrote frames up to 16 MiB; an
+announced length beyond that can only be garbage, so we fail instead of buffering it."""
+
+READ_CHUNK = 1 << 16
+
+
+class MuxProtocolError(Exception):
+    """The trunk carried bytes that cannot be NRI mux frames; the connection must be dropped."""
+
+
+class MuxClosedError(ConnectionError):
+    """A logical connection was used after the trunk had closed."""
+
+
+def frame_message(conn_id: int, message: bytes) -> list[bytes]:
+    """Frame one ttrpc message the way the Go peer does (§3.5).
+
+    The first frame holds at most 4096 bytes and the second all the rest, because a Go reader can
+    only accept a frame larger than 4096 bytes when it lines up with a large read; any further
+    split only happens beyond the Go mux's own payload limit.
+    """
+    if not 0 <= conn_id <= 0xFFFFFFFF:
+        raise ValueError(f"mux connection id out of range: {conn_id}")
+    if len(message) <= GO_BUFFER_SIZE:
+        return [HEADER.pack(conn_id, len(message)) + message]
+    frames = [HEADER.pack(conn_id, GO_BUFFER_SIZE) + message[:GO_BUFFER_SIZE]]
+    view = memoryview(message)
+    for start in range(GO_BUFFER_SIZE, len(message), GO_MAX_PAYLOAD):
+        chunk = view[start : start + GO_MAX_PAYLOAD]
+        frames.append(HEADER.pack(conn_id, len(chunk)) + chunk.tobytes())
+    return frames
+
+
+class MuxDecoder:
+    """Splits trunk bytes into `(conn_id, payload)` frames, whatever the read boundaries were.
+
+    Any frame size up to `MAX_ACCEPTED_PAYLOAD` is accepted; a larger announced length raises
+    `MuxProtocolError`, after which the decoder refuses further input (the stream is out of sync).
+    """
+
+    def __init__(self, max_payload: int = MAX_ACCEPTED_PAYLOAD) -> None:
+        self._max_payload = max_payload
+        self._buffer = bytearray()
+        self._failed: MuxProtocolError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received but not yet returned as a complete frame."""
+        return len(self._buffer)
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+        if self._failed is not None:
+            raise self._failed
+        self._buffer += data
+        frames: list[tuple[int, bytes]] = []
+        offset = 0
+        buffer = self._buffer
+        while len(buffer) - offset >= HEADER_SIZE:
+            conn_id, length = HEADER.unpack_from(buffer, offset)
+            if length > self._max_payload:
+                self._failed = MuxProtocolError(
+                    f"mux frame for connection {conn_id} announces {length} bytes, "
+                    f"more than the {self._max_payload} accepted"
+                )
+                self._buffer = bytearray()
+                raise self._failed
+            end = offset + HEADER_SIZE + length
+            if end > len(buffer):
+                break
+            frames.append((conn_id, bytes(buffer[offset + HEADER_SIZE : end])))
+            offset = end
+        if offset:
+            del buffer[:offset]
+        return frames
+
+
+class MuxChannel:
+    """One logical connection: a byte stream of ttrpc messages (the ttrpc `Channel` protocol).
+
+    `recv` returns payload bytes in arrival order (frame boundaries carry no meaning) and b""
+    once the trunk has closed; `send` takes exactly one whole ttrpc message.
+    """
+
+    def __init__(self, mux: Mux, conn_id: int) -> None:
+        self._mux = mux
+        self.conn_id = conn_id
+        self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._eof = False
+
+    def _deliver(self, payload: bytes) -> None:
+        if payload:
+            self._queue.put_nowait(payload)
+
+    def _close_read(self) -> None:
+        if not self._eof:
+            self._eof = True
+            self._queue.put_nowait(b"")
+
+    async def recv(self) -> bytes:
+        data = await self._queue.get()
+        if not data:
+            # keep reporting EOF to every later reader
+            self._queue.put_nowait(b"")
+        return data
+
+    async def send(self, message: bytes) -> None:
+        await self._mux.send(self.conn_id, message)
+
+    def close(self) -> None:
+        """Closing one logical connection sends nothing (§3.3); the trunk stays open."""
+        self._mux._forget(self.conn_id)
+        self._close_read()
+
+
+class Mux:
+    """The asyncio trunk: routes incoming frames to channels, writes each message contiguously."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        framer: Callable[[int, bytes], Iterable[bytes]] = frame_message,
+    ) -> None:
+        self._reader = reader
+        self._writer = writer
+        self._framer = framer
+        self._decoder = MuxDecoder()
+        self._channels: dict[int, MuxChannel] = {}
+        self._write_lock = asyncio.Lock()
+        self._reader_task: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+        self.error: BaseException | None = None
+        """Why the trunk closed: None for a clean EOF or a local close."""
+        self.dropped_frames = 0
+
+    def open(self, conn_id: int) -> MuxChannel:
+        """Open a logical connection locally; nothing is signalled to the peer."""
+        if conn_id == 0:
+            raise ValueError("mux connection id 0 is reserved")
+        if conn_id in self._channels:
+            raise ValueError(f"mux connection {conn_id} is already open")
+        channel = MuxChannel(self, conn_id)
+        if self._closed.is_set():
+            channel._close_read()
+        else:
+            self._channels[conn_id] = channel
+        return channel
+
+    def start(self) -> None:
+        """Start reading the trunk; call after the channels that must see the first bytes exist."""
+        if self._reader_task is None:
+            self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def send(self, conn_id: int, message: bytes) -> None:
+        if self._closed.is_set():
+            raise MuxClosedError("NRI connection is closed")
+        data = b"".join(self._framer(conn_id, message))
+        async with self._write_lock:
+            if self._closed.is_set():
+                raise MuxClosedError("NRI connection is closed")
+            try:
+                self._writer.write(data)
+                await self._writer.drain()
+            except (ConnectionError, OSError) as exc:
+                self._shutdown(exc)
+                raise MuxClosedError(f"NRI connection lost while writing: {exc}") from exc
+
+    async def close(self) -> None:
+        """Close the trunk and end every channel's stream."""
+        self._shutdown(None)
+        if self._reader_task is not None and self._reader_task is not asyncio.current_task():
+            self._reader_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader_task
+        with contextlib.suppress(ConnectionError, OSError):
+            await self._writer.wait_closed()
+
+    def _forget(self, conn_id: int) -> None:
+        self._channels.pop(conn_id, None)
+
+    def _shutdown(self, error: BaseException | None) -> None:
+        if self._closed.is_set():
+            return
+        self.error = error
+        self._closed.set()
+        self._writer.close()
+        for channel in list(self._channels.values()):
+            channel._close_read()
+
+    async def _read_loop(self) -> None:
+        error: BaseException | None = None
+        try:
+            while True:
+                data = await self._reader.read(READ_CHUNK)
+                if not data:
+                    if self._decoder.buffered:
+                        error = MuxProtocolError(
+                            f"NRI connection closed inside a frame "
+                            f"({self._decoder.buffered} bytes pending)"
+                        )
+                    break
+                for conn_id, payload in self._decoder.feed(data):
+                    channel = self._channels.get(conn_id)
+                    if channel is None:
+                        self.dropped_frames += 1
+                        log.debug("mux frame for unopened connection dropped", conn_id=conn_id)
+                        continue
+                    channel._deliver(payload)
+        except MuxProtocolError as exc:
+            error = exc
+        except (ConnectionError, OSError) as exc:
+            error = exc
+        if error is not None:
+            log.warning("NRI connection failed", error=str(error))
+        self._shutdown(error)
