@@ -1,0 +1,1 @@
+"""Test doubles for the runtime side of NRI, importable by tests, benchmarks and `run --demo`."""
