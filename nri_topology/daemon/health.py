@@ -1,0 +1,114 @@
+"""The small HTTP endpoint: `/metrics`, `/healthz` (process alive) and `/readyz` (registered).
+
+It runs on the daemon's own event loop, so a scrape sees the state between two decisions and
+never a half-applied one; no threads, no web framework. Only GET and HEAD, one request per
+connection, which is all Prometheus and kubelet probes need.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from http import HTTPStatus
+
+import structlog
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 9464
+_MAX_HEADER = 16 * 1024
+_READ_TIMEOUT = 10.0
+
+_log = structlog.get_logger("nri_topology.health")
+
+
+class StatusServer:
+    """Serves metrics from `registry`; `ready()` returns (ready, why-not) for `/readyz`."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        ready: Callable[[], tuple[bool, str]],
+        host: str = DEFAULT_HOST,
+        port: int = DEFAULT_PORT,
+    ) -> None:
+        self._registry = registry
+        self._ready = ready
+        self._host = host
+        self._port = port
+        self._server: asyncio.Server | None = None
+
+    @property
+    def port(self) -> int:
+        """The bound port (useful when constructed with port 0)."""
+        if self._server is None:
+            raise RuntimeError("server not started")
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self._host, self._port)
+        _log.info("status endpoint listening", host=self._host, port=self.port)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), _READ_TIMEOUT)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
+            head = b""
+        except ConnectionError:
+            writer.close()
+            return
+        status, headers, body, method = self.respond(head[:_MAX_HEADER])
+        lines = [f"HTTP/1.1 {status.value} {status.phrase}"]
+        headers = {**headers, "Content-Length": str(len(body)), "Connection": "close"}
+        lines += [f"{k}: {v}" for k, v in headers.items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        if method != "HEAD":
+            writer.write(body)
+        with contextlib.suppress(ConnectionError):
+            await writer.drain()
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+    def respond(self, head: bytes) -> tuple[HTTPStatus, dict[str, str], bytes, str]:
+        """Status, headers, body and method for one raw request head."""
+        text = head.decode("latin-1")
+        request_line, _, rest = text.partition("\r\n")
+        parts = request_line.split()
+        if len(parts) != 3 or not parts[2].startswith("HTTP/"):
+            return _plain(HTTPStatus.BAD_REQUEST, "bad request\n", "GET")
+        method, target, _ = parts
+        if method not in ("GET", "HEAD"):
+            status, headers, body, _ = _plain(HTTPStatus.METHOD_NOT_ALLOWED, "GET or HEAD\n", "GET")
+            return status, {**headers, "Allow": "GET, HEAD"}, body, "GET"
+        path = target.split("?", 1)[0]
+        if path == "/metrics":
+            accept = ""
+            for line in rest.split("\r\n"):
+                name, _, value = line.partition(":")
+                if name.strip().lower() == "accept":
+                    accept = value.strip()
+            encoder, content_type = choose_encoder(accept)
+            return HTTPStatus.OK, {"Content-Type": content_type}, encoder(self._registry), method
+        if path == "/healthz":
+            return _plain(HTTPStatus.OK, "ok\n", method)
+        if path == "/readyz":
+            ready, why = self._ready()
+            if ready:
+                return _plain(HTTPStatus.OK, "ready\n", method)
+            return _plain(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {why}\n", method)
+        return _plain(HTTPStatus.NOT_FOUND, "not found\n", method)
+
+
+def _plain(
+    status: HTTPStatus, text: str, method: str
+) -> tuple[HTTPStatus, dict[str, str], bytes, str]:
+    return status, {"Content-Type": "text/plain; charset=utf-8"}, text.encode(), method

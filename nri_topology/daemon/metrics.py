@@ -1,0 +1,167 @@
+"""Prometheus metrics of the plugin, in a registry of its own (never the process-global one).
+
+Pool and container series are produced at scrape time from a view the daemon supplies, so they
+always match the policy's current state and removed containers leave no stale series. Counters and
+the latency histogram are updated by the daemon as events happen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+PREFIX = "nri_topology"
+
+# Decisions take well under a millisecond to tens of milliseconds; the runtime gives up after 2 s.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryStat:
+    capacity: int  # bytes
+    free: int
+    assigned: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolStat:
+    """One pool as metrics show it; CPU amounts in milli-CPU."""
+
+    name: str
+    cpus: str
+    mems: str
+    cpu_capacity: int
+    cpu_free: int
+    cpu_assigned: int
+    containers: int
+    memory: Mapping[str, MemoryStat] = field(default_factory=dict)  # by tier name
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStat:
+    """One container's assignment as metrics show it."""
+
+    id: str
+    name: str
+    pod: str
+    namespace: str
+    pool: str
+    kind: str
+    cpus: str
+    mems: str
+    cpu_count: int  # CPUs in its cpuset
+    exclusive_cpus: int  # of those, CPUs it holds alone
+
+
+@dataclass(frozen=True, slots=True)
+class StateView:
+    pools: tuple[PoolStat, ...] = ()
+    containers: tuple[ContainerStat, ...] = ()
+
+
+class _StateCollector(Collector):
+    """Turns the daemon's current `StateView` into gauge families at scrape time."""
+
+    def __init__(self, view: Callable[[], StateView]) -> None:
+        self._view = view
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._view()
+        yield from _pool_families(state.pools)
+        yield from _container_families(state.containers)
+
+
+def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
+    return GaugeMetricFamily(f"{PREFIX}_{name}", doc, labels=labels, unit=unit)
+
+
+def _pool_families(pools: Iterable[PoolStat]) -> Iterator[GaugeMetricFamily]:
+    info = _gauge("pool_info", "Pool CPUs and memory nodes (value 1).", ["pool", "cpus", "mems"])
+    cpu = {
+        key: _gauge(f"pool_cpu_{key}_millicpu", doc, ["pool"])
+        for key, doc in (
+            ("capacity", "CPU capacity of the pool in milli-CPU."),
+            ("free", "CPU of the pool not assigned to any container, milli-CPU."),
+            ("assigned", "CPU of the pool assigned to containers, milli-CPU."),
+        )
+    }
+    mem = {
+        key: _gauge(f"pool_memory_{key}", doc, ["pool", "tier"], unit="bytes")
+        for key, doc in (
+            ("capacity", "Memory capacity of the pool per tier."),
+            ("free", "Memory of the pool per tier not assigned to containers."),
+            ("assigned", "Memory of the pool per tier assigned to containers."),
+        )
+    }
+    count = _gauge("pool_containers", "Containers placed in the pool.", ["pool"])
+    for pool in pools:
+        info.add_metric([pool.name, pool.cpus, pool.mems], 1)
+        cpu["capacity"].add_metric([pool.name], pool.cpu_capacity)
+        cpu["free"].add_metric([pool.name], pool.cpu_free)
+        cpu["assigned"].add_metric([pool.name], pool.cpu_assigned)
+        count.add_metric([pool.name], pool.containers)
+        for tier, stat in sorted(pool.memory.items()):
+            mem["capacity"].add_metric([pool.name, tier], stat.capacity)
+            mem["free"].add_metric([pool.name, tier], stat.free)
+            mem["assigned"].add_metric([pool.name, tier], stat.assigned)
+    yield info
+    yield from cpu.values()
+    yield from mem.values()
+    yield count
+
+
+def _container_families(containers: Iterable[ContainerStat]) -> Iterator[GaugeMetricFamily]:
+    labels = ["container_id", "container", "pod", "namespace", "pool", "kind", "cpus", "mems"]
+    cpus = _gauge("container_cpus", "CPUs in the container's cpuset, with its assignment.", labels)
+    exclusive = _gauge(
+        "container_exclusive_cpus", "CPUs the container holds alone.", ["container_id", "pool"]
+    )
+    for c in containers:
+        cpus.add_metric(
+            [c.id, c.name, c.pod, c.namespace, c.pool, c.kind, c.cpus, c.mems], c.cpu_count
+        )
+        exclusive.add_metric([c.id, c.pool], c.exclusive_cpus)
+    yield cpus
+    yield exclusive
+
+
+class Metrics:
+    """All the plugin's metrics; `view` supplies pools and containers when scraped."""
+
+    def __init__(self, view: Callable[[], StateView] = StateView) -> None:
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_StateCollector(view))
+        self.decision_latency = Histogram(
+            f"{PREFIX}_decision_duration_seconds",
+            "Time the policy took for one operation.",
+            ["operation"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            f"{PREFIX}_errors",
+            "Errors by reason (policy refusals, checkpoint writes, updates, config reloads).",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.requests = Counter(
+            f"{PREFIX}_nri_requests",
+            "NRI requests handled, by method.",
+            ["method"],
+            registry=self.registry,
+        )
+        self.reloads = Counter(
+            f"{PREFIX}_config_reloads",
+            "Configuration reloads by result (applied, rejected).",
+            ["result"],
+            registry=self.registry,
+        )
+        self.registered = Gauge(
+            f"{PREFIX}_registered",
+            "1 while registered with and synchronized by the runtime.",
+            registry=self.registry,
+        )

@@ -1,0 +1,156 @@
+"""Metrics registry and the status endpoint: names, labels, values, health and readiness."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from nri_topology.daemon.health import StatusServer
+from nri_topology.daemon.metrics import ContainerStat, MemoryStat, Metrics, PoolStat, StateView
+
+VIEW = StateView(
+    pools=(
+        PoolStat(
+            name="node0",
+            cpus="0-7",
+            mems="0",
+            cpu_capacity=8000,
+            cpu_free=5500,
+            cpu_assigned=2500,
+            containers=1,
+            memory={"dram": MemoryStat(capacity=1 << 30, free=3 << 28, assigned=1 << 28)},
+        ),
+    ),
+    containers=(
+        ContainerStat(
+            id="c1",
+            name="app",
+            pod="web",
+            namespace="default",
+            pool="node0",
+            kind="exclusive",
+            cpus="2-3",
+            mems="0",
+            cpu_count=2,
+            exclusive_cpus=2,
+        ),
+    ),
+)
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+async def _get(port: int, path: str, method: str = "GET", raw: bytes | None = None):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(raw or f"{method} {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), head.decode(), body.decode()
+
+
+@pytest.fixture
+async def served():
+    state = {"view": VIEW, "ready": (False, "not registered")}
+    metrics = Metrics(lambda: state["view"])
+    server = StatusServer(metrics.registry, lambda: state["ready"], port=0)
+    await server.start()
+    yield server, metrics, state
+    await server.close()
+
+
+async def test_metrics_endpoint_lists_pools_containers_and_counters(served) -> None:
+    server, metrics, _ = served
+    metrics.requests.labels("CreateContainer").inc()
+    metrics.errors.labels("policy").inc()
+    metrics.decision_latency.labels("create").observe(0.003)
+    metrics.registered.set(1)
+    status, head, body = await _get(server.port, "/metrics")
+    assert status == 200 and "text/plain" in head
+    s = _samples(body)
+    pool = (("pool", "node0"),)
+    assert s[("nri_topology_pool_cpu_capacity_millicpu", pool)] == 8000
+    assert s[("nri_topology_pool_cpu_free_millicpu", pool)] == 5500
+    assert s[("nri_topology_pool_cpu_assigned_millicpu", pool)] == 2500
+    assert s[("nri_topology_pool_containers", pool)] == 1
+    assert s[("nri_topology_pool_info", (("cpus", "0-7"), ("mems", "0"), ("pool", "node0")))] == 1
+    tier = (("pool", "node0"), ("tier", "dram"))
+    assert s[("nri_topology_pool_memory_capacity_bytes", tier)] == 1 << 30
+    assert s[("nri_topology_pool_memory_free_bytes", tier)] == 3 << 28
+    assert s[("nri_topology_pool_memory_assigned_bytes", tier)] == 1 << 28
+    labels = dict(
+        container_id="c1", container="app", pod="web", namespace="default", pool="node0",
+        kind="exclusive", cpus="2-3", mems="0",
+    )  # fmt: skip
+    assert s[("nri_topology_container_cpus", tuple(sorted(labels.items())))] == 2
+    assert s[("nri_topology_container_exclusive_cpus", (("container_id", "c1"), *pool))] == 2
+    assert s[("nri_topology_nri_requests_total", (("method", "CreateContainer"),))] == 1
+    assert s[("nri_topology_errors_total", (("reason", "policy"),))] == 1
+    assert s[("nri_topology_decision_duration_seconds_count", (("operation", "create"),))] == 1
+    assert s[("nri_topology_registered", ())] == 1
+
+
+async def test_removed_containers_leave_no_series(served) -> None:
+    server, _, state = served
+    state["view"] = StateView(pools=VIEW.pools)
+    _, _, body = await _get(server.port, "/metrics")
+    assert not [k for k in _samples(body) if k[0] == "nri_topology_container_cpus"]
+
+
+async def test_openmetrics_is_negotiated(served) -> None:
+    server, _, _ = served
+    raw = b"GET /metrics HTTP/1.1\r\nAccept: application/openmetrics-text; version=1.0.0\r\n\r\n"
+    status, head, body = await _get(server.port, "", raw=raw)
+    assert status == 200 and "openmetrics" in head and body.endswith("# EOF\n")
+
+
+async def test_health_and_readiness(served) -> None:
+    server, _, state = served
+    assert (await _get(server.port, "/healthz"))[::2] == (200, "ok\n")
+    assert (await _get(server.port, "/readyz"))[::2] == (503, "not ready: not registered\n")
+    state["ready"] = (True, "")
+    assert (await _get(server.port, "/readyz?verbose"))[::2] == (200, "ready\n")
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"GET /nope HTTP/1.1\r\n\r\n", 404),
+        (b"POST /metrics HTTP/1.1\r\n\r\n", 405),
+        (b"garbage\r\n\r\n", 400),
+        (b"GET /healthz", 400),  # connection closed before the head ended
+    ],
+)
+async def test_bad_requests_get_clear_statuses(served, raw: bytes, status: int) -> None:
+    server, _, _ = served
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(raw)
+    writer.write_eof()
+    data = await reader.read()
+    writer.close()
+    assert int(data.split()[1]) == status
+
+
+async def test_head_has_no_body(served) -> None:
+    server, _, _ = served
+    status, head, body = await _get(server.port, "/healthz", method="HEAD")
+    assert status == 200 and "Content-Length: 3" in head and body == ""
+
+
+async def test_default_bind_is_loopback() -> None:
+    server = StatusServer(Metrics().registry, lambda: (True, ""), port=0)
+    await server.start()
+    try:
+        assert server._server is not None
+        assert server._server.sockets[0].getsockname()[0] == "127.0.0.1"
+    finally:
+        await server.close()
