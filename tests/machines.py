@@ -1,0 +1,257 @@
+"""Test machines: the real sysfs dumps in ../shared/topologies by short name, and synthetic trees.
+
+`load("server")` gives the discovered `Machine` of a shared dump (extracted once per test
+session into a temporary directory that is removed at exit); `roots("server")` gives its sysfs
+and proc roots for tests that read the tree themselves. `write_sysfs(tmp_path,
+SyntheticSpec(...))` writes a small, regular sysfs tree for edge cases and benchmarks;
+`synthetic(...)` writes one and reads it back.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import Machine
+
+# shared/ is a sibling of the repository folder (CI clones the repo with shared/ beside it).
+SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
+TOPOLOGIES = SHARED / "topologies"
+
+# short name -> (archive in ../shared/topologies, directory inside it holding sys/ and maybe proc/)
+MACHINES: dict[str, tuple[str, str]] = {
+    "server": ("nri-plugins-policy-sysfs.tar.bz2", "sysfs/server"),
+    "4-socket": ("nri-plugins-policy-sysfs.tar.bz2", "sysfs/4-socket-server-nosnc"),
+    "desktop": ("nri-plugins-policy-sysfs.tar.bz2", "sysfs/desktop"),
+    "2s4n40c": ("nri-plugins-cpuallocator-sysfs.tar.bz2", "sysfs/2-socket-4-node-40-core"),
+    "memorysidecaches": ("hwloc-memorysidecaches.tar.bz2", "memorysidecaches"),
+    "amd64-8node": ("hwloc-64amd64-4s2n4ca2co.tar.bz2", "64amd64-4s2n4ca2co"),
+    "sparse": ("hwloc-48amd64-4pa2n6c-sparse.tar.bz2", "48amd64-4d2n6c-sparse"),
+    "heteromem": ("hwloc-fakeheteromemtiers.tar.bz2", "fakeheteromemtiers"),
+    "meminitiators": (
+        "hwloc-fakememinitiators-1np2c+1npp+gi.tar.bz2",
+        "fakememinitiators-1np2c+1npp+gi",
+    ),
+    "arm128": ("hwloc-128arm-2pa2n8cluster4co.tar.bz2", "128arm-2pa2n8cluster4co"),
+    "power9-gpu": ("hwloc-nvidiagpunumanodes.tar.bz2", "nvidiagpunumanodes"),
+    "cpuid1f": (
+        "hwloc-fakecpuid1f-64intel64-2p4d2n2c2t.tar.bz2",
+        "fakecpuid1f-64intel64-2p4d2n2c2t",
+    ),
+    "amd16": ("hwloc-16amd64-8n2c.tar.bz2", "16amd64-8n2c"),
+    "offline-cpu0": ("hwloc-offline-cpu0-node0.tar.bz2", "offline-cpu0-node0"),
+}
+ALL_MACHINES: tuple[str, ...] = tuple(MACHINES)
+
+_extracted: dict[str, Path] = {}
+_workdir: Path | None = None
+
+
+def _cleanup() -> None:
+    if _workdir is not None:
+        shutil.rmtree(_workdir, ignore_errors=True)
+
+
+def extract(archive_name: str) -> Path:
+    """Extract an archive of ../shared/topologies once per session; returns the extraction dir."""
+    global _workdir
+    if archive_name in _extracted:
+        return _extracted[archive_name]
+    archive = TOPOLOGIES / archive_name
+    if not archive.is_file():
+        raise FileNotFoundError(f"no topology archive {archive} (is ../shared beside the repo?)")
+    if _workdir is None:
+        _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-"))
+        atexit.register(_cleanup)
+    dst = _workdir / archive_name.removesuffix(".tar.bz2")
+    with tarfile.open(archive) as tar:
+        tar.extractall(dst, filter="tar")
+    _extracted[archive_name] = dst
+    return dst
+
+
+def roots(name: str) -> tuple[Path, Path | None]:
+    """(sysfs root, proc root or None) of a shared machine by short name."""
+    archive, inner = MACHINES[name]
+    base = extract(archive) / inner
+    proc = base / "proc"
+    return base / "sys", proc if proc.is_dir() else None
+
+
+@functools.cache
+def load(name: str) -> Machine:
+    """The discovered `Machine` of a shared dump by short name (see `MACHINES`), cached."""
+    from nri_topology.topology.sysfs import read_machine
+
+    sys_root, proc_root = roots(name)
+    return read_machine(sys_root, proc_root=proc_root)
+
+
+# --- synthetic trees -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MemoryOnlyNode:
+    """A CPU-less NUMA node attached to one CPU node (PMEM, HBM, CXL expander...)."""
+
+    memory: int  # bytes
+    near: int  # CPU node it hangs off
+    distance: int = 17  # from `near`; every other node sees it at `far_distance`
+    far_distance: int = 28
+    bandwidth: int | None = None  # HMAT access1 read/write bandwidth from `near`, MB/s
+    latency: int | None = None  # HMAT access1 read/write latency from `near`, ns
+
+
+@dataclass(frozen=True)
+class SyntheticSpec:
+    """A regular machine: sockets x dies x NUMA nodes x cores x threads, Linux x86 CPU numbering.
+
+    CPU ids run over all cores for thread 0 first, then thread 1, etc. (siblings are `n` apart),
+    as x86 kernels number them. Node ids: CPU nodes 0..N-1 in socket/die order, then the
+    memory-only nodes in the order given.
+    """
+
+    sockets: int = 1
+    dies: int = 1  # per socket
+    nodes: int = 1  # CPU NUMA nodes per die
+    cores: int = 2  # per node
+    threads: int = 2  # per core
+    memory: int = 4 << 30  # bytes per CPU node
+    l3: str = "node"  # L3 sharing: "node", "die" or "socket"
+    memory_only: Sequence[MemoryOnlyNode] = ()
+    isolated: str = ""  # devices/system/cpu/isolated
+    offline: str = ""  # present but offline CPUs
+    hugepages: dict[int, int] = field(default_factory=dict)  # per node: size kB -> pages
+    dram_bandwidth: int | None = None  # HMAT access1 of CPU nodes to their own memory
+    dram_latency: int | None = None
+    near_distance: int = 11  # between nodes of the same socket
+    remote_distance: int = 21  # between sockets
+
+    @property
+    def cpu_count(self) -> int:
+        return self.sockets * self.dies * self.nodes * self.cores * self.threads
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text + "\n")
+
+
+def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
+    """Write the sysfs tree of `spec` under `tmp_path/sys`; returns that sysfs root."""
+    root = tmp_path / "sys"
+    cpu_dir = root / "devices/system/cpu"
+    node_dir = root / "devices/system/node"
+    n_cores = spec.sockets * spec.dies * spec.nodes * spec.cores
+    n_cpu_nodes = spec.sockets * spec.dies * spec.nodes
+    offline = cpuset.parse(spec.offline)
+    all_ids = range(spec.cpu_count)
+    online = [i for i in all_ids if i not in offline]
+
+    # core index g -> (socket, die, node, core-in-die); thread t of core g is CPU t * n_cores + g
+    node_cpus: dict[int, set[int]] = {n: set() for n in range(n_cpu_nodes)}
+    node_socket: dict[int, int] = {}
+    l3_groups: dict[tuple[int, ...], set[int]] = {}
+    per_die = spec.nodes * spec.cores
+    for g in range(n_cores):
+        socket, rest = divmod(g, spec.dies * per_die)
+        die, in_die = divmod(rest, per_die)
+        node = (socket * spec.dies + die) * spec.nodes + in_die // spec.cores
+        node_socket[node] = socket
+        threads = [t * n_cores + g for t in range(spec.threads)]
+        key = {"node": (node,), "die": (socket, die), "socket": (socket,)}[spec.l3]
+        for cpu in threads:
+            node_cpus[node].add(cpu)
+            l3_groups.setdefault(key, set()).add(cpu)
+        for cpu in threads:
+            if cpu in offline:
+                continue
+            top = cpu_dir / f"cpu{cpu}" / "topology"
+            _write(top / "physical_package_id", str(socket))
+            _write(top / "die_id", str(die))
+            _write(top / "core_id", str(in_die))
+            _write(top / "thread_siblings_list", cpuset.format(threads))
+            _write(top / "core_cpus_list", cpuset.format(threads))
+    for group in l3_groups.values():
+        for cpu in group:
+            if cpu in offline:
+                continue
+            cache = cpu_dir / f"cpu{cpu}" / "cache"
+            g = cpu % n_cores
+            siblings = cpuset.format(t * n_cores + g for t in range(spec.threads))
+            for idx, (level, kind, shared) in enumerate(
+                [(1, "Data", siblings), (2, "Unified", siblings), (3, "Unified", None)]
+            ):
+                d = cache / f"index{idx}"
+                _write(d / "level", str(level))
+                _write(d / "type", kind)
+                _write(d / "shared_cpu_list", shared or cpuset.format(group))
+    for cpu in all_ids:
+        if cpu:  # cpu0 has no online file on x86
+            _write(cpu_dir / f"cpu{cpu}" / "online", "0" if cpu in offline else "1")
+    _write(cpu_dir / "online", cpuset.format(online))
+    _write(cpu_dir / "present", cpuset.format(all_ids))
+    _write(cpu_dir / "possible", cpuset.format(all_ids))
+    _write(cpu_dir / "offline", cpuset.format(offline))
+    _write(cpu_dir / "isolated", spec.isolated)
+
+    n_nodes = n_cpu_nodes + len(spec.memory_only)
+    dist = [[0] * n_nodes for _ in range(n_nodes)]
+    for a in range(n_nodes):
+        for b in range(n_nodes):
+            if a == b:
+                dist[a][b] = 10
+            elif a < n_cpu_nodes and b < n_cpu_nodes:
+                same = node_socket[a] == node_socket[b]
+                dist[a][b] = spec.near_distance if same else spec.remote_distance
+    for i, mem in enumerate(spec.memory_only):
+        m = n_cpu_nodes + i
+        for other in range(n_nodes):
+            if other != m:
+                d = mem.distance if other == mem.near else mem.far_distance
+                dist[m][other] = dist[other][m] = d
+    for n in range(n_nodes):
+        d = node_dir / f"node{n}"
+        is_cpu = n < n_cpu_nodes
+        memory = spec.memory if is_cpu else spec.memory_only[n - n_cpu_nodes].memory
+        _write(d / "cpulist", cpuset.format(node_cpus[n] - offline) if is_cpu else "")
+        _write(d / "distance", " ".join(str(x) for x in dist[n]))
+        _write(
+            d / "meminfo",
+            f"Node {n} MemTotal:       {memory // 1024} kB\nNode {n} MemFree:        0 kB",
+        )
+        for size, count in spec.hugepages.items():
+            _write(d / f"hugepages/hugepages-{size}kB/nr_hugepages", str(count))
+        if is_cpu and spec.dram_bandwidth is not None:
+            _write_access(d, n, spec.dram_bandwidth, spec.dram_latency)
+        elif not is_cpu:
+            mem = spec.memory_only[n - n_cpu_nodes]
+            if mem.bandwidth is not None:
+                _write_access(d, mem.near, mem.bandwidth, mem.latency)
+    _write(node_dir / "online", cpuset.format(range(n_nodes)))
+    _write(node_dir / "possible", cpuset.format(range(n_nodes)))
+    return root
+
+
+def _write_access(node: Path, initiator: int, bandwidth: int, latency: int | None) -> None:
+    init = node / "access1" / "initiators"
+    init.mkdir(parents=True, exist_ok=True)
+    (init / f"node{initiator}").mkdir(exist_ok=True)
+    for kind in ("read", "write"):
+        _write(init / f"{kind}_bandwidth", str(bandwidth))
+        _write(init / f"{kind}_latency", str(latency or 0))
+
+
+def synthetic(tmp_path: Path, spec: SyntheticSpec | None = None, **kwargs: object) -> Machine:
+    """Write `spec` (or `SyntheticSpec(**kwargs)`) under tmp_path and read it back."""
+    from nri_topology.topology.sysfs import read_machine
+
+    spec = spec or SyntheticSpec(**kwargs)  # type: ignore[arg-type]
+    return read_machine(write_sysfs(tmp_path, spec))
