@@ -1,0 +1,113 @@
+"""NRI protobuf messages to policy values and back.
+
+The policy never sees protobuf; this module is the only place that knows where in an NRI message
+a pod's cgroup parent or a container's cpuset lives (docs/nri-protocol.md §5.5, §5.8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from nri_topology.nri import api_pb2
+from nri_topology.policy.types import ContainerInfo, Decision, Placement, PodInfo, Resources, Update
+from nri_topology.topology import cpuset
+
+ENV_PREFIX = "NRI_TOPOLOGY_"
+"""Environment variables describing the placement, given to each new container unless disabled."""
+
+
+def _optional(message: Any, name: str) -> int | None:
+    """The value of an NRI Optional* wrapper field, or None when the wrapper is absent."""
+    return getattr(message, name).value if message.HasField(name) else None
+
+
+def resources(linux: api_pb2.LinuxResources) -> Resources:
+    """The runtime's view of a container's Linux resources."""
+    cpu, memory = linux.cpu, linux.memory
+    return Resources(
+        cpu_shares=_optional(cpu, "shares"),
+        cpu_quota=_optional(cpu, "quota"),
+        cpu_period=_optional(cpu, "period"),
+        memory_limit=_optional(memory, "limit"),
+        cpuset_cpus=cpu.cpus,
+        cpuset_mems=cpu.mems,
+    )
+
+
+def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:
+    return PodInfo(
+        id=pod.id,
+        name=pod.name,
+        namespace=pod.namespace,
+        uid=pod.uid,
+        labels=dict(pod.labels),
+        annotations=dict(pod.annotations),
+        cgroup_parent=pod.linux.cgroup_parent,
+    )
+
+
+def container_info(
+    ctr: api_pb2.Container, linux: api_pb2.LinuxResources | None = None
+) -> ContainerInfo:
+    """A container as the policy sees it; `linux` overrides its resources (UpdateContainer)."""
+    return ContainerInfo(
+        id=ctr.id,
+        pod_id=ctr.pod_sandbox_id,
+        name=ctr.name,
+        resources=resources(ctr.linux.resources if linux is None else linux),
+        labels=dict(ctr.labels),
+        annotations=dict(ctr.annotations),
+        oom_score_adj=_optional(ctr.linux, "oom_score_adj"),
+        created_at=ctr.created_at,
+    )
+
+
+def linux_resources(placement: Placement) -> api_pb2.LinuxResources:
+    """The LinuxResources carrying a placement; unset fields are left to the runtime."""
+    out = api_pb2.LinuxResources()
+    if placement.cpus:
+        out.cpu.cpus = cpuset.format(placement.cpus)
+    if placement.mems:
+        out.cpu.mems = cpuset.format(placement.mems)
+    if placement.cpu_shares is not None:
+        out.cpu.shares.value = placement.cpu_shares
+    return out
+
+
+def container_update(
+    container_id: str, placement: Placement, ignore_failure: bool = False
+) -> api_pb2.ContainerUpdate:
+    update = api_pb2.ContainerUpdate(container_id=container_id, ignore_failure=ignore_failure)
+    update.linux.resources.CopyFrom(linux_resources(placement))
+    return update
+
+
+def updates(items: Iterable[Update], ignore_failure: bool = False) -> list[api_pb2.ContainerUpdate]:
+    """Updates of other containers; `ignore_failure` for those that may have exited meanwhile."""
+    return [container_update(u.container_id, u.placement, ignore_failure) for u in items]
+
+
+def exposure(decision: Decision) -> dict[str, str]:
+    """The environment describing a placement to the workload itself."""
+    placement = decision.placement
+    env = {
+        f"{ENV_PREFIX}POOL": decision.pool,
+        f"{ENV_PREFIX}KIND": str(decision.kind),
+    }
+    if placement.cpus:
+        env[f"{ENV_PREFIX}CPUS"] = cpuset.format(placement.cpus)
+    if placement.mems:
+        env[f"{ENV_PREFIX}MEMS"] = cpuset.format(placement.mems)
+    if decision.exclusive:
+        env[f"{ENV_PREFIX}EXCLUSIVE_CPUS"] = cpuset.format(decision.exclusive)
+    return env
+
+
+def adjustment(decision: Decision, env: Mapping[str, str]) -> api_pb2.ContainerAdjustment:
+    """The creation adjustment: cpuset (and shares) of the new container, plus `env`."""
+    adjust = api_pb2.ContainerAdjustment()
+    adjust.linux.resources.CopyFrom(linux_resources(decision.placement))
+    for key, value in env.items():
+        adjust.env.add(key=key, value=value)
+    return adjust

@@ -1,0 +1,131 @@
+"""NRI messages to policy values and back: every field the policy reads, every field we set."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_topology.daemon import convert
+from nri_topology.nri import api_pb2
+from nri_topology.policy.types import CpuKind, Decision, Placement, Resources, Update
+from nri_topology.topology import cpuset
+
+
+def _container(**linux: object) -> api_pb2.Container:
+    ctr = api_pb2.Container(
+        id="c1",
+        pod_sandbox_id="p1",
+        name="app",
+        labels={"l": "1"},
+        annotations={"a": "2"},
+        created_at=1_700_000_000_000_000_000,
+    )
+    res = ctr.linux.resources
+    for key, value in linux.items():
+        if key in ("cpus", "mems"):
+            setattr(res.cpu, key, value)
+        elif key == "limit":
+            res.memory.limit.value = value
+        elif key == "oom":
+            ctr.linux.oom_score_adj.value = value
+        else:
+            getattr(res.cpu, key).value = value
+    return ctr
+
+
+def test_pod_carries_identity_metadata_and_cgroup_parent() -> None:
+    pod = api_pb2.PodSandbox(
+        id="p1", name="web", namespace="default", uid="u1", labels={"app": "web"},
+        annotations={"x": "y"},
+    )  # fmt: skip
+    pod.linux.cgroup_parent = "/kubepods/burstable/podu1"
+    info = convert.pod_info(pod)
+    assert (info.id, info.name, info.namespace, info.uid) == ("p1", "web", "default", "u1")
+    assert info.labels == {"app": "web"} and info.annotations == {"x": "y"}
+    assert info.cgroup_parent == "/kubepods/burstable/podu1"
+
+
+@pytest.mark.parametrize(
+    ("linux", "want"),
+    [
+        ({}, Resources()),
+        (
+            {"shares": 2048, "quota": 200000, "period": 100000, "limit": 1 << 30},
+            Resources(cpu_shares=2048, cpu_quota=200000, cpu_period=100000, memory_limit=1 << 30),
+        ),
+        ({"cpus": "0-3", "mems": "0"}, Resources(cpuset_cpus="0-3", cpuset_mems="0")),
+        ({"shares": 0, "quota": -1}, Resources(cpu_shares=0, cpu_quota=-1)),  # set, not absent
+    ],
+)
+def test_container_resources_keep_set_and_unset_apart(linux: dict, want: Resources) -> None:
+    info = convert.container_info(_container(**linux))
+    assert info.resources == want
+    assert (info.id, info.pod_id, info.name) == ("c1", "p1", "app")
+    assert info.labels == {"l": "1"} and info.annotations == {"a": "2"}
+    assert info.created_at == 1_700_000_000_000_000_000
+    assert info.oom_score_adj is None
+
+
+def test_update_request_resources_override_the_containers_own() -> None:
+    new = api_pb2.LinuxResources()
+    new.cpu.shares.value = 4096
+    info = convert.container_info(_container(shares=1024, oom=-997), new)
+    assert info.resources.cpu_shares == 4096 and info.oom_score_adj == -997
+
+
+@settings(max_examples=50)
+@given(
+    cpus=st.frozensets(st.integers(0, 511), max_size=40),
+    mems=st.frozensets(st.integers(0, 63), max_size=8),
+    shares=st.none() | st.integers(2, 262144),
+)
+def test_placement_round_trips_through_an_update(cpus, mems, shares) -> None:
+    placement = Placement(cpus, mems, shares)
+    wire = api_pb2.ContainerUpdate.FromString(
+        convert.container_update("c9", placement).SerializeToString()
+    )
+    back = convert.resources(wire.linux.resources)
+    assert cpuset.parse(back.cpuset_cpus) == cpus and cpuset.parse(back.cpuset_mems) == mems
+    assert back.cpu_shares == shares
+    assert wire.container_id == "c9" and not wire.ignore_failure
+
+
+def test_untouched_placement_fields_stay_unset() -> None:
+    linux = convert.linux_resources(Placement(None, None))
+    assert linux == api_pb2.LinuxResources()
+
+
+def test_updates_of_others_may_ignore_failures() -> None:
+    out = convert.updates([Update("o1", Placement(frozenset({1}), None))], ignore_failure=True)
+    assert [(u.container_id, u.ignore_failure, u.linux.resources.cpu.cpus) for u in out] == [
+        ("o1", True, "1")
+    ]
+
+
+DECISION = Decision(
+    container_id="c1",
+    pool="node1",
+    kind=CpuKind.MIXED,
+    placement=Placement(frozenset({2, 3, 8, 9}), frozenset({1}), cpu_shares=2048),
+    exclusive=frozenset({2, 3}),
+)
+
+
+def test_exposure_names_cpus_mems_pool_kind_and_exclusive() -> None:
+    assert convert.exposure(DECISION) == {
+        "NRI_TOPOLOGY_POOL": "node1",
+        "NRI_TOPOLOGY_KIND": "mixed",
+        "NRI_TOPOLOGY_CPUS": "2-3,8-9",
+        "NRI_TOPOLOGY_MEMS": "1",
+        "NRI_TOPOLOGY_EXCLUSIVE_CPUS": "2-3",
+    }
+
+
+@pytest.mark.parametrize("expose", [True, False])
+def test_adjustment_sets_cpuset_shares_and_optional_env(expose: bool) -> None:
+    env = convert.exposure(DECISION) if expose else {}
+    adjust = convert.adjustment(DECISION, env)
+    cpu = adjust.linux.resources.cpu
+    assert (cpu.cpus, cpu.mems, cpu.shares.value) == ("2-3,8-9", "1", 2048)
+    assert {kv.key: kv.value for kv in adjust.env} == env
