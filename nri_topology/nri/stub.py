@@ -1,0 +1,594 @@
+"""The plugin side of NRI: connect, register, and turn runtime requests into handler calls.
+
+A plugin author subclasses `Plugin` and overrides only the handlers it needs; `Stub` owns the
+socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/nri-protocol.md §2, §6):
+
+* the socket is the `NRI_PLUGIN_SOCKET` fd when the runtime launched us, else a connection to
+  the runtime's socket path; a launched plugin ends when its socket closes, an external one
+  reconnects with capped, jittered exponential backoff and registers again;
+* reading starts before RegisterPlugin is sent, because the runtime's Configure can arrive
+  before the RegisterPlugin reply;
+* the subscribed events are the handlers the subclass overrides, cut down to the bits the
+  runtime's NRI version knows (§9.3);
+* lifecycle notifications arrive either as dedicated RPCs (NRI ≥ v0.12) or as StateChange
+  (older runtimes); both reach the same handler;
+* Synchronize may come in chunks; the handler sees all pods and containers at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from google.protobuf.message import DecodeError, Message
+
+from nri_topology.nri import api_pb2
+from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from nri_topology.nri.versions import event_bit, valid_events
+from nri_topology.ttrpc.client import TtrpcClient
+from nri_topology.ttrpc.codec import Code, TtrpcError
+from nri_topology.ttrpc.server import CallContext, Handler, TtrpcServer
+
+log = structlog.get_logger(__name__)
+
+PLUGIN_SERVICE = "nri.pkg.api.v1alpha1.Plugin"
+RUNTIME_SERVICE = "nri.pkg.api.v1alpha1.Runtime"
+DEFAULT_SOCKET_PATH = "/var/run/nri/nri.sock"
+SOCKET_ENV = "NRI_PLUGIN_SOCKET"
+NAME_ENV = "NRI_PLUGIN_NAME"
+IDX_ENV = "NRI_PLUGIN_IDX"
+NRI_VERSION = "v0.12.2"
+"""The NRI API revision our generated messages come from, reported in RegisterPlugin."""
+
+_NAME = re.compile(r"^[a-zA-Z0-9_.+-]+$")
+_IDX = re.compile(r"^[0-9]{2}$")
+
+Updates = list[api_pb2.ContainerUpdate]
+
+
+class Plugin:
+    """Base class for NRI plugins: every handler defaults to "nothing to do".
+
+    Only overridden handlers are subscribed to (configure and synchronize are always called).
+    Handlers run while the runtime waits, under its request timeout (2 s by default); they must
+    not await `Stub.update_containers`, which needs a lock the runtime holds meanwhile.
+    """
+
+    async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
+        """Return an explicit event mask, or None to subscribe to the overridden handlers."""
+        return None
+
+    async def synchronize(
+        self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
+    ) -> Updates:
+        """All pods and containers the runtime knows, once per connection."""
+        return []
+
+    async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        return None
+
+    async def update_pod_sandbox(
+        self,
+        pod: api_pb2.PodSandbox,
+        overhead: api_pb2.LinuxResources,
+        resources: api_pb2.LinuxResources,
+    ) -> None:
+        return None
+
+    async def post_update_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        return None
+
+    async def stop_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        return None
+
+    async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        return None
+
+    async def create_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
+        """Adjust the container being created; updates may target only other containers."""
+        return None, []
+
+    async def post_create_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        return None
+
+    async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        return None
+
+    async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        return None
+
+    async def update_container(
+        self,
+        pod: api_pb2.PodSandbox,
+        ctr: api_pb2.Container,
+        resources: api_pb2.LinuxResources,
+    ) -> Updates:
+        """An entry for `ctr` itself replaces the requested resources."""
+        return []
+
+    async def post_update_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        return None
+
+    async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
+        return []
+
+    async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        return None
+
+    async def validate_container_adjustment(
+        self, req: api_pb2.ValidateContainerAdjustmentRequest
+    ) -> None:
+        """Raise to reject the merged adjustment; the exception text becomes the reason."""
+        return None
+
+
+# Handler name -> the event it subscribes to.
+HANDLER_EVENTS: dict[str, int] = {
+    "run_pod_sandbox": api_pb2.RUN_POD_SANDBOX,
+    "stop_pod_sandbox": api_pb2.STOP_POD_SANDBOX,
+    "remove_pod_sandbox": api_pb2.REMOVE_POD_SANDBOX,
+    "create_container": api_pb2.CREATE_CONTAINER,
+    "post_create_container": api_pb2.POST_CREATE_CONTAINER,
+    "start_container": api_pb2.START_CONTAINER,
+    "post_start_container": api_pb2.POST_START_CONTAINER,
+    "update_container": api_pb2.UPDATE_CONTAINER,
+    "post_update_container": api_pb2.POST_UPDATE_CONTAINER,
+    "stop_container": api_pb2.STOP_CONTAINER,
+    "remove_container": api_pb2.REMOVE_CONTAINER,
+    "update_pod_sandbox": api_pb2.UPDATE_POD_SANDBOX,
+    "post_update_pod_sandbox": api_pb2.POST_UPDATE_POD_SANDBOX,
+    "validate_container_adjustment": api_pb2.VALIDATE_CONTAINER_ADJUSTMENT,
+}
+
+# Events older runtimes deliver through StateChange: event -> (handler, takes a container).
+STATE_CHANGE_EVENTS: dict[int, tuple[str, bool]] = {
+    api_pb2.RUN_POD_SANDBOX: ("run_pod_sandbox", False),
+    api_pb2.STOP_POD_SANDBOX: ("stop_pod_sandbox", False),
+    api_pb2.REMOVE_POD_SANDBOX: ("remove_pod_sandbox", False),
+    api_pb2.POST_UPDATE_POD_SANDBOX: ("post_update_pod_sandbox", False),
+    api_pb2.POST_CREATE_CONTAINER: ("post_create_container", True),
+    api_pb2.START_CONTAINER: ("start_container", True),
+    api_pb2.POST_START_CONTAINER: ("post_start_container", True),
+    api_pb2.POST_UPDATE_CONTAINER: ("post_update_container", True),
+    api_pb2.REMOVE_CONTAINER: ("remove_container", True),
+}
+
+
+def overridden_events(plugin: Plugin) -> int:
+    """Mask of the events whose handlers `plugin`'s class overrides."""
+    mask = 0
+    for name, event in HANDLER_EVENTS.items():
+        if getattr(type(plugin), name) is not getattr(Plugin, name):
+            mask |= event_bit(event)
+    return mask
+
+
+class StubError(Exception):
+    """The stub cannot work: bad identity, unusable socket, or the runtime refused us."""
+
+
+class NotConnectedError(StubError):
+    """No registered connection to the runtime right now."""
+
+
+class UpdateFailedError(StubError):
+    """The runtime refused some container updates."""
+
+    def __init__(self, message: str, failed: Sequence[api_pb2.ContainerUpdate] = ()) -> None:
+        super().__init__(message)
+        self.failed = list(failed)
+
+
+@dataclass
+class _Session:
+    """State of one connection to the runtime; a reconnect starts a fresh one."""
+
+    mux: Mux
+    client: TtrpcClient
+    registered: bool = False
+    ready: bool = False
+    events: int = 0
+    sync_pods: list[api_pb2.PodSandbox] = field(default_factory=list)
+    sync_containers: list[api_pb2.Container] = field(default_factory=list)
+
+
+Hook = Callable[[], Awaitable[None] | None]
+DisconnectHook = Callable[[BaseException | None], Awaitable[None] | None]
+
+
+async def _call_hook(hook: Callable[..., Awaitable[None] | None] | None, *args: Any) -> None:
+    if hook is None:
+        return
+    try:
+        result = hook(*args)
+        if result is not None:
+            await result
+    except Exception:
+        log.exception("NRI connection hook failed")
+
+
+class Stub:
+    """Connects `plugin` to the runtime and keeps it connected (see the module docstring).
+
+    `registered` turns true once RegisterPlugin succeeded, `ready` once Synchronize has been
+    answered; `on_connect` runs when ready, `on_disconnect(error)` when a connection ends.
+    """
+
+    def __init__(
+        self,
+        plugin: Plugin,
+        name: str,
+        idx: str,
+        socket_path: str | None = None,
+        *,
+        sock: socket.socket | None = None,
+        environ: Mapping[str, str] | None = None,
+        registration_timeout: float = 5.0,
+        backoff_initial: float = 0.5,
+        backoff_max: float = 30.0,
+        jitter: Callable[[], float] = random.random,
+        on_connect: Hook | None = None,
+        on_disconnect: DisconnectHook | None = None,
+    ) -> None:
+        env = os.environ if environ is None else environ
+        self.plugin = plugin
+        self.name = env.get(NAME_ENV) or name
+        self.idx = env.get(IDX_ENV) or idx
+        if not _NAME.match(self.name):
+            raise StubError(f"invalid plugin name {self.name!r}: use letters, digits, _.+-")
+        if not _IDX.match(self.idx):
+            raise StubError(f"invalid plugin index {self.idx!r}: must be two digits")
+        self.socket_path = socket_path or DEFAULT_SOCKET_PATH
+        self._sock = sock
+        if sock is None and env.get(SOCKET_ENV):
+            self._sock = _socket_from_env(env[SOCKET_ENV])
+        self.launched = self._sock is not None
+        """True when the runtime handed us the socket: we then exit with it, never reconnect."""
+        self.registration_timeout = registration_timeout
+        self.request_timeout: float | None = None
+        """The runtime's per-request timeout in seconds, from Configure (None: not reported)."""
+        self.runtime: api_pb2.ConfigureRequest | None = None
+        """The last Configure request: runtime name, version, timeouts, NRI version."""
+        self.backoff_initial = backoff_initial
+        self.backoff_max = backoff_max
+        self._jitter = jitter
+        self.on_connect = on_connect
+        self.on_disconnect = on_disconnect
+        self._session: _Session | None = None
+        self._stopping = asyncio.Event()
+        self._ready_changed = asyncio.Condition()
+        self.connections = 0
+        """How many connections reached registration; a reconnect shows as an increment."""
+
+    @property
+    def registered(self) -> bool:
+        return self._session is not None and self._session.registered
+
+    @property
+    def ready(self) -> bool:
+        return self._session is not None and self._session.ready
+
+    @property
+    def events(self) -> int:
+        """The event mask sent in the last Configure reply."""
+        return 0 if self._session is None else self._session.events
+
+    async def wait_ready(self) -> None:
+        async with self._ready_changed:
+            await self._ready_changed.wait_for(lambda: self.ready)
+
+    async def _notify_ready(self) -> None:
+        async with self._ready_changed:
+            self._ready_changed.notify_all()
+
+    def backoff(self, attempt: int) -> float:
+        """Delay before reconnect attempt `attempt` (0-based): doubling, capped, half jittered."""
+        base = min(self.backoff_max, self.backoff_initial * (2 ** min(attempt, 32)))
+        return base * (0.5 + 0.5 * self._jitter())
+
+    async def run(self) -> None:
+        """Serve the runtime until `stop()`, or until a launched plugin's socket closes."""
+        attempt = 0
+        while not self._stopping.is_set():
+            try:
+                reader, writer = await self._open()
+            except OSError as exc:
+                if self.launched:
+                    raise StubError(f"cannot use the NRI socket handed over: {exc}") from exc
+                delay = self.backoff(attempt)
+                attempt += 1
+                log.info("NRI runtime not reachable", path=self.socket_path, retry_in=delay)
+                await self._sleep(delay)
+                continue
+            registered = await self._serve(reader, writer)
+            if self.launched:
+                return
+            attempt = 0 if registered else attempt + 1
+            if not self._stopping.is_set():
+                delay = self.backoff(0 if registered else attempt)
+                log.info("reconnecting to the NRI runtime", retry_in=delay)
+                await self._sleep(delay)
+
+    async def stop(self) -> None:
+        """Drop the connection and make `run()` return."""
+        self._stopping.set()
+        if self._session is not None:
+            await self._session.mux.close()
+
+    async def update_containers(self, updates: Sequence[api_pb2.ContainerUpdate]) -> None:
+        """Ask the runtime to update running containers, outside of any request handler."""
+        session = self._session
+        if session is None or not session.registered:
+            raise NotConnectedError("not registered with the NRI runtime")
+        req = api_pb2.UpdateContainersRequest(update=updates)
+        try:
+            payload = await session.client.call(
+                RUNTIME_SERVICE, "UpdateContainers", req.SerializeToString()
+            )
+        except TtrpcError as exc:
+            if session.client.closed:
+                raise NotConnectedError(f"NRI connection lost during update: {exc}") from exc
+            raise UpdateFailedError(f"runtime refused container updates: {exc}") from exc
+        failed = api_pb2.UpdateContainersResponse.FromString(payload).failed
+        if failed:
+            ids = ", ".join(u.container_id for u in failed)
+            raise UpdateFailedError(f"runtime failed to update containers: {ids}", failed)
+
+    async def _sleep(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        if self._sock is not None:
+            sock, self._sock = self._sock, None
+            if sock.fileno() < 0:
+                raise OSError("NRI socket already closed")
+            return await asyncio.open_unix_connection(sock=sock)
+        return await asyncio.open_unix_connection(self.socket_path)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """One connection from registration to close; returns whether registration succeeded."""
+        mux = Mux(reader, writer)
+        plugin_conn = mux.open(PLUGIN_SERVICE_CONN)
+        runtime_conn = mux.open(RUNTIME_SERVICE_CONN)
+        session = _Session(mux=mux, client=TtrpcClient(runtime_conn))
+        server = TtrpcServer(plugin_conn, {PLUGIN_SERVICE: _PluginService(self, session).methods})
+        self._session = session
+        session.client.start()
+        mux.start()
+        server_task = asyncio.get_running_loop().create_task(server.serve())
+        error: BaseException | None = None
+        try:
+            req = api_pb2.RegisterPluginRequest(
+                plugin_name=self.name, plugin_idx=self.idx, NRI_version=NRI_VERSION
+            )
+            await session.client.call(
+                RUNTIME_SERVICE,
+                "RegisterPlugin",
+                req.SerializeToString(),
+                timeout=self.registration_timeout,
+            )
+            session.registered = True
+            self.connections += 1
+            log.info("registered with the NRI runtime", plugin=f"{self.idx}-{self.name}")
+            await mux.wait_closed()
+            error = mux.error
+        except (TtrpcError, ConnectionError, OSError, TimeoutError) as exc:
+            error = exc
+            if not mux.closed:
+                log.error("NRI registration failed", error=str(exc))
+        finally:
+            was_registered = session.registered
+            session.registered = session.ready = False
+            await mux.close()
+            await session.client.close()
+            server_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await server_task
+            if self._session is session:
+                self._session = None
+            await self._notify_ready()
+        if was_registered:
+            log.info("NRI connection closed", error=str(error) if error else None)
+            await _call_hook(self.on_disconnect, error)
+        return was_registered
+
+
+def _socket_from_env(value: str) -> socket.socket:
+    try:
+        fd = int(value)
+    except ValueError:
+        raise StubError(f"{SOCKET_ENV}={value!r} is not a file descriptor number") from None
+    try:
+        return socket.socket(fileno=fd)
+    except OSError as exc:
+        raise StubError(f"{SOCKET_ENV}={fd} is not a usable socket: {exc}") from exc
+
+
+def _parse(cls: type[Message], payload: bytes) -> Any:
+    try:
+        return cls.FromString(payload)
+    except DecodeError as exc:
+        raise TtrpcError(Code.INTERNAL, f"cannot decode {cls.__name__}: {exc}") from None
+
+
+class _PluginService:
+    """The Plugin service of one connection: decodes requests and calls the plugin's handlers."""
+
+    def __init__(self, stub: Stub, session: _Session) -> None:
+        self.stub = stub
+        self.plugin = stub.plugin
+        self.session = session
+        self.methods: dict[str, Handler] = {
+            "Configure": self.configure,
+            "Synchronize": self.synchronize,
+            "StateChange": self.state_change,
+            "CreateContainer": self.create_container,
+            "UpdateContainer": self.update_container,
+            "StopContainer": self.stop_container,
+            "UpdatePodSandbox": self.update_pod_sandbox,
+            "ValidateContainerAdjustment": self.validate_container_adjustment,
+        }
+        for method, (request, response, handler, with_ctr) in _NOTIFICATIONS.items():
+            self.methods[method] = self._notification(request, response, handler, with_ctr)
+
+    async def configure(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.ConfigureRequest, payload)
+        self.stub.runtime = req
+        self.stub.request_timeout = req.request_timeout / 1000 if req.request_timeout else None
+        if req.registration_timeout:
+            self.stub.registration_timeout = req.registration_timeout / 1000
+        # an explicit mask is the plugin's own choice; ours is cut to what the runtime knows
+        explicit = await self.plugin.configure(req)
+        mask = explicit or overridden_events(self.plugin) & valid_events(req)
+        self.session.events = mask
+        log.info(
+            "configured by the NRI runtime",
+            runtime=req.runtime_name,
+            runtime_version=req.runtime_version,
+            nri_version=req.NRI_version or None,
+            events=hex(mask),
+            request_timeout=self.stub.request_timeout,
+        )
+        return api_pb2.ConfigureResponse(events=mask).SerializeToString()
+
+    async def synchronize(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.SynchronizeRequest, payload)
+        self.session.sync_pods.extend(req.pods)
+        self.session.sync_containers.extend(req.containers)
+        if req.more:
+            return api_pb2.SynchronizeResponse(more=True).SerializeToString()
+        pods, containers = self.session.sync_pods, self.session.sync_containers
+        self.session.sync_pods, self.session.sync_containers = [], []
+        updates = await self.plugin.synchronize(pods, containers)
+        reply = api_pb2.SynchronizeResponse(update=updates).SerializeToString()
+        if not self.session.ready:
+            self.session.ready = True
+            log.info("synchronized", pods=len(pods), containers=len(containers))
+            await self.stub._notify_ready()
+            await _call_hook(self.stub.on_connect)
+        return reply
+
+    async def state_change(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.StateChangeEvent, payload)
+        target = STATE_CHANGE_EVENTS.get(req.event)
+        if target is None:
+            raise TtrpcError(Code.INVALID_ARGUMENT, f"StateChange for unexpected event {req.event}")
+        handler, with_ctr = target
+        method = getattr(self.plugin, handler)
+        await (method(req.pod, req.container) if with_ctr else method(req.pod))
+        return b""
+
+    async def create_container(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.CreateContainerRequest, payload)
+        adjust, updates = await self.plugin.create_container(req.pod, req.container)
+        reply = api_pb2.CreateContainerResponse(update=updates)
+        if adjust is not None:
+            reply.adjust.CopyFrom(adjust)
+        return reply.SerializeToString()
+
+    async def update_container(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.UpdateContainerRequest, payload)
+        updates = await self.plugin.update_container(req.pod, req.container, req.linux_resources)
+        return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
+
+    async def stop_container(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.StopContainerRequest, payload)
+        updates = await self.plugin.stop_container(req.pod, req.container)
+        return api_pb2.StopContainerResponse(update=updates).SerializeToString()
+
+    async def update_pod_sandbox(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.UpdatePodSandboxRequest, payload)
+        await self.plugin.update_pod_sandbox(
+            req.pod, req.overhead_linux_resources, req.linux_resources
+        )
+        return b""
+
+    async def validate_container_adjustment(self, payload: bytes, ctx: CallContext) -> bytes:
+        req = _parse(api_pb2.ValidateContainerAdjustmentRequest, payload)
+        try:
+            await self.plugin.validate_container_adjustment(req)
+        except Exception as exc:
+            reply = api_pb2.ValidateContainerAdjustmentResponse(reject=True, reason=str(exc))
+            return reply.SerializeToString()
+        return b""
+
+    def _notification(
+        self, request: type[Message], response: type[Message], handler: str, with_ctr: bool
+    ) -> Handler:
+        async def handle(payload: bytes, ctx: CallContext) -> bytes:
+            req: Any = _parse(request, payload)
+            method = getattr(self.plugin, handler)
+            await (method(req.pod, req.container) if with_ctr else method(req.pod))
+            return response().SerializeToString()
+
+        return handle
+
+
+# Dedicated notification RPCs (NRI ≥ v0.12): method -> (request, response, handler, container?).
+_NOTIFICATIONS: dict[str, tuple[type[Message], type[Message], str, bool]] = {
+    "RunPodSandbox": (
+        api_pb2.RunPodSandboxRequest,
+        api_pb2.RunPodSandboxResponse,
+        "run_pod_sandbox",
+        False,
+    ),
+    "StopPodSandbox": (
+        api_pb2.StopPodSandboxRequest,
+        api_pb2.StopPodSandboxResponse,
+        "stop_pod_sandbox",
+        False,
+    ),
+    "RemovePodSandbox": (
+        api_pb2.RemovePodSandboxRequest,
+        api_pb2.RemovePodSandboxResponse,
+        "remove_pod_sandbox",
+        False,
+    ),
+    "PostUpdatePodSandbox": (
+        api_pb2.PostUpdatePodSandboxRequest,
+        api_pb2.PostUpdatePodSandboxResponse,
+        "post_update_pod_sandbox",
+        False,
+    ),
+    "PostCreateContainer": (
+        api_pb2.PostCreateContainerRequest,
+        api_pb2.PostCreateContainerResponse,
+        "post_create_container",
+        True,
+    ),
+    "StartContainer": (
+        api_pb2.StartContainerRequest,
+        api_pb2.StartContainerResponse,
+        "start_container",
+        True,
+    ),
+    "PostStartContainer": (
+        api_pb2.PostStartContainerRequest,
+        api_pb2.PostStartContainerResponse,
+        "post_start_container",
+        True,
+    ),
+    "PostUpdateContainer": (
+        api_pb2.PostUpdateContainerRequest,
+        api_pb2.PostUpdateContainerResponse,
+        "post_update_container",
+        True,
+    ),
+    "RemoveContainer": (
+        api_pb2.RemoveContainerRequest,
+        api_pb2.RemoveContainerResponse,
+        "remove_container",
+        True,
+    ),
+}
