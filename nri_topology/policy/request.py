@@ -1,0 +1,498 @@
+"""From a pod and a container to a classified `Request`: QoS, amounts, CPU kind, memory, affinities.
+
+Amounts. The pod annotation `noderesource.dev/resources` (JSON, written by a resource-annotator
+webhook) gives the exact requests and limits; a request left out there defaults to the limit, as
+the API server does. Without it (or for a container it does not list, or on resize, where the
+caller passes the new `resources`) they are estimated from the Linux resources:
+CPU request = round(shares * 1000 / 1024) with shares == 2 meaning 0, CPU limit from quota/period,
+memory limit as given; Guaranteed containers get request = limit. For Burstable containers the
+memory request is estimated from `oom_score_adj` by inverting the kubelet formula
+`adj = 1000 - 1000 * request / capacity` (capacity = the machine's memory), used only when below
+the limit; adj 999 (a request under 0.2 % of memory, or none) counts as no request.
+
+CPU classification, first match wins:
+1. `cpu.preserve` → PRESERVE (pinning untouched; `shared` = request).
+2. `prefer-reserved-cpus: true` → RESERVED; a namespace matching `Options.reserved_namespaces`
+   (globs) → RESERVED unless `prefer-reserved-cpus` is annotated at all (`false` opts out).
+   RESERVED carries `shared` = the request in milli-CPU exactly.
+3. BestEffort → SHARED (0); Burstable → SHARED (request).
+4. Guaranteed with request R = 1000·n + f:
+   - n == 0 → SHARED (f).
+   - n == 1 → SHARED (R) if shared CPUs are preferred (annotation, else option), else 1 exclusive
+     CPU and f shared: EXCLUSIVE, MIXED (f > 0), or ISOLATED when isolated CPUs are preferred
+     from either the annotation or `Options.prefer_isolated_cpus`.
+   - n ≥ 2, f > 0 → SHARED (R) unless `prefer-shared-cpus: false` is annotated, then n exclusive
+     plus f shared (MIXED, or ISOLATED as for n == 1).
+   - n ≥ 2, f == 0 → SHARED (R) if shared CPUs are preferred, else n exclusive: EXCLUSIVE, or
+     ISOLATED only when isolated CPUs are preferred by annotation (the option alone does not
+     isolate multi-CPU containers, as kubelet-style pinning of large containers rarely wants it).
+   ISOLATED means "prefer kernel-isolated CPUs for the exclusive part"; it is only chosen when the
+   machine has isolated CPUs. `require-isolated-cpus` makes it strict (`require_isolated`); it
+   fails here already when the machine has fewer isolated CPUs than the exclusive part. ISOLATED
+   may carry a shared fraction like MIXED. `require-isolated-cpus` on a container without
+   exclusive CPUs has nothing to require and is ignored.
+
+Memory tiers come from `memory-type`, else `Options.default_memory_tiers`, masked to the tiers
+the machine has memory in; when none remains the request falls back to DRAM. A cold start > 0
+removes DRAM from the tiers (the engine restores it later); when no other tier remains the cold
+start is dropped, since there is nothing else to start on.
+
+Every annotation is validated; an invalid value raises `PolicyError` naming the container, the
+annotation key, the value and what is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from fnmatch import fnmatchcase
+from fractions import Fraction
+from typing import Any
+
+import yaml
+
+from nri_topology.policy import affinity
+from nri_topology.policy.annotations import RESOURCES_KEY, Found, Scope, lookup
+from nri_topology.policy.options import Options
+from nri_topology.policy.types import (
+    ContainerInfo,
+    CpuKind,
+    PodInfo,
+    PolicyError,
+    QoS,
+    Request,
+    Resources,
+)
+from nri_topology.topology.model import Machine, MemoryTier
+
+# ---------------------------------------------------------------------------------------------
+# Kubernetes quantities
+
+_SUFFIXES: Mapping[str, Fraction] = {
+    "": Fraction(1),
+    "m": Fraction(1, 1000),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+_QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])?)")
+QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 1e3, 512Mi or 1G"
+
+
+class QuantityError(ValueError):
+    """Text that is not a Kubernetes quantity."""
+
+
+def parse_quantity(text: str) -> Fraction:
+    """The exact value of a Kubernetes quantity ("1500m" → 3/2, "1Ki" → 1024, "1e3" → 1000)."""
+    m = _QUANTITY.fullmatch(text.strip()) if isinstance(text, str) else None
+    if m is None:
+        raise QuantityError(f"{text!r} is not {QUANTITY_HELP}")
+    sign, number, exponent, suffix = m.groups()
+    value = Fraction(number)
+    if exponent:
+        exp = int(exponent[1:])
+        if abs(exp) > 100:
+            raise QuantityError(f"{text!r}: exponent out of range")
+        value *= Fraction(10) ** exp
+    else:
+        value *= _SUFFIXES[suffix or ""]
+    return -value if sign == "-" else value
+
+
+def cpu_milli(value: str | int | float) -> int:
+    """A CPU quantity in milli-CPU, rounded up as Kubernetes does; negative is an error."""
+    q = parse_quantity(str(value))
+    if q < 0:
+        raise QuantityError(f"{value!r} is negative")
+    return math.ceil(q * 1000)
+
+
+def memory_bytes(value: str | int | float) -> int:
+    """A memory quantity in bytes, rounded up as Kubernetes does; negative is an error."""
+    q = parse_quantity(str(value))
+    if q < 0:
+        raise QuantityError(f"{value!r} is negative")
+    return math.ceil(q)
+
+
+def format_milli(milli: int) -> str:
+    """Milli-CPU as the shortest quantity: 2000 → "2", 1500 → "1500m"."""
+    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+# ---------------------------------------------------------------------------------------------
+# Go values: booleans (strconv.ParseBool) and durations (time.ParseDuration)
+
+_TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})
+_FALSE = frozenset({"0", "f", "F", "FALSE", "false", "False"})
+BOOL_HELP = "true or false (1, t, T, TRUE, true, True, 0, f, F, FALSE, false, False)"
+
+_UNITS_NS: Mapping[str, Fraction] = {
+    "ns": Fraction(1),
+    "us": Fraction(10**3),
+    "µs": Fraction(10**3),
+    "μs": Fraction(10**3),
+    "ms": Fraction(10**6),
+    "s": Fraction(10**9),
+    "m": Fraction(60 * 10**9),
+    "h": Fraction(3600 * 10**9),
+}
+_DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+MAX_COLD_START_NS = 3600 * 10**9
+
+
+def parse_bool(text: str) -> bool | None:
+    """Go's ParseBool: the value, or None when the text is not a boolean."""
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    return None
+
+
+def parse_duration(text: str) -> int | None:
+    """A Go duration ("1m30s", "1.5h", "0") in nanoseconds, or None when it is not one."""
+    s = text.strip()
+    sign = -1 if s.startswith("-") else 1
+    if s[:1] in ("+", "-"):
+        s = s[1:]
+    if s == "0":
+        return 0
+    pos, total = 0, Fraction(0)
+    while pos < len(s):
+        m = _DURATION_PART.match(s, pos)
+        if m is None:
+            return None
+        total += Fraction(m.group(1)) * _UNITS_NS[m.group(2)]
+        pos = m.end()
+    if pos == 0:
+        return None
+    return sign * int(total)
+
+
+# ---------------------------------------------------------------------------------------------
+# Request building
+
+
+def qos_of(pod: PodInfo) -> QoS:
+    """QoS class from the pod's cgroup parent, as kubelet names its QoS cgroups."""
+    parent = pod.cgroup_parent.lower()
+    if "besteffort" in parent:
+        return QoS.BEST_EFFORT
+    if "burstable" in parent:
+        return QoS.BURSTABLE
+    return QoS.GUARANTEED
+
+
+def who(pod: PodInfo, container: ContainerInfo) -> str:
+    """The name that error messages give a container: namespace/pod/container."""
+    return f"{pod.namespace}/{pod.name}/{container.name}"
+
+
+def shares_to_milli(shares: int | None) -> int:
+    """CPU request from cgroup shares; 2 (the minimum) means no request."""
+    if not shares or shares <= 2:
+        return 0
+    return round(shares * 1000 / 1024)
+
+
+def _invalid(w: str, found: Found, accepted: str) -> PolicyError:
+    return PolicyError(f"{w}: annotation {found.key}: invalid value {found.value!r}; {accepted}")
+
+
+class _Annotations:
+    """Effective-annotation reads for one container, each value validated."""
+
+    def __init__(self, pod: PodInfo, container: ContainerInfo) -> None:
+        self.pod = pod
+        self.container = container
+        self.who = who(pod, container)
+
+    def find(self, name: str) -> Found | None:
+        return lookup(name, self.container.name, self.pod.annotations, self.container.annotations)
+
+    def boolean(self, name: str) -> tuple[bool, Scope] | None:
+        found = self.find(name)
+        if found is None:
+            return None
+        value = parse_bool(found.value.strip())
+        if value is None:
+            raise _invalid(self.who, found, f"expected {BOOL_HELP}")
+        return value, found.scope
+
+
+_TIER_NAMES = {t.value: frozenset({t}) for t in MemoryTier} | {"mixed": frozenset(MemoryTier)}
+_TIER_HELP = "expected a comma list of dram, pmem, hbm, cxl or mixed"
+
+
+def _memory_tiers(a: _Annotations) -> frozenset[MemoryTier] | None:
+    found = a.find("memory-type")
+    if found is None:
+        return None
+    tiers: set[MemoryTier] = set()
+    for part in found.value.split(","):
+        tier = _TIER_NAMES.get(part.strip().lower())
+        if tier is None:
+            raise _invalid(a.who, found, _TIER_HELP)
+        tiers |= tier
+    return frozenset(tiers)
+
+
+def _cold_start_ns(a: _Annotations) -> int:
+    found = a.find("cold-start")
+    if found is None:
+        return 0
+    accepted = "expected YAML `duration: <Go duration>` from 0 to 1h, e.g. `duration: 60s`"
+    try:
+        data = yaml.safe_load(found.value)
+    except yaml.YAMLError:
+        raise _invalid(a.who, found, accepted) from None
+    if not isinstance(data, dict) or set(data) != {"duration"}:
+        raise _invalid(a.who, found, accepted)
+    raw = data["duration"]
+    ns = parse_duration(raw) if isinstance(raw, str) else (0 if raw == 0 else None)
+    if ns is None or not 0 <= ns <= MAX_COLD_START_NS:
+        raise _invalid(a.who, found, accepted)
+    return ns
+
+
+def _from_annotation(pod: PodInfo, container: ContainerInfo) -> dict[str, Any] | None:
+    """The container's entry in the `noderesource.dev/resources` annotation, if any."""
+    text = pod.annotations.get(RESOURCES_KEY)
+    if text is None:
+        return None
+    w = who(pod, container)
+    accepted = (
+        'expected JSON {"containers": {NAME: {"requests": {"cpu": Q, "memory": Q}, '
+        '"limits": {...}}}, "initContainers": {...}}'
+    )
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: not valid JSON; {accepted}") from None
+    if not isinstance(data, dict):
+        raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: {accepted}")
+    for section in ("containers", "initContainers"):
+        entries = data.get(section) or {}
+        if not isinstance(entries, dict):
+            raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: {section}: {accepted}")
+        entry = entries.get(container.name)
+        if entry is not None:
+            if not isinstance(entry, dict):
+                raise PolicyError(
+                    f"{w}: annotation {RESOURCES_KEY}: {section}.{container.name}: {accepted}"
+                )
+            return entry
+    return None
+
+
+_AMOUNTS = ("cpu", "memory")
+
+
+def _exact_amounts(w: str, entry: Mapping[str, Any]) -> tuple[int, int | None, int, int | None]:
+    """(cpu request, cpu limit, memory request, memory limit) from an annotation entry."""
+    parsed: dict[tuple[str, str], int] = {}
+    for part in ("requests", "limits"):
+        section = entry.get(part) or {}
+        if not isinstance(section, dict):
+            raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: {part}: expected a mapping")
+        for res in _AMOUNTS:
+            if res not in section:
+                continue
+            try:
+                parse = cpu_milli if res == "cpu" else memory_bytes
+                parsed[part, res] = parse(section[res])
+            except QuantityError as e:
+                raise PolicyError(
+                    f"{w}: annotation {RESOURCES_KEY}: {part}.{res}: {e}; expected {QUANTITY_HELP}"
+                ) from None
+    cpu_limit = parsed.get(("limits", "cpu"))
+    mem_limit = parsed.get(("limits", "memory"))
+    cpu_req = parsed.get(("requests", "cpu"), cpu_limit or 0)
+    mem_req = parsed.get(("requests", "memory"), mem_limit or 0)
+    return cpu_req, cpu_limit, mem_req, mem_limit
+
+
+def _estimated_amounts(
+    qos: QoS, res: Resources, oom_score_adj: int | None, machine: Machine
+) -> tuple[int, int | None, int, int | None]:
+    """(cpu request, cpu limit, memory request, memory limit) estimated from Linux resources."""
+    cpu_req = shares_to_milli(res.cpu_shares)
+    mem_limit = res.memory_limit if res.memory_limit and res.memory_limit > 0 else None
+    if qos is QoS.GUARANTEED:
+        return cpu_req, cpu_req, mem_limit or 0, mem_limit
+    cpu_limit = None
+    if res.cpu_quota and res.cpu_quota > 0 and res.cpu_period and res.cpu_period > 0:
+        cpu_limit = round(res.cpu_quota * 1000 / res.cpu_period)
+    mem_req = 0
+    if qos is QoS.BURSTABLE and oom_score_adj is not None and 2 < oom_score_adj < 999:
+        capacity = sum(n.memory for n in machine.nodes.values())
+        estimate = (1000 - oom_score_adj) * capacity // 1000
+        if mem_limit is None or estimate < mem_limit:
+            mem_req = estimate
+    return cpu_req, cpu_limit, mem_req, mem_limit
+
+
+def _in_reserved_namespace(namespace: str, options: Options) -> bool:
+    return any(fnmatchcase(namespace, glob) for glob in options.reserved_namespaces)
+
+
+def _isolation(a: _Annotations) -> tuple[bool, bool] | None:
+    """(prefer isolated, strictly required) from the annotations, None when not annotated.
+
+    The narrower scope wins; at equal scope require-isolated-cpus wins.
+    """
+    prefer = a.boolean("prefer-isolated-cpus")
+    require = a.boolean("require-isolated-cpus")
+    if require is not None and (prefer is None or require[1] <= prefer[1]):
+        return require[0], require[0]
+    if prefer is not None:
+        return prefer[0], False
+    return None
+
+
+def _classify(
+    a: _Annotations, qos: QoS, cpu_req: int, options: Options, machine: Machine
+) -> tuple[CpuKind, int, int, bool]:
+    """(kind, exclusive CPUs, shared milli-CPU, require isolated) for a container."""
+    preserve = a.boolean("cpu.preserve")
+    if preserve is not None and preserve[0]:
+        return CpuKind.PRESERVE, 0, cpu_req, False
+    reserved = a.boolean("prefer-reserved-cpus")
+    if reserved is not None and reserved[0]:
+        return CpuKind.RESERVED, 0, cpu_req, False
+    if reserved is None and _in_reserved_namespace(a.pod.namespace, options):
+        return CpuKind.RESERVED, 0, cpu_req, False
+    if qos is not QoS.GUARANTEED:
+        return CpuKind.SHARED, 0, cpu_req if qos is QoS.BURSTABLE else 0, False
+
+    shared_annotation = a.boolean("prefer-shared-cpus")
+    prefer_shared = (
+        shared_annotation[0] if shared_annotation is not None else options.prefer_shared_cpus
+    )
+    isolation = _isolation(a)
+    prefer_isolated, required = isolation or (options.prefer_isolated_cpus, False)
+    cores, frac = divmod(cpu_req, 1000)
+
+    if cores == 0:
+        return CpuKind.SHARED, 0, cpu_req, False
+    if cores == 1:
+        if prefer_shared:
+            return CpuKind.SHARED, 0, cpu_req, False
+        isolate = prefer_isolated
+    elif frac:
+        if shared_annotation is None or shared_annotation[0]:
+            return CpuKind.SHARED, 0, cpu_req, False
+        isolate = prefer_isolated
+    else:
+        if prefer_shared:
+            return CpuKind.SHARED, 0, cpu_req, False
+        isolate = prefer_isolated and isolation is not None
+
+    required = required and isolate
+    if required and len(machine.isolated) < cores:
+        raise PolicyError(
+            f"{a.who}: require-isolated-cpus asks for {cores} isolated CPUs but the machine has "
+            f"{len(machine.isolated)}"
+        )
+    if isolate and machine.isolated:
+        return CpuKind.ISOLATED, cores, frac, required
+    return (CpuKind.MIXED if frac else CpuKind.EXCLUSIVE), cores, frac, False
+
+
+def _machine_tiers(machine: Machine) -> frozenset[MemoryTier]:
+    return frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
+
+
+def build_request(
+    pod: PodInfo,
+    container: ContainerInfo,
+    options: Options,
+    *,
+    machine: Machine,
+    resources: Resources | None = None,
+) -> Request:
+    """Classify a container's resource request; `resources` overrides its own (resize)."""
+    w = who(pod, container)
+    a = _Annotations(pod, container)
+    qos = qos_of(pod)
+
+    entry = _from_annotation(pod, container) if resources is None else None
+    if entry is not None:
+        cpu_req, cpu_limit, mem_req, mem_limit = _exact_amounts(w, entry)
+    else:
+        cpu_req, cpu_limit, mem_req, mem_limit = _estimated_amounts(
+            qos, resources or container.resources, container.oom_score_adj, machine
+        )
+
+    kind, exclusive, shared, require_isolated = _classify(a, qos, cpu_req, options, machine)
+
+    preserve_mem = a.boolean("memory.preserve")
+    memory_preserve = preserve_mem is not None and preserve_mem[0]
+    wanted = _memory_tiers(a) or options.default_memory_tiers
+    tiers = wanted & _machine_tiers(machine) or frozenset({MemoryTier.DRAM})
+    cold_start_ns = 0 if memory_preserve else _cold_start_ns(a)
+    if cold_start_ns:
+        if tiers - {MemoryTier.DRAM}:
+            tiers -= {MemoryTier.DRAM}
+        else:
+            cold_start_ns = 0
+
+    hide = a.boolean("hide-hyperthreads")
+
+    affinities: list[affinity.Affinity] = []
+    for name, anti in (("affinity", False), ("anti-affinity", True)):
+        found = a.find(name)
+        if found is not None:
+            affinities += affinity.parse(
+                found.value,
+                container=container.name,
+                pod_id=pod.id,
+                anti=anti,
+                annotation=found.key,
+                who=w,
+            )
+    if not affinities:
+        affinities += affinity.implicit(
+            pod_id=pod.id,
+            namespace=pod.namespace,
+            colocate_pods=options.colocate_pods,
+            colocate_namespaces=options.colocate_namespaces,
+        )
+
+    return Request(
+        container_id=container.id,
+        pod_id=pod.id,
+        name=container.name,
+        pod_name=pod.name,
+        namespace=pod.namespace,
+        qos=qos,
+        kind=kind,
+        cpu_request=cpu_req,
+        cpu_limit=cpu_limit,
+        memory_request=mem_req,
+        memory_limit=mem_limit,
+        exclusive=exclusive,
+        shared=shared,
+        require_isolated=require_isolated,
+        memory_tiers=tiers,
+        memory_preserve=memory_preserve,
+        hide_hyperthreads=hide is not None and hide[0],
+        cold_start_ns=cold_start_ns,
+        affinities=tuple(affinities),
+        labels=dict(container.labels),
+        created_at=container.created_at,
+        pod_labels=dict(pod.labels),
+    )
