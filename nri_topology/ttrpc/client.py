@@ -1,0 +1,191 @@
+"""asyncio ttrpc client: unary calls multiplexed over one Channel.
+
+Calls get odd, increasing stream ids (1, 3, 5, ...) like the Go client, many may be in
+flight, and responses are matched by stream id in whatever order they arrive. Deadlines are
+enforced here, at the caller, as ttrpc does; the server only learns of them via timeout_nano.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+
+from nri_topology.ttrpc import codec
+from nri_topology.ttrpc.channel import Channel
+from nri_topology.ttrpc.codec import (
+    TYPE_REQUEST,
+    TYPE_RESPONSE,
+    Code,
+    Frame,
+    FrameDecoder,
+    Oversized,
+    ProtocolError,
+    ResponseEnvelope,
+    TtrpcError,
+)
+
+_log = logging.getLogger(__name__)
+
+_MAX_STREAM_ID = 0xFFFFFFFF
+
+
+def closed_error() -> TtrpcError:
+    """What every call fails with once the connection is gone (the Go client's wording)."""
+    return TtrpcError(Code.UNAVAILABLE, "ttrpc: closed")
+
+
+def _retrieve_exception(future: asyncio.Future[object]) -> None:
+    """Mark a failure as seen: it was already reported to the caller, or nobody waits for it."""
+    if not future.cancelled():
+        future.exception()
+
+
+class TtrpcClient:
+    """Client end of one ttrpc connection."""
+
+    def __init__(self, channel: Channel) -> None:
+        self._channel = channel
+        self._next_id = 1
+        self._pending: dict[int, asyncio.Future[ResponseEnvelope]] = {}
+        self._send_lock = asyncio.Lock()
+        self._reader: asyncio.Task[None] | None = None
+        self._closed = asyncio.Event()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed.is_set()
+
+    async def wait_closed(self) -> None:
+        """Return once the connection has gone (peer EOF, error, or close())."""
+        await self._closed.wait()
+
+    def start(self) -> None:
+        """Start reading responses; idempotent, and call() does it on first use."""
+        if self._reader is None and not self.closed:
+            self._reader = asyncio.get_running_loop().create_task(
+                self._read_loop(), name="ttrpc-client-reader"
+            )
+
+    async def call(
+        self,
+        service: str,
+        method: str,
+        payload: bytes,
+        *,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> bytes:
+        """Make one unary call and return the serialized response message.
+
+        Raises TtrpcError: the server's status when it is not OK, DEADLINE_EXCEEDED when
+        ``timeout`` (seconds) passes first, UNAVAILABLE once the connection is closed, and
+        RESOURCE_EXHAUSTED for a request or response above the 4 MiB limit.
+        """
+        if self.closed:
+            raise closed_error()
+        self.start()
+        timeout_nano = 0 if timeout is None else max(1, int(timeout * 1e9))
+        data = codec.encode_request(service, method, payload, timeout_nano, metadata)
+        stream_id = self._next_id
+        if stream_id > _MAX_STREAM_ID:
+            raise TtrpcError(Code.RESOURCE_EXHAUSTED, "ttrpc: stream ids exhausted")
+        self._next_id += 2
+        message = codec.encode_frame(Frame(stream_id, TYPE_REQUEST, 0, data))  # may be too large
+        future: asyncio.Future[ResponseEnvelope] = asyncio.get_running_loop().create_future()
+        self._pending[stream_id] = future
+        try:
+            async with asyncio.timeout(timeout):
+                # Shielded: a cancelled caller must not leave half a message on the wire.
+                send = asyncio.ensure_future(self._send(message))
+                send.add_done_callback(_retrieve_exception)
+                await asyncio.shield(send)
+                response = await future
+        except TimeoutError:
+            raise TtrpcError(
+                Code.DEADLINE_EXCEEDED, f"ttrpc: {service}/{method}: deadline exceeded"
+            ) from None
+        finally:
+            self._pending.pop(stream_id, None)
+            if future.done():
+                _retrieve_exception(future)
+            else:
+                future.cancel()
+        error = response.error()
+        if error is not None:
+            raise error
+        return response.payload
+
+    async def close(self) -> None:
+        """Close the connection; pending and later calls fail with UNAVAILABLE."""
+        reader = self._reader
+        if reader is not None and not reader.done():
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reader
+        self._shutdown()
+
+    async def _send(self, message: bytes) -> None:
+        async with self._send_lock:
+            if self.closed:
+                raise closed_error()
+            try:
+                await self._channel.send(message)
+            except Exception as exc:
+                _log.warning("ttrpc client: send failed, closing: %s", exc)
+                self._shutdown()
+                raise closed_error() from exc
+
+    async def _read_loop(self) -> None:
+        decoder = FrameDecoder()
+        try:
+            while True:
+                try:
+                    data = await self._channel.recv()
+                except Exception as exc:
+                    _log.info("ttrpc client: connection lost: %s", exc)
+                    return
+                if not data:
+                    return
+                try:
+                    items = decoder.feed(data)
+                except ProtocolError as exc:
+                    _log.warning("ttrpc client: closing on protocol error: %s", exc)
+                    return
+                for item in items:
+                    self._dispatch(item)
+        finally:
+            self._shutdown()
+
+    def _dispatch(self, item: Frame | Oversized) -> None:
+        future = self._pending.get(item.stream_id)
+        if isinstance(item, Oversized):
+            _log.warning(
+                "ttrpc client: dropped %d-byte message on stream %d", item.length, item.stream_id
+            )
+            if future is not None and not future.done():
+                future.set_exception(codec.MessageTooLarge(item.length))
+            return
+        if item.type != TYPE_RESPONSE:
+            _log.warning(
+                "ttrpc client: ignoring message type %d on stream %d", item.type, item.stream_id
+            )
+            return
+        if future is None or future.done():
+            _log.debug("ttrpc client: response for inactive stream %d dropped", item.stream_id)
+            return
+        try:
+            future.set_result(codec.decode_response(item.data))
+        except ProtocolError as exc:
+            future.set_exception(exc)
+
+    def _shutdown(self) -> None:
+        if self.closed:
+            return
+        self._closed.set()
+        self._channel.close()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(closed_error())
+        self._pending.clear()
