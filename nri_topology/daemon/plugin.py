@@ -1,0 +1,446 @@
+"""The policy-backed NRI plugin: runtime events in, placements out, state kept across restarts.
+
+Rules it keeps (docs/nri-protocol.md §6):
+* every policy call runs under one lock, so decisions are strictly serialized;
+* changes to other containers travel in the reply of the event that caused them; changes with no
+  event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
+  task of their own, never awaited by a handler and never while holding the lock, because the
+  runtime holds its own lock while it waits for our reply;
+* after every change the state is checkpointed, so a restart finds the latest committed state;
+* a request the policy refuses fails with the policy's message; the state stays as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import structlog
+
+from nri_topology.daemon import convert, logs
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.metrics import Metrics, StateView
+from nri_topology.nri import api_pb2
+from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
+from nri_topology.policy.options import Options
+from nri_topology.policy.types import (
+    ContainerInfo,
+    Decision,
+    PodInfo,
+    PolicyError,
+    Resources,
+    Update,
+)
+from nri_topology.ttrpc.codec import Code, TtrpcError
+
+_log = structlog.get_logger("nri_topology.daemon")
+
+# Containers in these states hold resources; stopped and unknown ones do not.
+_LIVE_STATES = (
+    api_pb2.CONTAINER_CREATED,
+    api_pb2.CONTAINER_RUNNING,
+    api_pb2.CONTAINER_PAUSED,
+)
+
+
+class RestoreResult(Protocol):
+    """What `Policy.restore` reports (the fields the daemon reads)."""
+
+    @property
+    def adopted(self) -> Sequence[str]: ...
+    @property
+    def replaced(self) -> Sequence[str]: ...
+    @property
+    def failed(self) -> Mapping[str, str] | Sequence[str]: ...
+    @property
+    def updates(self) -> Sequence[Update]: ...
+    @property
+    def decisions(self) -> Sequence[Decision]: ...
+
+
+class PolicyPort(Protocol):
+    """The policy facade as the daemon uses it."""
+
+    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
+    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
+    def release(self, container_id: str) -> tuple[Update, ...]: ...
+    def restore(
+        self,
+        pods: Sequence[PodInfo],
+        containers: Sequence[ContainerInfo],
+        saved: Mapping[str, Any] | None,
+    ) -> RestoreResult: ...
+    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
+    def reconfigure(self, options: Options) -> tuple[Update, ...]: ...
+    def snapshot(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Daemon behaviour that is not placement policy."""
+
+    expose_env: bool = True  # give new containers NRI_TOPOLOGY_* environment variables
+
+
+class _Timers:
+    """Cold-start deadlines (wall clock, so they survive a restart) and their asyncio timers."""
+
+    def __init__(self) -> None:
+        self.pending: dict[str, int] = {}  # container -> delay in ns, timer not started yet
+        self.deadlines: dict[str, int] = {}  # container -> wall-clock deadline in ns
+        self.handles: dict[str, asyncio.TimerHandle] = {}
+
+    def cancel(self, container_id: str) -> None:
+        self.pending.pop(container_id, None)
+        self.deadlines.pop(container_id, None)
+        handle = self.handles.pop(container_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"pending_ns": dict(self.pending), "deadline_ns": dict(self.deadlines)}
+
+
+class TopologyPlugin(Plugin):
+    """Wires NRI events to the policy; see the module docstring for the rules."""
+
+    def __init__(
+        self,
+        policy: PolicyPort,
+        *,
+        checkpoint: Checkpoint | None = None,
+        metrics: Metrics | None = None,
+        settings: Settings = Settings(),
+        view: Callable[[PolicyPort, Mapping[str, ContainerInfo], Mapping[str, PodInfo]], StateView]
+        | None = None,
+        runtime_config: Callable[[str], Awaitable[None]] | None = None,
+        wall_clock_ns: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.policy = policy
+        self.checkpoint = checkpoint
+        self.metrics = metrics or Metrics()
+        self.settings = settings
+        self.stub: Stub | None = None
+        self._view = view
+        self._runtime_config = runtime_config
+        self._now_ns = wall_clock_ns
+        self._lock = asyncio.Lock()
+        self._pods: dict[str, PodInfo] = {}
+        self._containers: dict[str, ContainerInfo] = {}
+        self._timers = _Timers()
+        self._saved: dict[str, Any] | None = None
+        self._loaded = False
+        self._background: set[asyncio.Task[None]] = set()
+        self.closing = False
+
+    # --- views for metrics and health ----------------------------------------------------------
+
+    def state_view(self) -> StateView:
+        """Pools and containers for the metrics endpoint (empty until a view adapter is set)."""
+        if self._view is None:
+            return StateView()
+        return self._view(self.policy, self._containers, self._pods)
+
+    def ready(self) -> tuple[bool, str]:
+        if self.stub is None:
+            return False, "not started"
+        if not self.stub.registered:
+            return False, "not registered with the runtime"
+        if not self.stub.ready:
+            return False, "registered, waiting for Synchronize"
+        return True, ""
+
+    # --- NRI handlers -------------------------------------------------------------------------
+
+    async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
+        self.metrics.requests.labels("Configure").inc()
+        if req.config.strip() and self._runtime_config is not None:
+            await self._runtime_config(req.config)
+        return None
+
+    async def synchronize(
+        self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
+    ) -> Updates:
+        self.metrics.requests.labels("Synchronize").inc()
+        pod_infos = [convert.pod_info(p) for p in pods]
+        live = [c for c in containers if c.state in _LIVE_STATES]
+        infos = [convert.container_info(c) for c in live]
+        async with self._lock:
+            saved = self._saved_state()
+            started = time.perf_counter()
+            try:
+                report = self.policy.restore(pod_infos, infos, saved.get("policy"))
+            except PolicyError as exc:
+                # A restore must not take the plugin down: start from scratch instead.
+                self.metrics.errors.labels("restore").inc()
+                _log.error(
+                    "restoring state failed, rebuilding without the checkpoint", error=str(exc)
+                )
+                report = self.policy.restore(pod_infos, infos, None)
+            self._observe("restore", started)
+            self._pods = {p.id: p for p in pod_infos}
+            self._containers = {c.id: c for c in infos}
+            self._restore_timers(saved.get("cold_starts") or {}, report)
+            self._commit()
+        for decision in report.decisions:
+            self._log_decision(decision, "re-placed")
+        failed = list(report.failed)
+        if failed:
+            self.metrics.errors.labels("restore_failed").inc(len(failed))
+        _log.info(
+            "synchronized with the runtime",
+            pods=len(pod_infos),
+            containers=len(infos),
+            adopted=len(report.adopted),
+            replaced=len(report.replaced),
+            failed=failed[:8],
+            **logs.summarize_updates(report.updates),
+        )
+        self.metrics.registered.set(1)
+        return convert.updates(report.updates, ignore_failure=True)
+
+    async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        self.metrics.requests.labels("RunPodSandbox").inc()
+        self._pods[pod.id] = convert.pod_info(pod)
+
+    async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        self.metrics.requests.labels("RemovePodSandbox").inc()
+        self._pods.pop(pod.id, None)
+
+    async def create_container(
+        self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
+    ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
+        self.metrics.requests.labels("CreateContainer").inc()
+        pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        async with self._lock:
+            self._pods[pod_info.id] = pod_info
+            if info.id in self._containers:  # a retried creation: place it afresh
+                self._release_locked(info.id)
+            decision = self._decide(
+                "create", pod_info, info, lambda: self.policy.create(pod_info, info)
+            )
+            self._containers[info.id] = info
+            if decision.cold_start is not None:
+                self._timers.pending[info.id] = decision.cold_start.delay_ns
+            self._commit()
+        self._log_decision(decision, "created")
+        env = convert.exposure(decision) if self.settings.expose_env else {}
+        return convert.adjustment(decision, env), convert.updates(decision.updates)
+
+    async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        self.metrics.requests.labels("StartContainer").inc()
+        async with self._lock:
+            delay = self._timers.pending.pop(ctr.id, None)
+            if delay is None:
+                return
+            self._timers.deadlines[ctr.id] = self._now_ns() + delay
+            self._arm(ctr.id, delay / 1e9)
+            self._commit()
+
+    async def update_container(
+        self,
+        pod: api_pb2.PodSandbox,
+        ctr: api_pb2.Container,
+        resources: api_pb2.LinuxResources,
+    ) -> Updates:
+        self.metrics.requests.labels("UpdateContainer").inc()
+        pod_info = convert.pod_info(pod)
+        info = convert.container_info(ctr, resources)
+        async with self._lock:
+            decision = self._decide(
+                "resize",
+                pod_info,
+                info,
+                lambda: self.policy.resize(pod_info, info, info.resources),
+            )
+            self._containers[info.id] = info
+            self._commit()
+        self._log_decision(decision, "resized")
+        # The runtime takes the last entry for the container being updated as its new resources.
+        own = convert.container_update(info.id, decision.placement)
+        return [*convert.updates(decision.updates), own]
+
+    async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
+        self.metrics.requests.labels("StopContainer").inc()
+        return await self._release(ctr.id, "stopped")
+
+    async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        self.metrics.requests.labels("RemoveContainer").inc()
+        # Normally released at stop already; a removal without a stop must not leak resources.
+        # Other containers' updates have no reply to ride on here, so they go out separately.
+        updates = await self._release(ctr.id, "removed")
+        if updates:
+            self._send_later(updates, "release")
+
+    # --- reconfiguration, cold start, shutdown -------------------------------------------------
+
+    async def reconfigure(self, options: Options) -> None:
+        """Apply new policy options; raises PolicyError (state unchanged) if they cannot apply."""
+        async with self._lock:
+            started = time.perf_counter()
+            updates = self.policy.reconfigure(options)
+            self._observe("reconfigure", started)
+            self._commit()
+        _log.info("policy options applied", **logs.summarize_updates(updates))
+        if updates:
+            self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
+
+    async def shutdown(self) -> None:
+        """Finish the request in flight, disconnect, write the final checkpoint."""
+        self.closing = True
+        async with self._lock:
+            if self.stub is not None:
+                await self.stub.stop()
+            # Deadlines stay in the checkpoint; the next run re-arms them.
+            for handle in self._timers.handles.values():
+                handle.cancel()
+            self._timers.handles.clear()
+            self._commit()
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self.metrics.registered.set(0)
+        _log.info("shut down", checkpoint=str(self.checkpoint.path) if self.checkpoint else None)
+
+    async def settle(self) -> None:
+        """Wait until the background updates started so far are done."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _saved_state(self) -> dict[str, Any]:
+        """The checkpoint on the first Synchronize, afterwards our own newer in-memory state."""
+        if not self._loaded:
+            self._loaded = True
+            if self.checkpoint is not None:
+                self._saved = self.checkpoint.load().body
+        else:
+            self._saved = self._body()
+        return self._saved or {}
+
+    def _body(self) -> dict[str, Any]:
+        return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
+
+    def _commit(self) -> None:
+        if self.checkpoint is not None and not self.checkpoint.save(self._body()):
+            self.metrics.errors.labels("checkpoint_write").inc()
+
+    def _observe(self, operation: str, started: float) -> None:
+        self.metrics.decision_latency.labels(operation).observe(time.perf_counter() - started)
+
+    def _decide(
+        self, operation: str, pod: PodInfo, info: ContainerInfo, call: Callable[[], Decision]
+    ) -> Decision:
+        started = time.perf_counter()
+        try:
+            decision = call()
+        except PolicyError as exc:
+            self._observe(operation, started)
+            self.metrics.errors.labels("policy").inc()
+            who = f"{pod.namespace}/{pod.name}/{info.name}"
+            _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
+            raise TtrpcError(Code.UNKNOWN, f"nri-topology: cannot place {who}: {exc}") from exc
+        self._observe(operation, started)
+        return decision
+
+    async def _release(self, container_id: str, why: str) -> Updates:
+        async with self._lock:
+            if container_id not in self._containers:
+                return []
+            updates = self._release_locked(container_id)
+            self._commit()
+        _log.info("released", container_id=container_id, why=why, **logs.summarize_updates(updates))
+        return convert.updates(updates, ignore_failure=True)
+
+    def _release_locked(self, container_id: str) -> tuple[Update, ...]:
+        started = time.perf_counter()
+        updates = self.policy.release(container_id)
+        self._observe("release", started)
+        self._containers.pop(container_id, None)
+        self._timers.cancel(container_id)
+        return updates
+
+    def _restore_timers(self, saved: Mapping[str, Any], report: RestoreResult) -> None:
+        """Re-arm cold starts of adopted containers; a deadline passed while down fires now."""
+        for handle in self._timers.handles.values():
+            handle.cancel()
+        adopted = set(report.adopted)
+        now = self._now_ns()
+        pending = saved.get("pending_ns", {})
+        deadlines = saved.get("deadline_ns", {})
+        self._timers = _Timers()
+        for cid, delay in pending.items():
+            if cid in adopted and isinstance(delay, int):
+                self._timers.pending[cid] = delay
+        for cid, deadline in deadlines.items():
+            if cid in adopted and isinstance(deadline, int):
+                self._timers.deadlines[cid] = deadline
+                self._arm(cid, max(0.0, (deadline - now) / 1e9))
+        for decision in report.decisions:  # re-placed containers start their cold start afresh
+            if decision.cold_start is not None:
+                self._timers.deadlines[decision.container_id] = now + decision.cold_start.delay_ns
+                self._arm(decision.container_id, decision.cold_start.delay_ns / 1e9)
+
+    def _arm(self, container_id: str, delay_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        old = self._timers.handles.pop(container_id, None)
+        if old is not None:
+            old.cancel()
+        self._timers.handles[container_id] = loop.call_later(
+            delay_s, lambda: self._spawn(self._cold_start_expired(container_id))
+        )
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _cold_start_expired(self, container_id: str) -> None:
+        async with self._lock:
+            self._timers.handles.pop(container_id, None)
+            if self._timers.deadlines.pop(container_id, None) is None:
+                return  # released meanwhile
+            started = time.perf_counter()
+            try:
+                updates = self.policy.cold_start_done(container_id)
+            except PolicyError as exc:
+                self.metrics.errors.labels("cold_start").inc()
+                _log.error("cold start widening failed", container_id=container_id, error=str(exc))
+                self._commit()
+                return
+            self._observe("cold_start", started)
+            self._commit()
+        summary = logs.summarize_updates(updates)
+        _log.info("cold start over, memory widened", container_id=container_id, **summary)
+        if updates:
+            await self._send(convert.updates(updates), "cold_start")
+
+    def _send_later(self, updates: Updates, why: str) -> None:
+        self._spawn(self._send(updates, why))
+
+    async def _send(self, updates: Updates, why: str) -> None:
+        """UpdateContainers from a task of its own; failures are logged and counted, not raised."""
+        if self.stub is None:
+            return
+        try:
+            await self.stub.update_containers(updates)
+        except NotConnectedError as exc:
+            # Synchronize on reconnect compares the runtime's view with ours and repairs it.
+            self.metrics.errors.labels("update_not_connected").inc()
+            _log.warning(
+                "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
+            )
+        except StubError as exc:
+            self.metrics.errors.labels("update_failed").inc()
+            _log.warning("runtime refused updates", why=why, error=str(exc))
+
+    def _log_decision(self, decision: Decision, what: str) -> None:
+        info = self._containers.get(decision.container_id)
+        pod = self._pods.get(info.pod_id) if info else None
+        pod_name = f"{pod.namespace}/{pod.name}" if pod else ""
+        name = f"{pod_name}/{info.name}" if info else decision.container_id
+        _log.info(f"container {what}", **logs.decision_fields(decision, name, pod_name))

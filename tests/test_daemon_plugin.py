@@ -1,0 +1,376 @@
+"""The policy-backed plugin over a real unix socket with the runtime-side test peer.
+
+A small scripted policy stands in for the real one here, so each daemon rule (what goes in which
+reply, what goes through UpdateContainers, what is checkpointed, what reaches the runtime on
+error) is tested on its own; tests/test_daemon_restart.py runs the real policy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.metrics import Metrics
+from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.nri import api_pb2
+from nri_topology.policy.options import Options
+from nri_topology.policy.types import (
+    ColdStart,
+    ContainerInfo,
+    CpuKind,
+    Decision,
+    Placement,
+    PodInfo,
+    PolicyError,
+    Resources,
+    Update,
+)
+from nri_topology.testing.harness import connected
+from nri_topology.testing.runtime import PluginError, RuntimePeer
+
+
+@dataclass
+class Report:
+    adopted: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    updates: list[Update] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+class ScriptedPolicy:
+    """One CPU per container, in order; annotations script refusals, side effects, cold starts."""
+
+    def __init__(self) -> None:
+        self.cpus: dict[str, int] = {}
+        self.options = Options()
+        self.calls: list[str] = []
+
+    def _free(self) -> int:
+        return min(set(range(64)) - set(self.cpus.values()))
+
+    def _decision(self, cid: str, ctr: ContainerInfo | None = None, **kw: Any) -> Decision:
+        placement = Placement(frozenset({self.cpus[cid]}), frozenset({0}))
+        return Decision(cid, "node0", CpuKind.EXCLUSIVE, placement, reason="scripted", **kw)
+
+    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision:
+        self.calls.append(f"create {container.id}")
+        note = container.annotations
+        if "refuse" in note:
+            raise PolicyError(note["refuse"])
+        self.cpus[container.id] = self._free()
+        updates = tuple(
+            Update(other, Placement(frozenset({40}), None))
+            for other in note.get("bump", "").split(",")
+            if other
+        )
+        cold = (
+            ColdStart(int(float(note["cold"]) * 1e9), frozenset({0, 1})) if "cold" in note else None
+        )
+        return self._decision(container.id, updates=updates, cold_start=cold)
+
+    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
+        self.calls.append(f"resize {container.id}")
+        if resources.cpu_shares == 13:
+            raise PolicyError("cannot resize to 13 shares")
+        d = self._decision(container.id)
+        return replace(d, placement=replace(d.placement, cpu_shares=resources.cpu_shares))
+
+    def release(self, container_id: str) -> tuple[Update, ...]:
+        self.calls.append(f"release {container_id}")
+        del self.cpus[container_id]
+        return tuple(Update(o, Placement(frozenset({41}), None)) for o in self.cpus)
+
+    def restore(
+        self,
+        pods: Sequence[PodInfo],
+        containers: Sequence[ContainerInfo],
+        saved: Mapping[str, Any] | None,
+    ) -> Report:
+        self.calls.append(f"restore {'saved' if saved else 'fresh'}")
+        report = Report()
+        kept = dict((saved or {}).get("cpus", {}))
+        self.cpus = {}
+        for c in containers:
+            if c.id in kept:
+                self.cpus[c.id] = kept[c.id]
+                report.adopted.append(c.id)
+        for c in containers:
+            if c.id not in self.cpus:
+                self.cpus[c.id] = self._free()
+                report.replaced.append(c.id)
+                d = self._decision(c.id)
+                report.decisions.append(d)
+                report.updates.append(Update(c.id, d.placement))
+        return report
+
+    def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
+        self.calls.append(f"cold {container_id}")
+        return (Update(container_id, Placement(None, frozenset({0, 1}))),)
+
+    def reconfigure(self, options: Options) -> tuple[Update, ...]:
+        if not options.pin_memory:
+            raise PolicyError("pin_memory cannot be turned off on this machine")
+        self.options = options
+        return tuple(
+            Update(c, Placement(frozenset({cpu + 1}), None)) for c, cpu in self.cpus.items()
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"cpus": dict(self.cpus)}
+
+
+def pod(name: str = "web") -> api_pb2.PodSandbox:
+    p = api_pb2.PodSandbox(id=f"pod-{name}", name=name, namespace="default", uid=f"uid-{name}")
+    p.linux.cgroup_parent = "/kubepods/podx"
+    return p
+
+
+def ctr(cid: str, p: api_pb2.PodSandbox | None = None, **annotations: str) -> api_pb2.Container:
+    p = p or pod()
+    return api_pb2.Container(
+        id=cid,
+        pod_sandbox_id=p.id,
+        name=f"n-{cid}",
+        state=api_pb2.CONTAINER_RUNNING,
+        annotations=annotations,
+    )
+
+
+def make_plugin(tmp_path: Path, policy: ScriptedPolicy | None = None, **kw: Any) -> TopologyPlugin:
+    return TopologyPlugin(
+        policy or ScriptedPolicy(), checkpoint=Checkpoint(tmp_path / "state.json"), **kw
+    )
+
+
+def counter(metrics: Metrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def test_create_adjusts_the_container_and_updates_others_in_the_reply(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        p = pod()
+        await peer.run_pod_sandbox(p)
+        await peer.create_container(p, ctr("a"))
+        reply = await peer.create_container(p, ctr("b", bump="a"))
+        assert reply.adjust.linux.resources.cpu.cpus == "1"
+        assert reply.adjust.linux.resources.cpu.mems == "0"
+        env = {kv.key: kv.value for kv in reply.adjust.env}
+        assert env["NRI_TOPOLOGY_CPUS"] == "1" and env["NRI_TOPOLOGY_POOL"] == "node0"
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in reply.update] == [("a", "40")]
+        assert peer.containers["a"].linux.resources.cpu.cpus == "40"  # applied by the runtime
+        assert peer.unsolicited_updates == []
+    assert counter(plugin.metrics, "nri_topology_nri_requests_total", method="CreateContainer") == 2
+
+
+async def test_env_exposure_can_be_turned_off(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path, settings=Settings(expose_env=False))
+    async with connected(plugin) as (peer, _):
+        reply = await peer.create_container(pod(), ctr("a"))
+        assert list(reply.adjust.env) == []
+        assert reply.adjust.linux.resources.cpu.cpus == "0"
+
+
+async def test_refused_creation_reaches_the_runtime_with_the_policy_reason(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, _):
+        with pytest.raises(PluginError, match="cannot place default/web/n-x: no room on node0"):
+            await peer.create_container(pod(), ctr("x", refuse="no room on node0"))
+        assert "x" not in plugin.policy.cpus
+        await peer.create_container(pod(), ctr("y"))  # the plugin stays connected and works
+        assert peer.plugin is not None and peer.plugin.active
+    assert counter(plugin.metrics, "nri_topology_errors_total", reason="policy") == 1
+
+
+async def test_update_container_replies_with_own_entry_last(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, _):
+        p = pod()
+        await peer.create_container(p, ctr("a"))
+        resources = api_pb2.LinuxResources()
+        resources.cpu.shares.value = 512
+        reply = await peer.update_container(p, ctr("a"), resources)
+        assert reply.update[-1].container_id == "a"
+        assert reply.update[-1].linux.resources.cpu.shares.value == 512
+        assert peer.containers["a"].linux.resources.cpu.cpus == "0"
+        resources.cpu.shares.value = 13
+        with pytest.raises(PluginError, match="cannot resize to 13 shares"):
+            await peer.update_container(p, ctr("a"), resources)
+
+
+async def test_stop_releases_and_updates_others_in_the_reply(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, _):
+        p = pod()
+        for cid in "abc":
+            await peer.create_container(p, ctr(cid))
+        reply = await peer.stop_container(p, ctr("b"))
+        assert sorted(u.container_id for u in reply.update) == ["a", "c"]
+        await peer.remove_container(p, ctr("b"))  # already released: nothing happens twice
+        assert plugin.policy.calls.count("release b") == 1
+        await plugin.settle()
+        assert peer.unsolicited_updates == []
+
+
+async def test_remove_without_stop_releases_and_sends_updates_separately(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        p = pod()
+        await peer.create_container(p, ctr("a"))
+        await peer.create_container(p, ctr("b"))
+        await peer.remove_container(p, ctr("b"))
+        await plugin.settle()
+        assert [u.container_id for u in peer.unsolicited_updates] == ["a"]
+
+
+async def test_cold_start_widening_arrives_through_update_containers(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        p = pod()
+        await peer.create_container(p, ctr("a", cold="0.05"))
+        await asyncio.sleep(0.1)
+        assert plugin.policy.calls[-1] == "create a"  # the timer starts at StartContainer
+        await peer.start_container(p, ctr("a"))
+        body = Checkpoint(tmp_path / "state.json").load().body
+        assert body is not None and "a" in body["cold_starts"]["deadline_ns"]
+        async with asyncio.timeout(2):
+            while not peer.unsolicited_updates:
+                await asyncio.sleep(0.01)
+        await plugin.settle()
+        assert [(u.container_id, u.linux.resources.cpu.mems) for u in peer.unsolicited_updates] == [
+            ("a", "0-1")
+        ]
+        assert peer.containers["a"].linux.resources.cpu.mems == "0-1"
+        body = Checkpoint(tmp_path / "state.json").load().body
+        assert body is not None and body["cold_starts"]["deadline_ns"] == {}
+
+
+async def test_cold_start_of_a_stopped_container_never_fires(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        p = pod()
+        await peer.create_container(p, ctr("a", cold="0.05"))
+        await peer.start_container(p, ctr("a"))
+        await peer.stop_container(p, ctr("a"))
+        await asyncio.sleep(0.15)
+        await plugin.settle()
+        assert "cold a" not in plugin.policy.calls and peer.unsolicited_updates == []
+
+
+async def test_checkpoint_follows_every_change(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    cp = Checkpoint(tmp_path / "state.json")
+    async with connected(plugin) as (peer, _):
+        p = pod()
+        await peer.create_container(p, ctr("a"))
+        await peer.create_container(p, ctr("b"))
+        assert cp.load().body["policy"] == {"cpus": {"a": 0, "b": 1}}  # type: ignore[index]
+        await peer.stop_container(p, ctr("a"))
+        assert cp.load().body["policy"] == {"cpus": {"b": 1}}  # type: ignore[index]
+
+
+async def test_restart_adopts_checkpointed_placements(tmp_path: Path) -> None:
+    first = make_plugin(tmp_path)
+    p = pod()
+    async with connected(first) as (peer, _):
+        for cid in "abc":
+            await peer.create_container(p, ctr(cid))
+        await peer.stop_container(p, ctr("a"))
+        survivors = [peer.containers["b"], peer.containers["c"]]
+    # A new process: fresh policy, the runtime reports the containers that still run.
+    second = make_plugin(tmp_path)
+    peer = RuntimePeer(pods=[p], containers=survivors)
+    async with connected(second, peer):
+        assert second.policy.calls == ["restore saved"]
+        assert second.policy.cpus == {"b": 1, "c": 2}
+        assert peer.applied_updates == []  # nothing moved
+
+
+@pytest.mark.parametrize("damage", ["missing", "corrupt", "directory"])
+async def test_missing_or_corrupt_checkpoint_rebuilds_from_synchronize(
+    tmp_path: Path, damage: str
+) -> None:
+    state = tmp_path / "state.json"
+    if damage == "corrupt":
+        state.write_text('{"format": "nri-topology-checkpoint", "version": 1, "body": {}')
+    elif damage == "directory":
+        state.mkdir()
+    plugin = make_plugin(tmp_path)
+    peer = RuntimePeer(pods=[pod()], containers=[ctr("a"), ctr("b")])
+    async with connected(plugin, peer):
+        assert plugin.policy.calls == ["restore fresh"]
+        assert sorted(u.container_id for u in peer.applied_updates) == ["a", "b"]
+
+
+async def test_stopped_containers_in_synchronize_hold_nothing(tmp_path: Path) -> None:
+    stopped = ctr("gone")
+    stopped.state = api_pb2.CONTAINER_STOPPED
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin, RuntimePeer(pods=[pod()], containers=[ctr("a"), stopped])):
+        assert plugin.policy.cpus == {"a": 0}
+
+
+async def test_unwritable_state_keeps_serving_and_recovers(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocked"
+    blocker.write_text("")  # the state directory is a file: every write fails
+    plugin = TopologyPlugin(ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"))
+    async with connected(plugin) as (peer, _):
+        await peer.create_container(pod(), ctr("a"))
+        assert counter(plugin.metrics, "nri_topology_errors_total", reason="checkpoint_write") >= 1
+        blocker.unlink()
+        await peer.create_container(pod(), ctr("b"))
+        body = Checkpoint(blocker / "state.json").load().body
+        assert body is not None and body["policy"] == {"cpus": {"a": 0, "b": 1}}
+
+
+async def test_reconfigure_sends_updates_through_update_containers(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        await peer.create_container(pod(), ctr("a"))
+        await plugin.reconfigure(Options(prefer_shared_cpus=True))
+        await plugin.settle()
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in peer.unsolicited_updates] == [
+            ("a", "1")
+        ]
+        with pytest.raises(PolicyError):
+            await plugin.reconfigure(Options(pin_memory=False))
+        assert plugin.policy.options == Options(prefer_shared_cpus=True)
+
+
+async def test_readiness_follows_registration_and_shutdown_checkpoints(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    assert plugin.ready() == (False, "not started")
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        assert plugin.ready() == (True, "")
+        assert counter(plugin.metrics, "nri_topology_registered") == 1
+        await peer.create_container(pod(), ctr("a", cold="30"))
+        await peer.start_container(pod(), ctr("a"))
+        await plugin.shutdown()
+        await peer.wait_disconnected()
+        assert plugin.ready()[0] is False
+    body = Checkpoint(tmp_path / "state.json").load().body
+    assert body is not None and list(body["cold_starts"]["deadline_ns"]) == ["a"]
+
+
+async def test_runtime_config_from_configure_is_handed_over(tmp_path: Path) -> None:
+    seen: list[str] = []
+
+    async def apply(text: str) -> None:
+        seen.append(text)
+
+    plugin = make_plugin(tmp_path, runtime_config=apply)
+    async with connected(plugin, RuntimePeer(config="policy: {}\n")):
+        assert seen == ["policy: {}\n"]
