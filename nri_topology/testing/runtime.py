@@ -89,9 +89,12 @@ class _GoChannel:
 class _GoTrunk:
     """The runtime's mux: blocked until started, Go-style frames out, Go-style reading in."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, errors: list[str]
+    ) -> None:
         self._reader = reader
         self._writer = writer
+        self._errors = errors
         self._decoder = MuxDecoder()
         self._lock = asyncio.Lock()
         self.channels = {
@@ -111,6 +114,7 @@ class _GoTrunk:
             return
         self.error = error
         if error is not None:
+            self._errors.append(error)
             log.warning("test runtime closes the plugin connection", error=error)
         self.closed.set()
         self._writer.close()
@@ -164,7 +168,7 @@ class PluginConnection:
         self, peer: RuntimePeer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self.peer = peer
-        self.trunk = _GoTrunk(reader, writer)
+        self.trunk = _GoTrunk(reader, writer, peer.errors)
         self.client = TtrpcClient(self.trunk.channels[PLUGIN_SERVICE_CONN])
         self.server = TtrpcServer(
             self.trunk.channels[RUNTIME_SERVICE_CONN],
@@ -194,7 +198,6 @@ class PluginConnection:
 
     async def close(self, error: str | None = None) -> None:
         if error is not None:
-            self.peer.errors.append(error)
             self.trunk.fail(error)
         self.active = False
         await self.trunk.close()
@@ -230,6 +233,7 @@ class PluginConnection:
         try:
             await self._wait_registered()
             await self._configure()
+            self._configured.set()
             updates = await self._synchronize()
         except PluginError as exc:
             await self.close(str(exc))
@@ -264,7 +268,7 @@ class PluginConnection:
             runtime_version=peer.runtime_version,
             registration_timeout=int(peer.registration_timeout * 1000),
             request_timeout=int(peer.request_timeout * 1000),
-            NRI_version=peer.nri_version,
+            NRI_version=peer.nri_version if peer.report_nri_version else "",
         )
         reply = await self.call("Configure", req, api_pb2.ConfigureResponse)
         events = reply.events
@@ -354,7 +358,9 @@ class RuntimePeer:
     """The runtime side of NRI: accepts plugins and relays pod/container events to them.
 
     `nri_version` selects the behaviour: ≥ v0.12 calls dedicated event RPCs with StateChange as
-    fallback, older versions use StateChange only; ≥ v0.10 accepts event bits 12-14.
+    fallback, older versions use StateChange only; ≥ v0.10 accepts event bits 12-14. Like real
+    runtimes, only NRI ≥ v0.12 reports its version in Configure unless `report_nri_version`
+    says otherwise.
     `configure_before_register_reply` holds the RegisterPlugin reply until Configure has been
     answered, which makes the legal Configure-overtakes-reply ordering deterministic.
     `sync_message_limit` below 4 MiB forces Synchronize chunking with smaller data.
@@ -366,6 +372,7 @@ class RuntimePeer:
         runtime_name: str = "nri-topology-test-runtime",
         runtime_version: str = "v0.0.1",
         nri_version: str = "v0.12.2",
+        report_nri_version: bool | None = None,
         config: str = "",
         registration_timeout: float = 5.0,
         request_timeout: float = 2.0,
@@ -379,6 +386,9 @@ class RuntimePeer:
         self.runtime_version = runtime_version
         self.nri_version = nri_version
         version = parse_version(nri_version) or (0, 0, 0)
+        self.report_nri_version = (
+            version >= (0, 12, 0) if report_nri_version is None else report_nri_version
+        )
         self.valid_events = VALID_EVENTS if version >= (0, 10, 0) else OLD_VALID_EVENTS
         self.dedicated_events = version >= (0, 12, 0)
         self.config = config

@@ -1,0 +1,451 @@
+"""The plugin stub against the Go-behaving test runtime, over real unix sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import socket
+import tempfile
+from collections.abc import Iterable
+
+import pytest
+
+from nri_topology.nri import api_pb2, stub
+from nri_topology.nri.mux import HEADER, Mux
+from nri_topology.nri.stub import (
+    NotConnectedError,
+    Plugin,
+    Stub,
+    StubError,
+    UpdateFailedError,
+    overridden_events,
+)
+from nri_topology.testing.harness import connected
+from nri_topology.testing.runtime import PluginError, RuntimePeer
+
+
+def pod(i: int = 0) -> api_pb2.PodSandbox:
+    return api_pb2.PodSandbox(id=f"pod{i}", name=f"web-{i}", uid=f"uid-{i}", namespace="default")
+
+
+def ctr(i: int = 0, pod_id: str = "pod0", filler: int = 0) -> api_pb2.Container:
+    c = api_pb2.Container(id=f"ctr{i}", pod_sandbox_id=pod_id, name=f"app-{i}")
+    c.linux.resources.cpu.cpus = "0-3"
+    if filler:
+        c.annotations["filler"] = "x" * filler
+    return c
+
+
+def cpus_update(container_id: str, cpus: str) -> api_pb2.ContainerUpdate:
+    update = api_pb2.ContainerUpdate(container_id=container_id)
+    update.linux.resources.cpu.cpus = cpus
+    return update
+
+
+class Recorder(Plugin):
+    """Subscribes to a few events and records what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.synced: list[tuple[int, int]] = []
+
+    async def synchronize(self, pods, containers):  # type: ignore[no-untyped-def]
+        self.synced.append((len(pods), len(containers)))
+        return [cpus_update(c.id, "4-5") for c in containers[:2]]
+
+    async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+        self.seen.append(f"create {ctr.id}")
+        adjust = api_pb2.ContainerAdjustment()
+        adjust.linux.resources.cpu.cpus = "6-7"
+        return adjust, []
+
+    async def start_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+        self.seen.append(f"start {ctr.id}")
+
+    async def remove_pod_sandbox(self, pod):  # type: ignore[no-untyped-def]
+        self.seen.append(f"remove {pod.id}")
+
+    async def update_pod_sandbox(self, pod, overhead, resources):  # type: ignore[no-untyped-def]
+        self.seen.append(f"update-pod {pod.id}")
+
+
+RECORDER_EVENTS = 0x8 | 0x20 | 0x4 | 0x800
+
+
+async def test_handshake_subscribes_overridden_handlers() -> None:
+    plugin = Recorder()
+    async with connected(plugin, name="topology", idx="42") as (peer, s):
+        assert s.registered and s.ready
+        assert s.events == RECORDER_EVENTS == overridden_events(plugin)
+        assert s.request_timeout == 2.0
+        reg = peer.registrations[0]
+        assert (reg.plugin_name, reg.plugin_idx, reg.NRI_version) == ("topology", "42", "v0.12.2")
+        assert [c.method for c in peer.calls] == ["Configure", "Synchronize"]
+        await peer.run_pod_sandbox(pod())  # not subscribed: never sent
+        await peer.create_container(pod(), ctr())
+        await peer.start_container(pod(), ctr())
+        await peer.update_pod_sandbox(pod())
+        await peer.remove_pod_sandbox(pod())
+        assert plugin.seen == ["create ctr0", "start ctr0", "update-pod pod0", "remove pod0"]
+        assert peer.containers["ctr0"].linux.resources.cpu.cpus == "6-7"
+        assert not peer.errors
+
+
+async def test_configure_overtakes_register_reply() -> None:
+    class Watcher(Plugin):
+        registered_during_configure: bool | None = None
+        stub: Stub
+
+        async def configure(self, req):  # type: ignore[no-untyped-def]
+            self.registered_during_configure = self.stub.registered
+            return None
+
+    plugin = Watcher()
+    peer = RuntimePeer(configure_before_register_reply=True)
+
+    class Capturing(Stub):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs)
+            plugin.stub = self
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("nri_topology.testing.harness.Stub", Capturing)
+        async with connected(plugin, peer) as (_, s):
+            await _until(lambda: s.registered)
+    # Configure was answered while RegisterPlugin was still waiting for its reply.
+    assert plugin.registered_during_configure is False
+
+
+@pytest.mark.parametrize(
+    ("peer_options", "expected"),
+    [
+        ({"nri_version": "v0.12.2"}, RECORDER_EVENTS),
+        ({"nri_version": "v0.10.0", "report_nri_version": True}, RECORDER_EVENTS),
+        # runtimes before NRI v0.12 do not report it: inferred from the runtime's version,
+        # and bit 0x800 is dropped where the runtime would reject it
+        ({"nri_version": "v0.10.0"}, RECORDER_EVENTS & 0x7FF),
+        (
+            {"nri_version": "v0.6.1", "runtime_name": "containerd", "runtime_version": "1.7.16"},
+            RECORDER_EVENTS & 0x7FF,
+        ),
+        (
+            {"nri_version": "v0.11.0", "runtime_name": "containerd", "runtime_version": "2.2.1"},
+            RECORDER_EVENTS,
+        ),
+        (
+            {"nri_version": "v0.9.0", "runtime_name": "cri-o", "runtime_version": "v1.32.4"},
+            RECORDER_EVENTS & 0x7FF,
+        ),
+    ],
+)
+async def test_event_mask_follows_runtime_version(peer_options: dict, expected: int) -> None:
+    async with connected(Recorder(), RuntimePeer(**peer_options)) as (peer, s):
+        assert s.events == expected
+        assert peer.plugin is not None and peer.plugin.events == expected
+
+
+async def test_zero_mask_means_every_event() -> None:
+    async with connected(Plugin()) as (peer, s):
+        assert s.events == 0
+        assert peer.plugin is not None and peer.plugin.events == 0x3FFF
+
+
+async def _until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
+    async with asyncio.timeout(timeout):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+async def test_runtime_rejects_unknown_event_bits() -> None:
+    class Greedy(Plugin):
+        async def configure(self, req):  # type: ignore[no-untyped-def]
+            return 0x4000
+
+    peer = RuntimePeer()
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        await peer.listen(path)
+        s = Stub(Greedy(), "greedy", "10", path, environ={}, backoff_initial=5)
+        task = asyncio.create_task(s.run())
+        await _until(lambda: peer.errors)
+        await s.stop()
+        await asyncio.wait_for(task, 5)
+        await peer.close()
+    assert peer.errors[0] == "invalid plugin events: 0x4000"
+    assert peer.plugin is None
+
+
+@pytest.mark.parametrize(("n_pods", "n_ctrs", "filler"), [(3, 10, 500), (40, 200, 6000)])
+async def test_synchronize_large_state_in_one_message(
+    n_pods: int, n_ctrs: int, filler: int
+) -> None:
+    pods = [pod(i) for i in range(n_pods)]
+    ctrs = [ctr(i, f"pod{i % n_pods}", filler) for i in range(n_ctrs)]
+    size = sum(c.ByteSize() for c in ctrs)
+    assert size > (4096 if n_ctrs < 100 else 1 << 20)
+    plugin = Recorder()
+    async with connected(plugin, RuntimePeer(pods=pods, containers=ctrs)) as (peer, _):
+        assert plugin.synced == [(n_pods, n_ctrs)]
+        assert peer.sync_chunks == [(n_pods, n_ctrs, False)]
+        assert [u.container_id for u in peer.applied_updates] == ["ctr0", "ctr1"]
+        assert peer.containers["ctr1"].linux.resources.cpu.cpus == "4-5"
+
+
+async def test_synchronize_in_forced_chunks() -> None:
+    pods = [pod(i) for i in range(30)]
+    ctrs = [ctr(i, f"pod{i % 30}", 4000) for i in range(250)]  # ~1 MiB
+    peer = RuntimePeer(pods=pods, containers=ctrs, sync_message_limit=64 << 10)
+    plugin = Recorder()
+    async with connected(plugin, peer) as (peer, _):
+        assert plugin.synced == [(30, 250)]
+        assert len(peer.sync_chunks) > 10
+        assert all(more for *_, more in peer.sync_chunks[:-1])
+        assert not peer.sync_chunks[-1][2]
+        assert sum(p for p, _, _ in peer.sync_chunks) == 30
+        assert sum(c for _, c, _ in peer.sync_chunks) == 250
+        assert len(peer.applied_updates) == 2
+
+
+async def test_large_create_reply_is_framed_for_go() -> None:
+    class Big(Plugin):
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            adjust = api_pb2.ContainerAdjustment()
+            adjust.annotations["big"] = "y" * 20000
+            return adjust, []
+
+    async with connected(Big()) as (peer, _):
+        await peer.create_container(pod(), ctr())
+        assert len(peer.containers["ctr0"].annotations["big"]) == 20000
+        assert not peer.errors
+
+
+def _one_frame(conn_id: int, message: bytes) -> Iterable[bytes]:
+    return [HEADER.pack(conn_id, len(message)) + message]
+
+
+async def test_go_reader_rejects_one_big_frame(monkeypatch: pytest.MonkeyPatch) -> None:
+    class Big(Plugin):
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            adjust = api_pb2.ContainerAdjustment()
+            adjust.annotations["big"] = "y" * 20000
+            return adjust, []
+
+    monkeypatch.setattr(stub, "Mux", functools.partial(Mux, framer=_one_frame))
+    async with connected(Big(), backoff_initial=5) as (peer, _):
+        with pytest.raises(PluginError):
+            await peer.create_container(pod(), ctr())
+        assert any("cannot allocate memory" in e for e in peer.errors)
+        assert peer.plugin is None or not peer.plugin.active
+
+
+async def test_64_concurrent_requests() -> None:
+    class Jittery(Plugin):
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            n = int(ctr.id[3:])
+            await asyncio.sleep((n * 7 % 13) / 1000)
+            adjust = api_pb2.ContainerAdjustment()
+            adjust.annotations["n"] = str(n) * (n * 100)  # some replies exceed 4096 bytes
+            return adjust, []
+
+    async with connected(Jittery()) as (peer, _):
+        conn = peer.plugin
+        assert conn is not None
+
+        async def one(i: int) -> None:
+            req = api_pb2.CreateContainerRequest(pod=pod(), container=ctr(i))
+            reply = await conn.call("CreateContainer", req, api_pb2.CreateContainerResponse)
+            assert reply.adjust.annotations["n"] == str(i) * (i * 100)
+
+        await asyncio.gather(*(one(i) for i in range(64)))
+        assert not peer.errors
+
+
+async def test_request_timeout_drops_the_plugin_which_reconnects() -> None:
+    class Slow(Plugin):
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            if ctr.id == "ctr0":
+                await asyncio.sleep(1)
+            return None, []
+
+    peer = RuntimePeer(request_timeout=0.2)
+    async with connected(Slow(), peer) as (peer, s):
+        assert s.request_timeout == 0.2
+        first = peer.plugin
+        with pytest.raises(PluginError, match="DEADLINE_EXCEEDED"):
+            await peer.create_container(pod(), ctr(0))
+        assert first is not None and first.closed
+        second = await peer.wait_plugin()
+        assert second is not first
+        await peer.create_container(pod(), ctr(1))
+        assert s.connections == 2
+
+
+async def test_handler_error_becomes_status_and_connection_survives() -> None:
+    class Failing(Plugin):
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            raise ValueError("no CPUs left")
+
+    async with connected(Failing()) as (peer, s):
+        with pytest.raises(PluginError, match="no CPUs left"):
+            await peer.create_container(pod(), ctr())
+        assert peer.plugin is not None and peer.plugin.active
+        assert s.connections == 1
+
+
+async def test_update_containers_while_events_flow() -> None:
+    plugin = Recorder()
+    peer = RuntimePeer(containers=[ctr(i) for i in range(20)], failing_containers=["ctr19"])
+    async with connected(plugin, peer) as (peer, s):
+
+        async def events() -> None:
+            for i in range(20, 40):
+                await peer.create_container(pod(), ctr(i))
+
+        async def updates() -> None:
+            for i in range(18):
+                await s.update_containers([cpus_update(f"ctr{i}", "9"), cpus_update("gone", "1")])
+
+        await asyncio.gather(events(), updates())
+        assert len(peer.unsolicited_updates) == 36
+        assert peer.containers["ctr17"].linux.resources.cpu.cpus == "9"
+        assert len(plugin.seen) == 20
+        with pytest.raises(UpdateFailedError, match="some containers failed"):
+            await s.update_containers([cpus_update("ctr19", "1")])
+        ignored = cpus_update("ctr19", "1")
+        ignored.ignore_failure = True
+        await s.update_containers([ignored])
+    with pytest.raises(NotConnectedError):
+        await s.update_containers([cpus_update("ctr0", "1")])
+
+
+async def test_runtime_restart_reconnects_and_resyncs() -> None:
+    plugin = Recorder()
+    delays: list[str] = []
+    first = RuntimePeer(containers=[ctr(0)])
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        await first.listen(path)
+        s = Stub(
+            plugin,
+            "topology",
+            "42",
+            path,
+            environ={},
+            backoff_initial=0.02,
+            jitter=lambda: 0.0,
+            on_connect=lambda: delays.append("up"),
+            on_disconnect=lambda error: delays.append("down"),
+        )
+        task = asyncio.create_task(s.run())
+        await first.wait_plugin()
+        await first.close()  # runtime goes away; its socket file stays behind
+        await _until(lambda: not s.registered)
+        assert s.backoff(0) == 0.01 and s.backoff(3) == 0.08  # jitter 0: half the base
+        await asyncio.sleep(0.05)  # a few failed connection attempts
+        second = RuntimePeer(containers=[ctr(0), ctr(1), ctr(2)])
+        await second.listen(path)
+        await second.wait_plugin()
+        assert plugin.synced == [(0, 1), (0, 3)]
+        assert len(second.registrations) == 1
+        await second.create_container(pod(), ctr(3))
+        assert s.connections == 2
+        await s.stop()
+        await asyncio.wait_for(task, 5)
+        await second.close()
+    assert delays == ["up", "down", "up", "down"]
+
+
+@pytest.mark.parametrize("via_env", [True, False])
+async def test_launched_plugin_exits_when_socket_closes(via_env: bool) -> None:
+    runtime_end, plugin_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    plugin = Recorder()
+    peer = RuntimePeer()
+    if via_env:
+        env = {
+            "NRI_PLUGIN_SOCKET": str(plugin_end.fileno()),
+            "NRI_PLUGIN_NAME": "launched",
+            "NRI_PLUGIN_IDX": "07",
+        }
+        s = Stub(plugin, "ignored", "99", environ=env)
+        plugin_end.detach()  # the stub owns the fd now
+    else:
+        s = Stub(plugin, "launched", "07", sock=plugin_end, environ={})
+    assert s.launched
+    task = asyncio.create_task(s.run())
+    conn = await peer.attach(runtime_end)
+    assert (conn.name, conn.idx) == ("launched", "07")
+    await peer.create_container(pod(), ctr())
+    await peer.close()
+    await asyncio.wait_for(task, 5)  # run() returns instead of reconnecting
+    assert plugin.seen == ["create ctr0"]
+    assert not s.registered
+
+
+async def test_state_change_fallback_when_dedicated_rpcs_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a plugin built against NRI < v0.12 knows only StateChange for these events
+    monkeypatch.setattr(stub, "_NOTIFICATIONS", {})
+    plugin = Recorder()
+    async with connected(plugin) as (peer, _):
+        await peer.start_container(pod(), ctr())
+        await peer.remove_pod_sandbox(pod())
+        assert peer.state_change_fallbacks == ["StartContainer"]
+        methods = [c.method for c in peer.calls[2:]]
+        assert methods == ["StartContainer", "StateChange", "StateChange"]
+        assert plugin.seen == ["start ctr0", "remove pod0"]
+
+
+async def test_old_runtime_uses_state_change() -> None:
+    plugin = Recorder()
+    async with connected(plugin, RuntimePeer(nri_version="v0.11.0")) as (peer, _):
+        await peer.start_container(pod(), ctr())
+        await peer.remove_pod_sandbox(pod())
+        await peer.create_container(pod(), ctr(1))
+        assert [c.method for c in peer.calls[2:]] == [
+            "StateChange",
+            "StateChange",
+            "CreateContainer",
+        ]
+        assert plugin.seen == ["start ctr0", "remove pod0", "create ctr1"]
+
+
+async def test_validation_handler_rejects_with_reason() -> None:
+    class Validator(Plugin):
+        async def validate_container_adjustment(self, req):  # type: ignore[no-untyped-def]
+            if req.adjust.linux.resources.cpu.cpus:
+                raise ValueError("cpuset is ours")
+
+    async with connected(Validator()) as (peer, s):
+        assert s.events == 0x2000
+        req = api_pb2.ValidateContainerAdjustmentRequest(pod=pod(), container=ctr())
+        assert not (await peer.validate_container_adjustment(req)).reject
+        req.adjust.linux.resources.cpu.cpus = "1"
+        reply = await peer.validate_container_adjustment(req)
+        assert reply.reject and reply.reason == "cpuset is ours"
+
+
+@pytest.mark.parametrize(
+    ("name", "idx", "env", "match"),
+    [
+        ("bad name", "10", {}, "invalid plugin name"),
+        ("ok", "1", {}, "invalid plugin index"),
+        ("ok", "10", {"NRI_PLUGIN_IDX": "x1"}, "invalid plugin index"),
+        ("ok", "10", {"NRI_PLUGIN_SOCKET": "three"}, "not a file descriptor"),
+        ("ok", "10", {"NRI_PLUGIN_SOCKET": "987654"}, "not a usable socket"),
+    ],
+)
+def test_bad_identity_or_socket_is_a_clear_error(
+    name: str, idx: str, env: dict[str, str], match: str
+) -> None:
+    with pytest.raises(StubError, match=match):
+        Stub(Plugin(), name, idx, environ=env)
+
+
+def test_backoff_doubles_caps_and_jitters() -> None:
+    s = Stub(Plugin(), "p", "10", environ={}, backoff_initial=1, backoff_max=8, jitter=lambda: 1.0)
+    assert [s.backoff(n) for n in range(6)] == [1, 2, 4, 8, 8, 8]
+    s = Stub(Plugin(), "p", "10", environ={}, backoff_initial=1, backoff_max=8, jitter=lambda: 0.0)
+    assert s.backoff(2) == 2.0
+    assert s.socket_path == "/var/run/nri/nri.sock" and not s.launched
