@@ -8,16 +8,20 @@ error) is tested on its own; tests/test_daemon_restart.py runs the real policy.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.metrics import Metrics
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.daemon.reload import Reloader
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
@@ -374,3 +378,66 @@ async def test_runtime_config_from_configure_is_handed_over(tmp_path: Path) -> N
     plugin = make_plugin(tmp_path, runtime_config=apply)
     async with connected(plugin, RuntimePeer(config="policy: {}\n")):
         assert seen == ["policy: {}\n"]
+
+
+def _parse_options(data: bytes) -> Options:
+    """A stand-in for the config loader: YAML mapping of Options fields."""
+    raw = yaml.safe_load(data) or {}
+    if not isinstance(raw, dict):
+        raise ValueError("configuration must be a mapping")
+    return Options(**raw)
+
+
+async def test_config_reload_good_then_bad_keeps_the_good_one(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    config = tmp_path / "config.yaml"
+    config.write_text("prefer_shared_cpus: false\n")
+    refusals = (ValueError, TypeError, yaml.YAMLError, PolicyError)
+    reloader = Reloader(
+        config, _parse_options, plugin.reconfigure, refusals, plugin.metrics, interval=0.02
+    )
+    assert reloader.load_initial() == Options()
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        await peer.create_container(pod(), ctr("a"))
+        watcher = asyncio.get_running_loop().create_task(reloader.watch())
+        try:
+            await asyncio.sleep(0.06)
+            assert plugin.policy.options == Options()  # unchanged content: nothing applied
+            config.write_text("prefer_shared_cpus: true\n")
+            async with asyncio.timeout(2):
+                while plugin.policy.options != Options(prefer_shared_cpus=True):
+                    await asyncio.sleep(0.01)
+            await plugin.settle()
+            assert [u.container_id for u in peer.unsolicited_updates] == ["a"]
+            for bad in ("[not, a, mapping]\n", "no_such_option: 1\n", "pin_memory: false\n", "{"):
+                config.write_text(bad)
+                assert not await reloader.reload("test")
+            assert plugin.policy.options == Options(prefer_shared_cpus=True)
+            config.unlink()
+            assert not await reloader.reload("test")
+        finally:
+            watcher.cancel()
+    assert counter(plugin.metrics, "nri_topology_config_reloads_total", result="applied") == 1
+    assert counter(plugin.metrics, "nri_topology_config_reloads_total", result="rejected") == 5
+
+
+async def test_sighup_reloads(tmp_path: Path) -> None:
+    applied: list[Options] = []
+
+    async def apply(options: Options) -> None:
+        applied.append(options)
+
+    config = tmp_path / "config.yaml"
+    config.write_text("colocate_pods: true\n")
+    reloader = Reloader(config, _parse_options, apply, (ValueError,), Metrics())
+    loop = asyncio.get_running_loop()
+    reloader.install_sighup(loop)
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)
+        async with asyncio.timeout(2):
+            while not applied:
+                await asyncio.sleep(0.01)
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
+    assert applied == [Options(colocate_pods=True)]
