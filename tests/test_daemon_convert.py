@@ -129,3 +129,9 @@ def test_adjustment_sets_cpuset_shares_and_optional_env(expose: bool) -> None:
     cpu = adjust.linux.resources.cpu
     assert (cpu.cpus, cpu.mems, cpu.shares.value) == ("2-3,8-9", "1", 2048)
     assert {kv.key: kv.value for kv in adjust.env} == env
+
+
+def test_exposure_prefix_is_configurable() -> None:
+    assert sorted(convert.exposure(DECISION, "X_")) == [
+        "X_CPUS", "X_EXCLUSIVE_CPUS", "X_KIND", "X_MEMS", "X_POOL"
+    ]  # fmt: skip

@@ -212,7 +212,7 @@ def test_validation_catches_a_misspelt_field() -> None:
 def test_chart_service_is_optional() -> None:
     assert "Service" not in _by_kind(render_chart())
     service = _by_kind(render_chart({"metrics.service": True}))["Service"]
-    assert service["spec"]["ports"][0]["port"] == 9464
+    assert service["spec"]["ports"][0]["port"] == 8891
 
 
 def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -88,19 +88,16 @@ def updates(items: Iterable[Update], ignore_failure: bool = False) -> list[api_p
     return [container_update(u.container_id, u.placement, ignore_failure) for u in items]
 
 
-def exposure(decision: Decision) -> dict[str, str]:
+def exposure(decision: Decision, prefix: str = ENV_PREFIX) -> dict[str, str]:
     """The environment describing a placement to the workload itself."""
     placement = decision.placement
-    env = {
-        f"{ENV_PREFIX}POOL": decision.pool,
-        f"{ENV_PREFIX}KIND": str(decision.kind),
-    }
+    env = {f"{prefix}POOL": decision.pool, f"{prefix}KIND": str(decision.kind)}
     if placement.cpus:
-        env[f"{ENV_PREFIX}CPUS"] = cpuset.format(placement.cpus)
+        env[f"{prefix}CPUS"] = cpuset.format(placement.cpus)
     if placement.mems:
-        env[f"{ENV_PREFIX}MEMS"] = cpuset.format(placement.mems)
+        env[f"{prefix}MEMS"] = cpuset.format(placement.mems)
     if decision.exclusive:
-        env[f"{ENV_PREFIX}EXCLUSIVE_CPUS"] = cpuset.format(decision.exclusive)
+        env[f"{prefix}EXCLUSIVE_CPUS"] = cpuset.format(decision.exclusive)
     return env
 
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 9464
+DEFAULT_PORT = 8891
 _MAX_HEADER = 16 * 1024
 _READ_TIMEOUT = 10.0
 

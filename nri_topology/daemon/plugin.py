@@ -82,7 +82,8 @@ class PolicyPort(Protocol):
 class Settings:
     """Daemon behaviour that is not placement policy."""
 
-    expose_env: bool = True  # give new containers NRI_TOPOLOGY_* environment variables
+    expose_env: bool = True  # give new containers environment variables naming their placement
+    env_prefix: str = convert.ENV_PREFIX
 
 
 class _Timers:
@@ -227,7 +228,9 @@ class TopologyPlugin(Plugin):
                 self._timers.pending[info.id] = decision.cold_start.delay_ns
             self._commit()
         self._log_decision(decision, "created")
-        env = convert.exposure(decision) if self.settings.expose_env else {}
+        env = {}
+        if self.settings.expose_env:
+            env = convert.exposure(decision, self.settings.env_prefix)
         return convert.adjustment(decision, env), convert.updates(decision.updates)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
