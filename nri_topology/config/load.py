@@ -1,0 +1,183 @@
+"""Reading the configuration file into a validated `Config`, or errors that name file and key.
+
+Loading has no side effects: it returns a new value or raises `ConfigError`, so a reload can
+refuse an invalid new file and keep the configuration it already has.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, NamedTuple, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from nri_topology.config.schema import Config
+
+DEFAULT_PATH = Path("/etc/nri-topology/config.yaml")
+
+
+class ConfigError(ValueError):
+    """An unreadable or invalid configuration file; one line per problem in `errors`."""
+
+    def __init__(self, errors: list[str]) -> None:
+        super().__init__("\n".join(errors))
+        self.errors = tuple(errors)
+
+
+class Loaded(NamedTuple):
+    """A loaded configuration and what the operator should be told about it."""
+
+    config: Config
+    notes: tuple[str, ...] = ()
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """A safe YAML loader that refuses duplicate keys instead of keeping the last one."""
+
+
+def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r}", key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+_StrictLoader.add_constructor(
+    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates
+)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    try:
+        return json.dumps(value)
+    except TypeError:
+        return repr(value)
+
+
+def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
+    """The model class whose keys live at `loc` (None for lists, maps and scalars)."""
+    model: Any = Config
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return None
+        field = model.model_fields.get(str(part))
+        if field is None:
+            return None
+        model = field.annotation
+        if get_origin(model) is not None:  # `Section | None`
+            models = [
+                a for a in get_args(model) if isinstance(a, type) and issubclass(a, BaseModel)
+            ]
+            model = models[0] if len(models) == 1 else None
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _dotted(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if part == "[key]":  # pydantic's marker for a bad mapping key
+            out += " (the key)"
+        elif isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def _problem(error: Any) -> str:
+    kind = error["type"]
+    got = _shown(error.get("input"))
+    ctx = error.get("ctx") or {}
+    loc = tuple(error["loc"])
+    match kind:
+        case "extra_forbidden":
+            parent = _model_at(loc[:-1])
+            allowed = ", ".join(parent.model_fields) if parent else "none"
+            return f"unknown key; allowed: {allowed}"
+        case "missing":
+            return "required key is missing"
+        case "bool_type" | "bool_parsing":
+            return f"expected true or false, got {got}"
+        case "int_type" | "int_parsing" | "int_from_float":
+            return f"expected an integer, got {got}"
+        case "string_type":
+            return f"expected a string, got {got}"
+        case "literal_error":
+            return f"expected one of {ctx.get('expected')}, got {got}"
+        case "greater_than_equal":
+            return f"expected at least {ctx.get('ge')}, got {got}"
+        case "less_than_equal":
+            return f"expected at most {ctx.get('le')}, got {got}"
+        case "too_short":
+            return "expected at least one item"
+        case "string_too_short":
+            return "expected a non-empty string"
+        case "string_pattern_mismatch":
+            return f"expected text matching {ctx.get('pattern')}, got {got}"
+        case "model_type" | "model_attributes_type" | "dict_type":
+            return f"expected a mapping of keys, got {got}"
+        case "list_type":
+            return f"expected a list, got {got}"
+        case "value_error":
+            return str(error["msg"]).removeprefix("Value error, ")
+    return str(error["msg"])
+
+
+def _lines(source: str, e: ValidationError) -> list[str]:
+    return [f"{source}: {_dotted(tuple(err['loc']))}: {_problem(err)}" for err in e.errors()]
+
+
+def parse_config(text: str, source: str) -> Config:
+    """Validate configuration text; `source` (a file name) starts every error line."""
+    try:
+        data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise ConfigError([f"{source}: {where}invalid YAML: {problem}"]) from None
+    if data is None:
+        return Config()
+    if not isinstance(data, dict):
+        sections = ", ".join(Config.model_fields)
+        raise ConfigError(
+            [f"{source}: expected a mapping with sections {sections}, got {_shown(data)}"]
+        )
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_lines(source, e)) from None
+
+
+def read_config(path: Path | None = None) -> Loaded:
+    """Load `path` (default: DEFAULT_PATH); a missing file is fine only at the default path."""
+    path = DEFAULT_PATH if path is None else Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if path == DEFAULT_PATH:
+            return Loaded(Config(), (f"{path}: no configuration file, using the defaults",))
+        raise ConfigError([f"{path}: no such file"]) from None
+    except UnicodeDecodeError:
+        raise ConfigError([f"{path}: not UTF-8 text"]) from None
+    except OSError as e:
+        raise ConfigError([f"{path}: cannot read: {e.strerror or e}"]) from None
+    if not text.strip():
+        return Loaded(Config(), (f"{path}: empty, using the defaults",))
+    return Loaded(parse_config(text, str(path)))
+
+
+def load_config(path: Path | None = None) -> Config:
+    """The configuration in `path`; see `read_config` for the notes that go with it."""
+    return read_config(path).config

@@ -1,0 +1,216 @@
+"""The configuration file's schema: every section, key, type, default and allowed value.
+
+All models forbid unknown keys so that a typo is an error rather than a silently ignored
+setting. Values are validated here (CPU amounts, tiers, ports, plugin identity) so that a
+`Config` that exists is one the daemon can apply; `to_options()` turns its policy part into the
+policy's `Options`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+)
+
+from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.request import QuantityError, cpu_milli
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
+
+DEFAULT_STATE_PATH = "/var/lib/nri-topology/state.json"
+DEFAULT_METRICS_PORT = 8891
+
+TierName = Literal["dram", "pmem", "hbm", "cxl"]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# CPU amounts: "750m", "2", 2, "cpuset:0-1", "exclude-cpuset:0-1"
+
+
+def _shown(value: object) -> str:
+    """A value as an error message shows it: strings in double quotes, as in the YAML."""
+    return json.dumps(value) if isinstance(value, str | int | float) else repr(value)
+
+
+def parse_cpu_amount(value: object, *, quantity: bool) -> CpuAmount:
+    """A CPU amount; quantities only where `quantity` (reserved), CPU lists everywhere."""
+    accepted = "cpuset:<list> or exclude-cpuset:<list>"
+    if quantity:
+        accepted = f"a CPU quantity (750m, 2) or {accepted}"
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise ValueError(f"expected {accepted}, got {_shown(value)}")
+    text = str(value).strip()
+    for prefix in ("cpuset:", "exclude-cpuset:"):
+        if text.startswith(prefix):
+            try:
+                cpus = cpuset.parse(text.removeprefix(prefix))
+            except cpuset.CpuSetError as e:
+                raise ValueError(f"{e}; expected {accepted}") from None
+            if not cpus:
+                raise ValueError(f"empty CPU list in {_shown(text)}; expected {accepted}")
+            return CpuAmount(cpus=cpus) if prefix == "cpuset:" else CpuAmount(exclude=cpus)
+    if not quantity:
+        raise ValueError(f"expected {accepted}, got {_shown(value)}")
+    try:
+        milli = cpu_milli(text)
+    except QuantityError:
+        raise ValueError(f"expected {accepted}, got {_shown(value)}") from None
+    if milli <= 0:
+        raise ValueError(f"expected more than 0 CPUs, got {_shown(value)}")
+    return CpuAmount(milli=milli)
+
+
+def _reserved_cpu(value: object) -> str:
+    parse_cpu_amount(value, quantity=True)
+    return str(value).strip()
+
+
+def _available_cpu(value: object) -> str:
+    parse_cpu_amount(value, quantity=False)
+    return str(value).strip()
+
+
+class ReservedResources(_Section):
+    """CPUs for system pods (reserved namespaces, prefer-reserved-cpus)."""
+
+    cpu: Annotated[str, BeforeValidator(_reserved_cpu)] = "750m"
+
+
+class AvailableResources(_Section):
+    """The CPUs the plugin may hand out at all."""
+
+    cpu: Annotated[str, BeforeValidator(_available_cpu)]
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+class PolicySection(_Section):
+    pin_cpu: StrictBool = True
+    pin_memory: StrictBool = True
+    prefer_isolated_cpus: StrictBool = True
+    prefer_shared_cpus: StrictBool = False
+    reserved_resources: ReservedResources = ReservedResources()
+    available_resources: AvailableResources | None = None
+    reserved_namespaces: list[Annotated[str, Field(min_length=1)]] = ["kube-system"]
+    colocate_pods: StrictBool = False
+    colocate_namespaces: StrictBool = False
+    prefer_closest_numa: StrictBool = True
+    distribute_across_numa: StrictBool = False
+    distribute_min_group: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
+    full_pcpus_only: StrictBool = False
+    default_memory_tiers: Annotated[
+        list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
+    ] = ["dram", "pmem"]
+
+
+class TopologySection(_Section):
+    sysfs_root: Annotated[str, Field(min_length=1)] = "/sys"
+    proc_root: Annotated[str, Field(min_length=1)] | None = "/proc"
+    # NUMA node id -> tier, overriding what discovery decided
+    memory_tiers: dict[
+        Annotated[StrictInt, Field(ge=0)], Annotated[TierName, BeforeValidator(_lower)]
+    ] = {}
+
+
+def _plugin_index(value: object) -> object:
+    """Two digits, as NRI requires; a YAML integer 0-99 is zero-padded."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 99:
+        return f"{value:02d}"
+    if isinstance(value, str) and re.fullmatch(r"\d\d", value):
+        return value
+    raise ValueError(f"expected two digits 00-99, got {_shown(value)}")
+
+
+class NriSection(_Section):
+    socket: Annotated[str, Field(min_length=1)] = "/var/run/nri/nri.sock"
+    plugin_name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_.+-]+$")] = "nri-topology"
+    plugin_index: Annotated[str, BeforeValidator(_plugin_index)] = "90"
+
+
+class StateSection(_Section):
+    path: Annotated[str, Field(min_length=1)] = DEFAULT_STATE_PATH
+
+
+class LoggingSection(_Section):
+    format: Annotated[Literal["auto", "json", "console"], BeforeValidator(_lower)] = "auto"
+    level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
+
+
+def _address(value: object) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(
+            f"expected an IP address such as 127.0.0.1 or ::1, got {_shown(value)}"
+        ) from None
+    return value
+
+
+class MetricsSection(_Section):
+    enabled: StrictBool = True
+    address: Annotated[str, BeforeValidator(_address)] = "127.0.0.1"
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] = DEFAULT_METRICS_PORT
+
+
+class ExposeSection(_Section):
+    """Telling the workload its placement: environment variables set at container creation."""
+
+    enabled: StrictBool = True
+    env_prefix: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
+
+
+class Config(_Section):
+    """The whole configuration file; every section optional."""
+
+    policy: PolicySection = PolicySection()
+    topology: TopologySection = TopologySection()
+    nri: NriSection = NriSection()
+    state: StateSection = StateSection()
+    logging: LoggingSection = LoggingSection()
+    metrics: MetricsSection = MetricsSection()
+    expose: ExposeSection = ExposeSection()
+
+    def to_options(self) -> Options:
+        """The policy options this configuration asks for."""
+        p = self.policy
+        available = p.available_resources
+        return Options(
+            pin_cpu=p.pin_cpu,
+            pin_memory=p.pin_memory,
+            prefer_isolated_cpus=p.prefer_isolated_cpus,
+            prefer_shared_cpus=p.prefer_shared_cpus,
+            reserved_resources=parse_cpu_amount(p.reserved_resources.cpu, quantity=True),
+            available_resources=(
+                None if available is None else parse_cpu_amount(available.cpu, quantity=False)
+            ),
+            reserved_namespaces=tuple(p.reserved_namespaces),
+            colocate_pods=p.colocate_pods,
+            colocate_namespaces=p.colocate_namespaces,
+            prefer_closest_numa=p.prefer_closest_numa,
+            distribute_across_numa=p.distribute_across_numa,
+            distribute_min_group=p.distribute_min_group,
+            full_pcpus_only=p.full_pcpus_only,
+            default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
+        )
+
+    def tier_overrides(self) -> dict[int, MemoryTier]:
+        """The per-node memory tier overrides for topology discovery."""
+        return {node: MemoryTier(t) for node, t in self.topology.memory_tiers.items()}
