@@ -55,8 +55,11 @@ def test_check_reports_a_stale_module(
 def test_check_mode_exit_status(tmp_path: Path) -> None:
     # Run the command as documented on a copy of the repo whose status module is missing.
     copy = tmp_path / "repo"
-    shutil.copytree(REPO / "proto", copy / "proto")
-    shutil.copytree(REPO / "nri_topology", copy / "nri_topology")
+    shutil.copytree(REPO / "proto", copy / "proto", ignore=shutil.ignore_patterns("__pycache__"))
+    for module in REPO.glob("nri_topology/*/*_pb2.py*"):
+        rel = module.relative_to(REPO)
+        (copy / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(module, copy / rel)
     (copy / "nri_topology" / "ttrpc" / "status_pb2.py").unlink()
     cmd = [sys.executable, str(copy / "proto" / "generate.py"), "--check"]
     result = subprocess.run(cmd, capture_output=True, text=True, check=False)
