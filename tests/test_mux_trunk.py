@@ -1,0 +1,110 @@
+"""The asyncio mux trunk over a real socketpair: routing, contiguous writes, clean failure."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+
+from nri_topology.nri.mux import HEADER, MAX_ACCEPTED_PAYLOAD, Mux, MuxClosedError, MuxDecoder
+from nri_topology.testing.go_reader import GoConnReader
+
+
+@pytest.fixture
+async def trunk() -> AsyncIterator[tuple[Mux, asyncio.StreamReader, asyncio.StreamWriter]]:
+    ours, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    peer_reader, peer_writer = await asyncio.open_unix_connection(sock=theirs)
+    mux = Mux(reader, writer)
+    yield mux, peer_reader, peer_writer
+    await mux.close()
+    peer_writer.close()
+
+
+async def test_routes_payloads_and_drops_unknown_connections(trunk) -> None:  # type: ignore[no-untyped-def]
+    mux, _, peer = trunk
+    one, two = mux.open(1), mux.open(2)
+    mux.start()
+    peer.write(HEADER.pack(1, 3) + b"abc" + HEADER.pack(9, 2) + b"zz" + HEADER.pack(2, 1) + b"x")
+    peer.write(HEADER.pack(1, 0) + HEADER.pack(1, 2) + b"de")
+    await peer.drain()
+    assert await one.recv() == b"abc"
+    assert await two.recv() == b"x"
+    assert await one.recv() == b"de"  # empty frames carry nothing
+    assert mux.dropped_frames == 1
+    peer.close()
+    assert await one.recv() == b""
+    assert await one.recv() == b""  # EOF sticks
+    await mux.wait_closed()
+    assert mux.error is None
+    with pytest.raises(MuxClosedError):
+        await one.send(b"late")
+
+
+async def test_eof_inside_a_frame_is_an_error(trunk) -> None:  # type: ignore[no-untyped-def]
+    mux, _, peer = trunk
+    one = mux.open(1)
+    mux.start()
+    peer.write(HEADER.pack(1, 10) + b"short")
+    await peer.drain()
+    peer.close()
+    assert await one.recv() == b""
+    assert "inside a frame" in str(mux.error)
+
+
+async def test_absurd_length_closes_without_allocating(trunk) -> None:  # type: ignore[no-untyped-def]
+    mux, _, peer = trunk
+    two = mux.open(2)
+    mux.start()
+    peer.write(HEADER.pack(2, MAX_ACCEPTED_PAYLOAD + 1))
+    await peer.drain()
+    assert await two.recv() == b""
+    assert "announces" in str(mux.error)
+
+
+def test_open_rules() -> None:
+    async def main() -> None:
+        ours, _theirs = socket.socketpair()
+        reader, writer = await asyncio.open_unix_connection(sock=ours)
+        mux = Mux(reader, writer)
+        with pytest.raises(ValueError, match="reserved"):
+            mux.open(0)
+        mux.open(1)
+        with pytest.raises(ValueError, match="already open"):
+            mux.open(1)
+        await mux.close()
+        assert await mux.open(3).recv() == b""
+
+    asyncio.run(main())
+
+
+async def test_concurrent_large_sends_stay_contiguous(trunk) -> None:  # type: ignore[no-untyped-def]
+    mux, peer_reader, _ = trunk
+    channels = [mux.open(1), mux.open(2)]
+    mux.start()
+    sizes = [100, 5000, 70_000, 4096, 4097, 300_000]
+
+    def message(conn: int, i: int, size: int) -> bytes:
+        body = bytes([conn * 16 + i]) * size
+        return len(body).to_bytes(4, "big") + (2 * i + 1).to_bytes(4, "big") + b"\x02\x00" + body
+
+    async def sender(conn: int) -> None:
+        for i, size in enumerate(sizes):
+            await channels[conn - 1].send(message(conn, i, size))
+
+    readers = {1: GoConnReader(), 2: GoConnReader()}
+    received: dict[int, list[bytes]] = {1: [], 2: []}
+    decoder = MuxDecoder()
+
+    async def receive() -> None:
+        while sum(len(v) for v in received.values()) < 2 * len(sizes):
+            for conn_id, payload in decoder.feed(await peer_reader.read(1 << 16)):
+                readers[conn_id].push_frame(payload)
+                while (msg := readers[conn_id].next_message()) is not None:
+                    received[conn_id].append(msg)
+
+    await asyncio.gather(sender(1), sender(2), receive())
+    for conn in (1, 2):
+        assert received[conn] == [message(conn, i, n) for i, n in enumerate(sizes)]
