@@ -231,3 +231,45 @@ def test_recorded_payload_decodes_like_upstream(path: Path) -> None:
     assert len(reencoded) == len(data)
     reference = _decoded_reference(path.parents[1])[path.name]
     assert json_format.MessageToDict(message, preserving_proto_field_name=True) == reference
+
+
+# --- every field the protocol document lists ---------------------------------------------------
+
+DOC = SHARED / "docs" / "nri-protocol.md"
+
+
+def _documented_fields() -> list[tuple[str, int, str]]:
+    """(message, number, name) from §5 of the protocol doc: its tables and inline lists."""
+    text = DOC.read_text()
+    section = text[text.index("## 5. The NRI API") : text.index("## 6. Plugin lifecycle")]
+    found: list[tuple[str, int, str]] = []
+    # Inline form: **Mount**: `1 destination string`, `2 type string`, ...
+    inline = re.compile(r"\*\*(\w+)\*\*(?: \([^)]*\))?: ((?:`\d+ \w+[^`]*`[, and]*)+)")
+    for match in inline.finditer(section):
+        found += [(match[1], int(n), name) for n, name in re.findall(r"`(\d+) (\w+)", match[2])]
+    table_of: str | None = None  # message whose "| # | Name |" table is being read
+    row_of: str | None = None  # message named in the first column of a multi-message table
+    for line in section.splitlines():
+        if heading := re.fullmatch(r"\*\*(\w+)\*\*\s*(\(.*\))?", line.strip()):
+            table_of = heading[1]
+        elif row := re.match(r"\| `(\w+)` \| (\d+) \| `(\w+)`", line):
+            row_of = row[1]
+            found.append((row[1], int(row[2]), row[3]))
+        elif (row := re.match(r"\| \| (\d+) \| `(\w+)`", line)) and row_of:
+            found.append((row_of, int(row[1]), row[2]))
+        elif (row := re.match(r"\|\s*(\d+)\s*\|\s*`(\w+)`", line)) and table_of:
+            found.append((table_of, int(row[1]), row[2]))
+    return found
+
+
+def test_every_documented_field_has_its_number() -> None:
+    documented = _documented_fields()
+    assert len(documented) > 150, "the protocol doc's §5 layout changed; adjust the parser"
+    messages = api_pb2.DESCRIPTOR.message_types_by_name
+    wrong = [
+        (message, number, name)
+        for message, number, name in documented
+        if message not in messages
+        or getattr(messages[message].fields_by_number.get(number), "name", None) != name
+    ]
+    assert wrong == []
