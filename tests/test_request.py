@@ -655,3 +655,18 @@ def test_milli_round_trip(milli):
 @given(st.integers(min_value=0, max_value=2**50), st.integers(min_value=-3, max_value=6))
 def test_exponent_form(mantissa, exponent):
     assert parse_quantity(f"{mantissa}e{exponent}") == mantissa * Fraction(10) ** exponent
+
+
+@pytest.mark.parametrize(
+    ("qos", "key", "value"),
+    [
+        (QoS.BEST_EFFORT, f"prefer-shared-cpus.{D}", "maybe"),
+        (QoS.BURSTABLE, f"require-isolated-cpus.{D}/pod", "always"),
+        (QoS.GUARANTEED, f"prefer-isolated-cpus.{D}", "please"),  # decided by cpu.preserve
+        (QoS.GUARANTEED, f"cold-start.{D}", "soon"),  # memory.preserve makes it moot
+    ],
+)
+def test_invalid_values_are_errors_even_when_another_rule_decides(qos, key, value):
+    annotations = {key: value, f"cpu.preserve.{D}": "true", f"memory.preserve.{D}": "true"}
+    with pytest.raises(PolicyError, match=key.replace(".", r"\.")):
+        req(1000, qos, annotations=annotations)

@@ -366,11 +366,17 @@ def _isolation(a: _Annotations) -> tuple[bool, bool] | None:
 def _classify(
     a: _Annotations, qos: QoS, cpu_req: int, options: Options, machine: Machine
 ) -> tuple[CpuKind, int, int, bool]:
-    """(kind, exclusive CPUs, shared milli-CPU, require isolated) for a container."""
+    """(kind, exclusive CPUs, shared milli-CPU, require isolated) for a container.
+
+    Every CPU annotation is read (and so validated) before any rule applies, so an invalid
+    value is an error whichever rule decides.
+    """
     preserve = a.boolean("cpu.preserve")
+    reserved = a.boolean("prefer-reserved-cpus")
+    shared_annotation = a.boolean("prefer-shared-cpus")
+    isolation = _isolation(a)
     if preserve is not None and preserve[0]:
         return CpuKind.PRESERVE, 0, cpu_req, False
-    reserved = a.boolean("prefer-reserved-cpus")
     if reserved is not None and reserved[0]:
         return CpuKind.RESERVED, 0, cpu_req, False
     if reserved is None and _in_reserved_namespace(a.pod.namespace, options):
@@ -378,11 +384,9 @@ def _classify(
     if qos is not QoS.GUARANTEED:
         return CpuKind.SHARED, 0, cpu_req if qos is QoS.BURSTABLE else 0, False
 
-    shared_annotation = a.boolean("prefer-shared-cpus")
     prefer_shared = (
         shared_annotation[0] if shared_annotation is not None else options.prefer_shared_cpus
     )
-    isolation = _isolation(a)
     prefer_isolated, required = isolation or (options.prefer_isolated_cpus, False)
     cores, frac = divmod(cpu_req, 1000)
 
@@ -443,8 +447,10 @@ def build_request(
     memory_preserve = preserve_mem is not None and preserve_mem[0]
     wanted = _memory_tiers(a) or options.default_memory_tiers
     tiers = wanted & _machine_tiers(machine) or frozenset({MemoryTier.DRAM})
-    cold_start_ns = 0 if memory_preserve else _cold_start_ns(a)
-    if cold_start_ns:
+    cold_start_ns = _cold_start_ns(a)
+    if memory_preserve:
+        cold_start_ns = 0
+    elif cold_start_ns:
         if tiers - {MemoryTier.DRAM}:
             tiers -= {MemoryTier.DRAM}
         else:
