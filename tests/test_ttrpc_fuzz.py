@@ -148,3 +148,29 @@ def test_server_replies_byte_for_byte_like_the_go_plugin(scenario: str) -> None:
     channel = ScriptedChannel([incoming])
     asyncio.run(TtrpcServer(channel, {"nri.pkg.api.v1alpha1.Plugin": methods}).serve())
     assert b"".join(channel.sent) == expected
+
+
+@pytest.mark.parametrize("scenario", ["small", "large"])
+def test_client_request_is_byte_for_byte_the_go_plugins(scenario: str) -> None:
+    # Conn 2 carries the Runtime service: the plugin calls RegisterPlugin.
+    directory = CAPTURES / scenario
+    sent_by_go = _conn_stream((directory / "plugin-to-runtime.raw.bin").read_bytes(), 2)
+    [frame] = FrameDecoder().feed(sent_by_go)
+    assert isinstance(frame, Frame)
+    recorded = codec.decode_request(frame.data)
+    reply = _conn_stream((directory / "runtime-to-plugin.raw.bin").read_bytes(), 2)
+
+    async def scenario_() -> bytes:
+        channel = ScriptedChannel([reply], hold_open=True)
+        client = TtrpcClient(channel)
+        result = await client.call(
+            recorded.service,
+            recorded.method,
+            recorded.payload,
+            timeout=recorded.timeout_nano / 1e9,
+        )
+        assert channel.sent == [sent_by_go]
+        await client.close()
+        return result
+
+    assert asyncio.run(scenario_()) == b""

@@ -86,7 +86,7 @@ class TtrpcClient:
         if self.closed:
             raise closed_error()
         self.start()
-        timeout_nano = 0 if timeout is None else max(1, int(timeout * 1e9))
+        timeout_nano = 0 if timeout is None else max(1, round(timeout * 1e9))
         data = codec.encode_request(service, method, payload, timeout_nano, metadata)
         stream_id = self._next_id
         if stream_id > _MAX_STREAM_ID:
