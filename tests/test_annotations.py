@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from nri_topology.policy.annotations import ANNOTATIONS, SPECS, Found, Scope, lookup
@@ -81,3 +83,9 @@ def test_key_table():
     assert SPECS["memory-type"].key == f"memory-type.{P}"
     assert SPECS["affinity"].key == f"{P}/affinity"
     assert all(spec.values and spec.meaning for spec in ANNOTATIONS)
+
+
+def test_every_key_is_documented():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "annotations.md").read_text()
+    for spec in ANNOTATIONS:
+        assert f"`{spec.key}`" in doc, spec.key

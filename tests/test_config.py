@@ -304,3 +304,12 @@ def test_config_is_immutable():
     config = Config()
     with pytest.raises(ValueError):
         config.policy.pin_cpu = False  # type: ignore[misc]
+
+
+def test_every_key_is_documented():
+    doc = (REPO / "docs" / "configuration.md").read_text()
+    for section, field in Config.model_fields.items():
+        assert f"## `{section}`" in doc, section
+        model = field.annotation
+        for key in model.model_fields:
+            assert f"| `{key}" in doc, f"{section}.{key}"
