@@ -1,0 +1,118 @@
+"""Rules the test runtime enforces on plugins, as the Go runtime does."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import struct
+import tempfile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_topology.nri import api_pb2
+from nri_topology.nri.stub import Plugin, Stub, _PluginService
+from nri_topology.testing.go_reader import GoConnReader, GoReadError
+from nri_topology.testing.harness import connected
+from nri_topology.testing.runtime import PluginError, RuntimePeer, _shrink
+from nri_topology.ttrpc.server import CallContext
+
+
+def _ctr(i: int, filler: int) -> api_pb2.Container:
+    c = api_pb2.Container(id=f"ctr{i}", pod_sandbox_id="pod0", name="app")
+    c.annotations["filler"] = "f" * filler
+    return c
+
+
+async def test_sync_over_4_mib_is_split_by_the_real_algorithm() -> None:
+    ctrs = [_ctr(i, 15_000) for i in range(300)]  # ~4.5 MB: one message would be refused
+
+    class Counting(Plugin):
+        seen = 0
+
+        async def synchronize(self, pods, containers):  # type: ignore[no-untyped-def]
+            Counting.seen = len(containers)
+            return []
+
+    async with connected(Counting(), RuntimePeer(containers=ctrs)) as (peer, _):
+        assert Counting.seen == 300
+        assert [c for _, c, _ in peer.sync_chunks] == [270, 30]  # shrunk by 10%, then the rest
+        assert [more for *_, more in peer.sync_chunks] == [True, False]
+
+
+async def test_updates_during_more_chunks_are_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def eager(self: _PluginService, payload: bytes, ctx: CallContext) -> bytes:
+        update = api_pb2.ContainerUpdate(container_id="ctr0")
+        return api_pb2.SynchronizeResponse(update=[update], more=True).SerializeToString()
+
+    monkeypatch.setattr(_PluginService, "synchronize", eager)
+    peer = RuntimePeer(containers=[_ctr(i, 2000) for i in range(40)], sync_message_limit=16 << 10)
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        await peer.listen(path)
+        s = Stub(Plugin(), "eager", "10", path, environ={}, backoff_initial=5)
+        task = asyncio.create_task(s.run())
+        async with asyncio.timeout(5):
+            while "plugin does not handle split sync requests" not in peer.errors:
+                await asyncio.sleep(0.01)
+        await s.stop()
+        await asyncio.wait_for(task, 5)
+        await peer.close()
+    assert peer.plugin is None
+
+
+async def test_silent_plugin_times_out_registration() -> None:
+    peer = RuntimePeer(registration_timeout=0.1)
+    runtime_end, plugin_end = socket.socketpair()
+    with pytest.raises(PluginError, match="registration timed out"):
+        await peer.attach(runtime_end)
+    assert plugin_end.recv(16) == b""  # the runtime hung up
+    plugin_end.close()
+
+
+@pytest.mark.parametrize(
+    ("pods", "ctrs", "rejected", "limit", "expected"),
+    [
+        (100, 300, 8_000_000, 4_000_000, (50, 150)),
+        (100, 300, 4_100_000, 4_000_000, (90, 270)),  # never less than 10% smaller
+        (2, 7, 1_000_000, 100_000, (4, 4)),  # not below 8 objects
+    ],
+)
+def test_shrink(pods: int, ctrs: int, rejected: int, limit: int, expected: tuple) -> None:
+    assert _shrink(pods, ctrs, rejected, limit) == expected
+
+
+def test_shrink_gives_up_at_eight_objects() -> None:
+    with pytest.raises(PluginError, match="split messages"):
+        _shrink(4, 4, 10, 5)
+
+
+def _messages(sizes: list[int]) -> list[bytes]:
+    return [
+        struct.pack(">IIBB", n, 2 * i + 1, 2, 0) + bytes([i % 256]) * n for i, n in enumerate(sizes)
+    ]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 9000), min_size=1, max_size=5), st.data())
+def test_go_reader_never_returns_wrong_messages(sizes: list[int], data: st.DataObject) -> None:
+    """Any framing yields a prefix of the sent messages, or the Go failure; never garbage."""
+    messages = _messages(sizes)
+    stream = b"".join(messages)
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(1, len(stream) - 1)), max_size=8)))
+    bounds = [0, *cuts, len(stream)]
+    reader = GoConnReader()
+    got: list[bytes] = []
+    try:
+        for start, end in itertools.pairwise(bounds):
+            reader.push_frame(stream[start:end])
+            while (msg := reader.next_message()) is not None:
+                got.append(msg)
+    except GoReadError:
+        pass
+    else:
+        assert got == messages
+    assert got == messages[: len(got)]
