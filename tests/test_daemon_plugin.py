@@ -32,20 +32,23 @@ from nri_topology.policy.types import (
     Placement,
     PodInfo,
     PolicyError,
+    QoS,
     Resources,
     Update,
 )
+from nri_topology.policy.views import Assignment, PoolView, TierMemory
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
+from nri_topology.topology.model import MemoryTier
 
 
 @dataclass
 class Report:
     adopted: list[str] = field(default_factory=list)
-    replaced: list[str] = field(default_factory=list)
-    failed: list[str] = field(default_factory=list)
+    replaced: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
     updates: list[Update] = field(default_factory=list)
-    decisions: list[Decision] = field(default_factory=list)
+    decisions: dict[str, Decision] = field(default_factory=dict)
 
 
 class ScriptedPolicy:
@@ -108,9 +111,9 @@ class ScriptedPolicy:
         for c in containers:
             if c.id not in self.cpus:
                 self.cpus[c.id] = self._free()
-                report.replaced.append(c.id)
+                report.replaced[c.id] = "not in the checkpoint"
                 d = self._decision(c.id)
-                report.decisions.append(d)
+                report.decisions[c.id] = d
                 report.updates.append(Update(c.id, d.placement))
         return report
 
@@ -128,6 +131,31 @@ class ScriptedPolicy:
 
     def snapshot(self) -> dict[str, Any]:
         return {"cpus": dict(self.cpus)}
+
+    def pools(self) -> list[PoolView]:
+        used = len(self.cpus)
+        dram = TierMemory(capacity=1 << 30, assigned=used << 20, free=(1 << 30) - (used << 20),
+                          nodes=frozenset({0}))  # fmt: skip
+        return [
+            PoolView(
+                name="node0", kind="numa node", depth=0, parent=None,
+                cpus=frozenset(range(64)), isolated=frozenset(), reserved=frozenset(),
+                shared=frozenset(range(64)) - set(self.cpus.values()),
+                capacity_milli=64000, assigned_milli=1000 * used, free_milli=64000 - 1000 * used,
+                containers=used, memory={MemoryTier.DRAM: dram}, nodes=frozenset({0}),
+            )
+        ]  # fmt: skip
+
+    def assignments(self) -> list[Assignment]:
+        return [
+            Assignment(
+                container_id=cid, pod_id="pod-web", pod_name="web", name=f"n-{cid}",
+                namespace="default", qos=QoS.GUARANTEED, pool="node0", kind=CpuKind.EXCLUSIVE,
+                cpus=frozenset({cpu}), mems=frozenset({0}), exclusive=frozenset({cpu}), shared=0,
+                memory=1 << 20, memory_nodes=frozenset({0}), memory_relaxed=False,
+            )
+            for cid, cpu in self.cpus.items()
+        ]  # fmt: skip
 
 
 def pod(name: str = "web") -> api_pb2.PodSandbox:
@@ -396,7 +424,7 @@ async def test_config_reload_good_then_bad_keeps_the_good_one(tmp_path: Path) ->
     reloader = Reloader(
         config, _parse_options, plugin.reconfigure, refusals, plugin.metrics, interval=0.02
     )
-    assert reloader.load_initial() == Options()
+    reloader.mark_current()
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         await peer.create_container(pod(), ctr("a"))

@@ -10,11 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from nri_topology.policy.views import Assignment, PoolView
+from nri_topology.topology import cpuset
+
 PREFIX = "nri_topology"
+
+_log = structlog.get_logger("nri_topology.metrics")
 
 # Decisions take well under a millisecond to tens of milliseconds; the runtime gives up after 2 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
@@ -63,6 +69,43 @@ class StateView:
     containers: tuple[ContainerStat, ...] = ()
 
 
+def from_policy(pools: Iterable[PoolView], assignments: Iterable[Assignment]) -> StateView:
+    """The metrics view of the policy's own pool and assignment views."""
+    return StateView(
+        pools=tuple(
+            PoolStat(
+                name=p.name,
+                cpus=cpuset.format(p.cpus),
+                mems=cpuset.format(p.nodes),
+                cpu_capacity=p.capacity_milli,
+                cpu_free=p.free_milli,
+                cpu_assigned=p.assigned_milli,
+                containers=p.containers,
+                memory={
+                    str(tier): MemoryStat(m.capacity, m.free, m.assigned)
+                    for tier, m in p.memory.items()
+                },
+            )
+            for p in pools
+        ),
+        containers=tuple(
+            ContainerStat(
+                id=a.container_id,
+                name=a.name,
+                pod=a.pod_name,
+                namespace=a.namespace,
+                pool=a.pool,
+                kind=str(a.kind),
+                cpus="" if a.cpus is None else cpuset.format(a.cpus),
+                mems="" if a.mems is None else cpuset.format(a.mems),
+                cpu_count=len(a.cpus or ()),
+                exclusive_cpus=len(a.exclusive),
+            )
+            for a in assignments
+        ),
+    )
+
+
 class _StateCollector(Collector):
     """Turns the daemon's current `StateView` into gauge families at scrape time."""
 
@@ -70,7 +113,12 @@ class _StateCollector(Collector):
         self._view = view
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        state = self._view()
+        try:
+            state = self._view()
+        except Exception:
+            # A broken view must not take the counters and the latency histogram with it.
+            _log.exception("cannot build pool and container metrics")
+            return
         yield from _pool_families(state.pools)
         yield from _container_families(state.containers)
 

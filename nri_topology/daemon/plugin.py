@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -22,7 +22,7 @@ import structlog
 
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
-from nri_topology.daemon.metrics import Metrics, StateView
+from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
 from nri_topology.policy.options import Options
@@ -34,6 +34,7 @@ from nri_topology.policy.types import (
     Resources,
     Update,
 )
+from nri_topology.policy.views import Assignment, PoolView, RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
 
 _log = structlog.get_logger("nri_topology.daemon")
@@ -44,21 +45,6 @@ _LIVE_STATES = (
     api_pb2.CONTAINER_RUNNING,
     api_pb2.CONTAINER_PAUSED,
 )
-
-
-class RestoreResult(Protocol):
-    """What `Policy.restore` reports (the fields the daemon reads)."""
-
-    @property
-    def adopted(self) -> Sequence[str]: ...
-    @property
-    def replaced(self) -> Sequence[str]: ...
-    @property
-    def failed(self) -> Mapping[str, str] | Sequence[str]: ...
-    @property
-    def updates(self) -> Sequence[Update]: ...
-    @property
-    def decisions(self) -> Sequence[Decision]: ...
 
 
 class PolicyPort(Protocol):
@@ -72,10 +58,12 @@ class PolicyPort(Protocol):
         pods: Sequence[PodInfo],
         containers: Sequence[ContainerInfo],
         saved: Mapping[str, Any] | None,
-    ) -> RestoreResult: ...
+    ) -> RestoreReport: ...
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
     def reconfigure(self, options: Options) -> tuple[Update, ...]: ...
     def snapshot(self) -> dict[str, Any]: ...
+    def pools(self) -> Iterable[PoolView]: ...
+    def assignments(self) -> Iterable[Assignment]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,8 +103,6 @@ class TopologyPlugin(Plugin):
         checkpoint: Checkpoint | None = None,
         metrics: Metrics | None = None,
         settings: Settings = Settings(),
-        view: Callable[[PolicyPort, Mapping[str, ContainerInfo], Mapping[str, PodInfo]], StateView]
-        | None = None,
         runtime_config: Callable[[str], Awaitable[None]] | None = None,
         wall_clock_ns: Callable[[], int] = time.time_ns,
     ) -> None:
@@ -125,7 +111,6 @@ class TopologyPlugin(Plugin):
         self.metrics = metrics or Metrics()
         self.settings = settings
         self.stub: Stub | None = None
-        self._view = view
         self._runtime_config = runtime_config
         self._now_ns = wall_clock_ns
         self._lock = asyncio.Lock()
@@ -140,10 +125,8 @@ class TopologyPlugin(Plugin):
     # --- views for metrics and health ----------------------------------------------------------
 
     def state_view(self) -> StateView:
-        """Pools and containers for the metrics endpoint (empty until a view adapter is set)."""
-        if self._view is None:
-            return StateView()
-        return self._view(self.policy, self._containers, self._pods)
+        """Pools and containers for the metrics endpoint, as the policy sees them now."""
+        return from_policy(self.policy.pools(), self.policy.assignments())
 
     def ready(self) -> tuple[bool, str]:
         if self.stub is None:
@@ -183,21 +166,23 @@ class TopologyPlugin(Plugin):
                 report = self.policy.restore(pod_infos, infos, None)
             self._observe("restore", started)
             self._pods = {p.id: p for p in pod_infos}
-            self._containers = {c.id: c for c in infos}
+            self._containers = {c.id: c for c in infos if c.id not in report.failed}
             self._restore_timers(saved.get("cold_starts") or {}, report)
             self._commit()
-        for decision in report.decisions:
+        for decision in report.decisions.values():
             self._log_decision(decision, "re-placed")
-        failed = list(report.failed)
+        failed = dict(report.failed)
         if failed:
             self.metrics.errors.labels("restore_failed").inc(len(failed))
+            for cid, why in failed.items():
+                _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
         _log.info(
             "synchronized with the runtime",
             pods=len(pod_infos),
             containers=len(infos),
             adopted=len(report.adopted),
             replaced=len(report.replaced),
-            failed=failed[:8],
+            failed=len(failed),
             **logs.summarize_updates(report.updates),
         )
         self.metrics.registered.set(1)
@@ -361,13 +346,17 @@ class TopologyPlugin(Plugin):
 
     def _release_locked(self, container_id: str) -> tuple[Update, ...]:
         started = time.perf_counter()
-        updates = self.policy.release(container_id)
+        try:
+            updates = self.policy.release(container_id)
+        except PolicyError as exc:  # not known to the policy: nothing to give back
+            _log.warning("release refused", container_id=container_id, reason=str(exc))
+            updates = ()
         self._observe("release", started)
         self._containers.pop(container_id, None)
         self._timers.cancel(container_id)
         return updates
 
-    def _restore_timers(self, saved: Mapping[str, Any], report: RestoreResult) -> None:
+    def _restore_timers(self, saved: Mapping[str, Any], report: RestoreReport) -> None:
         """Re-arm cold starts of adopted containers; a deadline passed while down fires now."""
         for handle in self._timers.handles.values():
             handle.cancel()
@@ -383,7 +372,7 @@ class TopologyPlugin(Plugin):
             if cid in adopted and isinstance(deadline, int):
                 self._timers.deadlines[cid] = deadline
                 self._arm(cid, max(0.0, (deadline - now) / 1e9))
-        for decision in report.decisions:  # re-placed containers start their cold start afresh
+        for decision in report.decisions.values():  # re-placed ones start their cold start anew
             if decision.cold_start is not None:
                 self._timers.deadlines[decision.container_id] = now + decision.cold_start.delay_ns
                 self._arm(decision.container_id, decision.cold_start.delay_ns / 1e9)

@@ -50,12 +50,12 @@ class Reloader(Generic[T]):
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[bool]] = set()
 
-    def load_initial(self) -> T:
-        """The configuration at start-up; raises the parse error, as a bad start must not run."""
-        data = self.path.read_bytes()
-        value = self._parse(data)
-        self._digest = hashlib.sha256(data).hexdigest()
-        return value
+    def mark_current(self) -> None:
+        """Take the file's present content as applied (it was loaded at start-up)."""
+        try:
+            self._digest = hashlib.sha256(self.path.read_bytes()).hexdigest()
+        except OSError:
+            self._digest = None
 
     async def reload(self, why: str, force: bool = True) -> bool:
         """Re-read and apply the file; False when it was refused or unchanged (unless `force`)."""

@@ -1,0 +1,269 @@
+"""The daemon assembled: configuration, topology, policy, plugin, NRI stub, status endpoint,
+reload and signals, for `nri-topology run`.
+
+Start-up problems (bad configuration, unreadable sysfs, a policy that cannot be built for this
+machine) end the process with a clear message before it connects: a plugin that registers and then
+refuses every container would be worse. After start-up nothing ends it but SIGTERM/SIGINT or, for
+a plugin the runtime launched, the runtime closing its socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from nri_topology.config.load import ConfigError, parse_config, read_config
+from nri_topology.config.schema import Config
+from nri_topology.daemon import logs
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.health import StatusServer
+from nri_topology.daemon.metrics import Metrics, StateView
+from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
+from nri_topology.daemon.reload import Reloader
+from nri_topology.nri.stub import Stub, StubError
+from nri_topology.policy.types import PolicyError
+from nri_topology.topology.model import Machine
+from nri_topology.topology.sysfs import TopologyError, read_machine
+
+_log = structlog.get_logger("nri_topology.service")
+
+
+@dataclass(frozen=True, slots=True)
+class Overrides:
+    """Command-line values that win over the configuration file (None = use the file's)."""
+
+    socket: str | None = None
+    plugin_name: str | None = None
+    plugin_index: str | None = None
+    sysfs: str | None = None
+    state: str | None = None
+    metrics_host: str | None = None
+    metrics_port: int | None = None  # 0 turns the endpoint off
+    log_format: str | None = None
+    log_level: str | None = None
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says why and what to fix."""
+
+
+def effective(config: Config, o: Overrides) -> Config:
+    """`config` with the command-line overrides applied."""
+
+    def section(current: Any, **values: Any) -> Any:
+        changed = {k: v for k, v in values.items() if v is not None}
+        return current.model_copy(update=changed) if changed else current
+
+    metrics = section(config.metrics, address=o.metrics_host, port=o.metrics_port or None)
+    if o.metrics_port == 0:
+        metrics = metrics.model_copy(update={"enabled": False})
+    return config.model_copy(
+        update={
+            "nri": section(
+                config.nri, socket=o.socket, plugin_name=o.plugin_name, plugin_index=o.plugin_index
+            ),
+            "topology": section(config.topology, sysfs_root=o.sysfs),
+            "state": section(config.state, path=o.state),
+            "metrics": metrics,
+            "logging": section(config.logging, format=o.log_format, level=o.log_level),
+        }
+    )
+
+
+def settings_of(config: Config) -> Settings:
+    return Settings(expose_env=config.expose.enabled, env_prefix=config.expose.env_prefix)
+
+
+PolicyFactory = Callable[[Machine, Config], PolicyPort]
+
+
+def _default_policy(machine: Machine, config: Config) -> PolicyPort:
+    from nri_topology.policy.policy import Policy  # the policy package is heavy; load it here
+
+    return Policy(machine, config.to_options())
+
+
+class Daemon:
+    """One run of the plugin; `serve()` returns the process exit status."""
+
+    def __init__(
+        self,
+        config_path: Path | None,
+        overrides: Overrides = Overrides(),
+        *,
+        log_stream: IO[str] | None = None,
+        policy_factory: PolicyFactory = _default_policy,
+        environ: dict[str, str] | None = None,
+        reload_interval: float = 2.0,
+    ) -> None:
+        self.config_path = config_path
+        self.overrides = overrides
+        self._log_stream = log_stream
+        self._policy_factory = policy_factory
+        self._environ = environ
+        self._reload_interval = reload_interval
+        self.config = Config()
+        self.plugin: TopologyPlugin | None = None
+        self.status: StatusServer | None = None
+        self.reloader: Reloader[Config] | None = None
+        self._stop = asyncio.Event()
+
+    def setup(self) -> None:
+        """Everything that can fail before connecting; raises StartupError."""
+        try:
+            loaded = read_config(self.config_path)
+        except ConfigError as exc:
+            raise StartupError(f"invalid configuration:\n{exc}") from None
+        self.config = effective(loaded.config, self.overrides)
+        logs.configure(
+            self.config.logging.format, self.config.logging.level, self._log_stream or sys.stderr
+        )
+        for note in loaded.notes:
+            _log.info(note)
+        topology = self.config.topology
+        try:
+            machine = read_machine(
+                Path(topology.sysfs_root),
+                proc_root=Path(topology.proc_root) if topology.proc_root else None,
+                tier_overrides=self.config.tier_overrides(),
+            )
+        except (TopologyError, OSError) as exc:
+            raise StartupError(f"cannot read the machine topology: {exc}") from None
+        for warning in machine.warnings:
+            _log.warning("topology", detail=warning)
+        try:
+            policy = self._policy_factory(machine, self.config)
+        except PolicyError as exc:
+            raise StartupError(f"the policy cannot run on this machine: {exc}") from None
+        metrics = Metrics(lambda: self.plugin.state_view() if self.plugin else StateView())
+        self.plugin = TopologyPlugin(
+            policy,
+            checkpoint=Checkpoint(Path(self.config.state.path)),
+            metrics=metrics,
+            settings=settings_of(self.config),
+            runtime_config=self._runtime_config,
+        )
+        self.reloader = self._reloader()
+        if self.reloader is not None:
+            self.reloader.mark_current()
+        _log.info(
+            "starting",
+            cpus=len(machine.cpus),
+            nodes=len(machine.nodes),
+            socket=self.config.nri.socket,
+            state=self.config.state.path,
+        )
+
+    async def apply(self, config: Config) -> None:
+        """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
+        assert self.plugin is not None
+        new = effective(config, self.overrides)
+        await self.plugin.reconfigure(new.to_options())
+        self.plugin.settings = settings_of(new)
+        restart_only = [
+            name
+            for name in ("topology", "nri", "state", "metrics", "logging")
+            if getattr(new, name) != getattr(self.config, name)
+        ]
+        if restart_only:
+            _log.warning("changed settings take effect on restart", sections=restart_only)
+        self.config = replace_config(self.config, new)
+
+    async def _runtime_config(self, text: str) -> None:
+        """Configuration from the runtime's drop-in file (plugins the runtime launches)."""
+        try:
+            config = parse_config(text, "NRI Configure")
+            await self.apply(config)
+        except (ConfigError, PolicyError) as exc:
+            assert self.plugin is not None
+            self.plugin.metrics.errors.labels("config").inc()
+            _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
+
+    async def serve(self) -> int:
+        """Connect and serve until stopped; 0 on a clean stop."""
+        assert self.plugin is not None
+        plugin, config = self.plugin, self.config
+        loop = asyncio.get_running_loop()
+        try:
+            stub = Stub(
+                plugin,
+                config.nri.plugin_name,
+                config.nri.plugin_index,
+                config.nri.socket,
+                environ=self._environ,
+                on_disconnect=lambda error: plugin.metrics.registered.set(0),
+            )
+        except StubError as exc:
+            _log.error("cannot start the NRI stub", error=str(exc))
+            return 1
+        plugin.stub = stub
+        if config.metrics.enabled:
+            self.status = StatusServer(
+                plugin.metrics.registry, plugin.ready, config.metrics.address, config.metrics.port
+            )
+            try:
+                await self.status.start()
+            except OSError as exc:
+                _log.error("cannot open the metrics endpoint", error=str(exc))
+                return 1
+        watcher: asyncio.Task[None] | None = None
+        reloader = self.reloader
+        if reloader is not None:
+            reloader.install_sighup(loop)
+            watcher = loop.create_task(reloader.watch())
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        runner = loop.create_task(stub.run())
+        stopper = loop.create_task(self._stop.wait())
+        status = 0
+        try:
+            await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            if runner.done() and runner.exception() is not None:
+                _log.error("NRI connection failed", error=str(runner.exception()))
+                status = 1
+            else:
+                _log.info("stopping", reason="signal" if stopper.done() else "runtime closed")
+        finally:
+            await plugin.shutdown()
+            stopper.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await asyncio.wait_for(runner, 5)
+            if watcher is not None:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.remove_signal_handler(sig)
+            if self.status is not None:
+                await self.status.close()
+        return status
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _reloader(self) -> Reloader[Config] | None:
+        path = self.config_path
+        if path is None or not path.exists():
+            return None
+        assert self.plugin is not None
+        return Reloader(
+            path,
+            lambda data: parse_config(data.decode("utf-8", errors="replace"), str(path)),
+            self.apply,
+            (ConfigError, PolicyError),
+            self.plugin.metrics,
+            interval=self._reload_interval,
+        )
+
+
+def replace_config(old: Config, new: Config) -> Config:
+    """The configuration in force after a reload: live sections from `new`, others from `old`."""
+    return old.model_copy(update={"policy": new.policy, "expose": new.expose})

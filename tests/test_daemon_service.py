@@ -1,0 +1,200 @@
+"""The assembled daemon: start-up checks, socket, status endpoint, reload, SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import signal
+import socket
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from nri_topology.config.schema import Config
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.service import Daemon, Overrides, StartupError, effective
+from nri_topology.testing.runtime import RuntimePeer
+from nri_topology.topology.model import Machine
+from tests import machines
+from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    yield
+    structlog.reset_defaults()
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """Unix socket paths must stay short; pytest's tmp_path can be too long."""
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        yield Path(tmp)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> Daemon:
+    sysfs = machines.write_sysfs(tmp_path, machines.SyntheticSpec(nodes=2, cores=2))
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    overrides = Overrides(
+        socket=str(sock),
+        sysfs=str(sysfs),
+        state=str(tmp_path / "state" / "state.json"),
+        metrics_port=_free_port(),
+        log_format="json",
+    )
+    policies: list[ScriptedPolicy] = []
+
+    def factory(machine: Machine, cfg: Config) -> ScriptedPolicy:
+        policies.append(ScriptedPolicy())
+        return policies[-1]
+
+    daemon = Daemon(
+        path,
+        overrides,
+        log_stream=io.StringIO(),
+        policy_factory=factory,
+        environ={},
+        reload_interval=0.02,
+        **kw,  # type: ignore[arg-type]
+    )
+    daemon.setup()
+    return daemon
+
+
+async def _http(port: int, path: str) -> tuple[int, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\n\r\n".encode())
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.decode().partition("\r\n\r\n")
+    return int(head.split()[1]), body
+
+
+@pytest.fixture
+async def running(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon, RuntimePeer]]:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    daemon = make_daemon(tmp_path, sock, "policy:\n  colocate_pods: false\n")
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    yield daemon, peer
+    daemon.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.close()
+
+
+async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Path) -> None:
+    daemon, peer = running
+    assert daemon.status is not None
+    port = daemon.status.port
+    assert await _http(port, "/readyz") == (200, "ready\n")
+    reply = await peer.create_container(pod(), ctr("a"))
+    assert reply.adjust.linux.resources.cpu.cpus == "0"
+    status, body = await _http(port, "/metrics")
+    assert status == 200
+    assert 'nri_topology_nri_requests_total{method="CreateContainer"} 1.0' in body
+    (view,) = daemon.plugin.policy.pools()  # type: ignore[union-attr]
+    assert f'nri_topology_pool_cpu_free_millicpu{{pool="node0"}} {view.free_milli:.1f}' in body
+    assert f'nri_topology_pool_containers{{pool="node0"}} {view.containers:.1f}' in body
+    assert 'nri_topology_pool_memory_assigned_bytes{pool="node0",tier="dram"} 1.048576e+06' in body
+    assert 'container_id="a"' in body and 'kind="exclusive"' in body
+    state = Checkpoint(tmp_path / "state" / "state.json").load().body
+    assert state is not None and state["policy"] == {"cpus": {"a": 0}}
+
+
+async def test_config_file_change_reconfigures_and_bad_change_is_refused(running, tmp_path):
+    daemon, _ = running
+    policy = daemon.plugin.policy  # type: ignore[union-attr]
+    (tmp_path / "config.yaml").write_text("policy:\n  colocate_pods: true\n")
+    async with asyncio.timeout(2):
+        while not policy.options.colocate_pods:
+            await asyncio.sleep(0.01)
+    (tmp_path / "config.yaml").write_text("policy:\n  colocate_podz: true\n")
+    await asyncio.sleep(0.1)
+    assert policy.options.colocate_pods and daemon.config.policy.colocate_pods
+    (tmp_path / "config.yaml").write_text("expose:\n  enabled: false\n")
+    async with asyncio.timeout(2):
+        while daemon.plugin.settings.expose_env:  # type: ignore[union-attr]
+            await asyncio.sleep(0.01)
+    assert not policy.options.colocate_pods  # back to the default
+
+
+async def test_sigterm_drains_and_exits_zero(tmp_path: Path, short_dir: Path) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    daemon = make_daemon(tmp_path, sock)
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    await peer.create_container(pod(), ctr("a", cold="60"))
+    await peer.start_container(pod(), ctr("a"))
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.wait_disconnected()
+    state = Checkpoint(tmp_path / "state" / "state.json").load().body
+    assert state is not None and list(state["cold_starts"]["deadline_ns"]) == ["a"]
+    await peer.close()
+
+
+async def test_unreachable_runtime_is_retried_until_stopped(tmp_path, short_dir) -> None:
+    daemon = make_daemon(tmp_path, short_dir / "absent.sock")
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await asyncio.sleep(0.1)
+    assert daemon.status is not None
+    assert await _http(daemon.status.port, "/readyz") == (
+        503,
+        "not ready: not registered with the runtime\n",
+    )
+    assert await _http(daemon.status.port, "/healthz") == (200, "ok\n")
+    daemon.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+
+
+async def test_runtime_supplied_config_applies_and_bad_one_keeps_defaults(tmp_path, short_dir):
+    for text, colocate in (("policy:\n  colocate_pods: true\n", True), ("bogus: 1\n", False)):
+        sock = short_dir / "nri.sock"
+        peer = RuntimePeer(config=text)
+        await peer.listen(str(sock))
+        daemon = make_daemon(tmp_path, sock)
+        task = asyncio.get_running_loop().create_task(daemon.serve())
+        await peer.wait_plugin()
+        assert daemon.plugin.policy.options.colocate_pods is colocate  # type: ignore[union-attr]
+        daemon.stop()
+        assert await asyncio.wait_for(task, 5) == 0
+        await peer.close()
+
+
+@pytest.mark.parametrize(
+    ("config", "sysfs", "message"),
+    [
+        ("policy: [1]\n", None, "invalid configuration"),
+        ("", "missing", "cannot read the machine topology"),
+    ],
+)
+def test_startup_problems_are_clear_errors(tmp_path, config, sysfs, message) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(config)
+    overrides = Overrides(sysfs=str(tmp_path / sysfs) if sysfs else None)
+    daemon = Daemon(path, overrides, log_stream=io.StringIO(), policy_factory=lambda m, c: None)  # type: ignore[arg-type,return-value]
+    with pytest.raises(StartupError, match=message):
+        daemon.setup()
+
+
+def test_command_line_overrides_win_over_the_file() -> None:
+    base = Config.model_validate({"metrics": {"port": 9000}, "nri": {"socket": "/a"}})
+    out = effective(base, Overrides(socket="/b", metrics_port=0, log_level="debug"))
+    assert out.nri.socket == "/b" and not out.metrics.enabled and out.metrics.port == 9000
+    assert out.logging.level == "debug"
+    assert effective(base, Overrides()) == base
