@@ -670,3 +670,54 @@ def test_invalid_values_are_errors_even_when_another_rule_decides(qos, key, valu
     annotations = {key: value, f"cpu.preserve.{D}": "true", f"memory.preserve.{D}": "true"}
     with pytest.raises(PolicyError, match=key.replace(".", r"\.")):
         req(1000, qos, annotations=annotations)
+
+
+_BOOLS = st.sampled_from([None, "true", "false"])
+_EXCLUSIVE_KINDS = {CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED}
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    milli=st.integers(min_value=0, max_value=6000),
+    qos=st.sampled_from(list(QoS)),
+    namespace=st.sampled_from(["default", "kube-system"]),
+    keys=st.fixed_dictionaries(
+        {
+            name: _BOOLS
+            for name in (
+                "prefer-shared-cpus",
+                "prefer-isolated-cpus",
+                "require-isolated-cpus",
+                "prefer-reserved-cpus",
+                "cpu.preserve",
+            )
+        }
+    ),
+    prefer_shared=st.booleans(),
+    prefer_isolated=st.booleans(),
+)
+def test_classification_invariants(milli, qos, namespace, keys, prefer_shared, prefer_isolated):
+    annotations = {f"{k}.{D}": v for k, v in keys.items() if v is not None}
+    options = Options(prefer_shared_cpus=prefer_shared, prefer_isolated_cpus=prefer_isolated)
+    try:
+        r = req(
+            milli,
+            qos,
+            annotations=annotations,
+            namespace=namespace,
+            options=options,
+            machine=ISOLATING,
+        )
+    except PolicyError as e:
+        assert "require-isolated-cpus asks for" in str(e)
+        return
+    # the CPU amount is split, never lost or invented
+    expected = 0 if r.kind is CpuKind.SHARED and qos is QoS.BEST_EFFORT else r.cpu_request
+    assert abs(r.cpu_request - milli) <= 1  # shares carry milli-CPU to within rounding
+    assert r.exclusive * 1000 + r.shared == expected
+    assert (r.exclusive > 0) == (r.kind in _EXCLUSIVE_KINDS)
+    assert 0 <= r.shared < 1000 or r.exclusive == 0
+    if r.require_isolated:
+        assert r.kind is CpuKind.ISOLATED and r.exclusive <= len(ISOLATING.isolated)
+    if qos is not QoS.GUARANTEED:
+        assert r.kind in {CpuKind.SHARED, CpuKind.RESERVED, CpuKind.PRESERVE}

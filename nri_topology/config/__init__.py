@@ -1,0 +1,21 @@
+"""The configuration file: schema (`schema.py`) and side-effect-free loading (`load.py`)."""
+
+from nri_topology.config.load import (
+    DEFAULT_PATH,
+    ConfigError,
+    Loaded,
+    load_config,
+    parse_config,
+    read_config,
+)
+from nri_topology.config.schema import Config
+
+__all__ = [
+    "DEFAULT_PATH",
+    "Config",
+    "ConfigError",
+    "Loaded",
+    "load_config",
+    "parse_config",
+    "read_config",
+]
