@@ -22,6 +22,8 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from nri_topology.cli import build_parser
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"
 CHART = PACKAGING / "helm" / "nri-topology"
@@ -322,3 +324,22 @@ def test_containerfile_copies_existing_sources_and_runs_the_venv_entrypoint() ->
     assert (
         "/opt/nri-topology/venv/bin/python" in (PACKAGING / "nri" / "90-nri-topology").read_text()
     )
+
+
+def _run_args(argv: list[str]) -> Any:
+    return build_parser(only="run").parse_args(argv)
+
+
+@pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
+def test_manifest_arguments_are_accepted_by_run(docs: Callable[[], list]) -> None:
+    args = _run_args(_pod(docs())["containers"][0]["args"])
+    assert args.command == "run" and args.metrics_host == "0.0.0.0"
+
+
+def test_host_install_arguments_are_accepted_by_run() -> None:
+    env = (ROOT / "systemd" / "nri-topology.env").read_text()
+    line = next(x for x in env.splitlines() if x.startswith("NRI_TOPOLOGY_ARGS="))
+    assert _run_args(["run", *shlex.split(shlex.split(line.split("=", 1)[1])[0])]).config
+    launcher = (PACKAGING / "nri" / "90-nri-topology").read_text().splitlines()
+    words = shlex.split(" ".join(x.rstrip("\\") for x in launcher if not x.startswith("#")))
+    assert _run_args(words[4:]).log_file == Path("/var/log/nri-topology.log")
