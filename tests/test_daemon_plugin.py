@@ -146,16 +146,16 @@ class ScriptedPolicy:
             )
         ]  # fmt: skip
 
-    def assignments(self) -> list[Assignment]:
-        return [
-            Assignment(
+    def assignments(self) -> dict[str, Assignment]:
+        return {
+            cid: Assignment(
                 container_id=cid, pod_id="pod-web", pod_name="web", name=f"n-{cid}",
                 namespace="default", qos=QoS.GUARANTEED, pool="node0", kind=CpuKind.EXCLUSIVE,
                 cpus=frozenset({cpu}), mems=frozenset({0}), exclusive=frozenset({cpu}), shared=0,
                 memory=1 << 20, memory_nodes=frozenset({0}), memory_relaxed=False,
             )
             for cid, cpu in self.cpus.items()
-        ]  # fmt: skip
+        }  # fmt: skip
 
 
 def pod(name: str = "web") -> api_pb2.PodSandbox:

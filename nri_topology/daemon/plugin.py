@@ -63,7 +63,7 @@ class PolicyPort(Protocol):
     def reconfigure(self, options: Options) -> tuple[Update, ...]: ...
     def snapshot(self) -> dict[str, Any]: ...
     def pools(self) -> Iterable[PoolView]: ...
-    def assignments(self) -> Iterable[Assignment]: ...
+    def assignments(self) -> Mapping[str, Assignment]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +126,7 @@ class TopologyPlugin(Plugin):
 
     def state_view(self) -> StateView:
         """Pools and containers for the metrics endpoint, as the policy sees them now."""
-        return from_policy(self.policy.pools(), self.policy.assignments())
+        return from_policy(self.policy.pools(), self.policy.assignments().values())
 
     def ready(self) -> tuple[bool, str]:
         if self.stub is None:

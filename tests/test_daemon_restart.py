@@ -1,0 +1,101 @@
+"""Restart with the real policy: 300 running containers survive a plugin restart unmoved, whether
+the checkpoint is there or the state is rebuilt from Synchronize alone."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.plugin import TopologyPlugin
+from nri_topology.nri import api_pb2
+from nri_topology.policy.options import Options
+from nri_topology.policy.policy import Policy
+from nri_topology.testing.harness import connected
+from nri_topology.testing.runtime import RuntimePeer
+from nri_topology.topology.model import Machine
+from tests import machines
+
+EXCLUSIVE = 40  # guaranteed pods with 2 whole CPUs each
+SHARED = 260  # burstable pods with 100m each
+
+
+@pytest.fixture(scope="module")
+def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
+    spec = machines.SyntheticSpec(sockets=2, nodes=2, cores=16, threads=2)
+    return machines.synthetic(tmp_path_factory.mktemp("machine"), spec)
+
+
+def _workload() -> list[tuple[api_pb2.PodSandbox, api_pb2.Container]]:
+    out = []
+    for i in range(EXCLUSIVE + SHARED):
+        exclusive = i % 7 == 0 and i // 7 < EXCLUSIVE
+        qos = "" if exclusive else "burstable/"
+        pod = api_pb2.PodSandbox(id=f"p{i:03}", name=f"pod{i:03}", namespace="work", uid=f"u{i}")
+        pod.linux.cgroup_parent = f"/kubepods/{qos}podu{i}"
+        ctr = api_pb2.Container(
+            id=f"c{i:03}", pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_RUNNING
+        )
+        res = ctr.linux.resources
+        if exclusive:
+            res.cpu.shares.value = 2048
+            res.cpu.quota.value = 200_000
+            res.cpu.period.value = 100_000
+            res.memory.limit.value = 64 << 20
+        else:
+            res.cpu.shares.value = 102
+        out.append((pod, ctr))
+    return out
+
+
+def _plugin(machine: Machine, state: Path) -> TopologyPlugin:
+    return TopologyPlugin(Policy(machine, Options()), checkpoint=Checkpoint(state))
+
+
+def _exclusive(plugin: TopologyPlugin) -> dict[str, frozenset[int]]:
+    return {cid: a.exclusive for cid, a in plugin.policy.assignments().items() if a.exclusive}
+
+
+async def _first_run(machine: Machine, state: Path):
+    plugin = _plugin(machine, state)
+    async with connected(plugin) as (peer, _):
+        for pod, ctr in _workload():
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        return plugin, list(peer.pods.values()), list(peer.containers.values())
+
+
+@pytest.fixture(scope="module")
+def running(machine: Machine, tmp_path_factory: pytest.TempPathFactory):
+    """The first run: 300 containers created through the socket, then the plugin goes away."""
+    state = tmp_path_factory.mktemp("state") / "state.json"
+    plugin, pods, containers = asyncio.run(_first_run(machine, state))
+    return plugin, state, pods, containers
+
+
+@pytest.mark.parametrize("checkpoint", [True, False], ids=["checkpoint", "synchronize-only"])
+async def test_restart_moves_no_exclusive_cpu(
+    running, machine: Machine, tmp_path: Path, checkpoint: bool
+) -> None:
+    first, state, pods, containers = running
+    before = _exclusive(first)
+    assert len(before) == EXCLUSIVE and len(containers) == EXCLUSIVE + SHARED
+    path = tmp_path / "state.json"
+    if checkpoint:
+        path.write_bytes(state.read_bytes())
+    second = _plugin(machine, path)
+    peer = RuntimePeer(pods=pods, containers=containers)
+    async with connected(second, peer):
+        assert _exclusive(second) == before
+        assert len(second.policy.assignments()) == EXCLUSIVE + SHARED
+        moved = [
+            u.container_id
+            for u in peer.applied_updates
+            if u.container_id in before and u.linux.resources.cpu.cpus
+        ]
+        assert moved == []
+        if checkpoint:
+            assert peer.applied_updates == []
+        assert Checkpoint(path).load().body is not None  # rewritten after the restore
