@@ -1,0 +1,127 @@
+"""`nri-topology run` as a real process: launched by the runtime on fd 3 with the bare NRI
+environment, and started externally and stopped with SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.testing.runtime import RuntimePeer
+from tests import machines
+from tests.test_daemon_plugin import ctr, pod
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def short_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        yield Path(tmp)
+
+
+def _args(tmp_path: Path) -> list[str]:
+    sysfs = machines.write_sysfs(tmp_path, machines.SyntheticSpec(nodes=2, cores=4))
+    (tmp_path / "config.yaml").write_text("policy:\n  reserved_resources:\n    cpu: 500m\n")
+    return [
+        "-m",
+        "nri_topology.cli",
+        "run",
+        f"--config={tmp_path / 'config.yaml'}",
+        f"--sysfs={sysfs}",
+        f"--state={tmp_path / 'state.json'}",
+        "--metrics-port=0",
+        "--log-format=json",
+        f"--log-file={tmp_path / 'log.jsonl'}",
+    ]
+
+
+def _log_events(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+
+
+async def test_launched_by_the_runtime_on_fd_3(tmp_path: Path) -> None:
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The runtime gives the plugin only these three variables and the socket as fd 3.
+    env = {"NRI_PLUGIN_NAME": "nri-topology", "NRI_PLUGIN_IDX": "90", "NRI_PLUGIN_SOCKET": "3"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *_args(tmp_path),
+        env=env,
+        cwd=ROOT,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        close_fds=False,  # fd 3 is made in the child, after the parent's descriptors are known
+        preexec_fn=lambda: os.dup2(theirs.fileno(), 3),
+    )
+    theirs.close()
+    peer = RuntimePeer(config="policy:\n  prefer_shared_cpus: false\n")
+    try:
+        try:
+            conn = await asyncio.wait_for(peer.attach(ours), 30)
+        except Exception:
+            await peer.close()
+            _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+            raise AssertionError(stderr.decode() + (tmp_path / "log.jsonl").read_text()) from None
+        assert (conn.name, conn.idx) == ("nri-topology", "90")
+        reply = await peer.create_container(pod(), ctr("a"))
+        assert reply.adjust.linux.resources.cpu.cpus
+    finally:
+        await peer.close()  # the runtime goes away: a launched plugin ends with its socket
+    _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, stderr.decode()
+    events = [e["event"] for e in _log_events(tmp_path)]
+    assert "container created" in events and "shut down" in events
+    assert "policy options applied" in events  # the drop-in config from Configure
+    assert Checkpoint(tmp_path / "state.json").load().body is not None
+
+
+async def test_external_plugin_stops_cleanly_on_sigterm(tmp_path: Path, short_dir: Path) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *_args(tmp_path),
+        f"--socket={sock}",
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        await peer.wait_plugin(timeout=30)
+        await peer.create_container(pod(), ctr("a"))
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0, stderr.decode()
+        await peer.wait_disconnected()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+        await peer.close()
+    body = Checkpoint(tmp_path / "state.json").load().body
+    assert body is not None and "a" in json.dumps(body["policy"])
+
+
+async def test_bad_configuration_exits_2_before_connecting(tmp_path: Path) -> None:
+    args = _args(tmp_path)
+    (tmp_path / "config.yaml").write_text("policy:\n  pin_cpu: maybe\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *args, cwd=ROOT, stderr=asyncio.subprocess.PIPE
+    )
+    _, stderr = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 2
+    log = (tmp_path / "log.jsonl").read_text()
+    assert "policy.pin_cpu" in log and "expected true or false" in log
+    assert stderr == b""
