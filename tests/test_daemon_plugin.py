@@ -214,7 +214,7 @@ async def test_env_exposure_can_be_turned_off(tmp_path: Path) -> None:
 async def test_refused_creation_reaches_the_runtime_with_the_policy_reason(tmp_path: Path) -> None:
     plugin = make_plugin(tmp_path)
     async with connected(plugin) as (peer, _):
-        with pytest.raises(PluginError, match="cannot place default/web/n-x: no room on node0"):
+        with pytest.raises(PluginError, match="nri-topology: no room on node0"):
             await peer.create_container(pod(), ctr("x", refuse="no room on node0"))
         assert "x" not in plugin.policy.cpus
         await peer.create_container(pod(), ctr("y"))  # the plugin stays connected and works
@@ -273,6 +273,7 @@ async def test_cold_start_widening_arrives_through_update_containers(tmp_path: P
         await asyncio.sleep(0.1)
         assert plugin.policy.calls[-1] == "create a"  # the timer starts at StartContainer
         await peer.start_container(p, ctr("a"))
+        await plugin.flush()
         body = Checkpoint(tmp_path / "state.json").load().body
         assert body is not None and "a" in body["cold_starts"]["deadline_ns"]
         async with asyncio.timeout(2):
@@ -283,6 +284,7 @@ async def test_cold_start_widening_arrives_through_update_containers(tmp_path: P
             ("a", "0-1")
         ]
         assert peer.containers["a"].linux.resources.cpu.mems == "0-1"
+        await plugin.flush()
         body = Checkpoint(tmp_path / "state.json").load().body
         assert body is not None and body["cold_starts"]["deadline_ns"] == {}
 
@@ -307,8 +309,10 @@ async def test_checkpoint_follows_every_change(tmp_path: Path) -> None:
         p = pod()
         await peer.create_container(p, ctr("a"))
         await peer.create_container(p, ctr("b"))
+        await plugin.flush()
         assert cp.load().body["policy"] == {"cpus": {"a": 0, "b": 1}}  # type: ignore[index]
         await peer.stop_container(p, ctr("a"))
+        await plugin.flush()
         assert cp.load().body["policy"] == {"cpus": {"b": 1}}  # type: ignore[index]
 
 
@@ -319,6 +323,7 @@ async def test_restart_adopts_checkpointed_placements(tmp_path: Path) -> None:
         for cid in "abc":
             await peer.create_container(p, ctr(cid))
         await peer.stop_container(p, ctr("a"))
+        await first.flush()
         survivors = [peer.containers["b"], peer.containers["c"]]
     # A new process: fresh policy, the runtime reports the containers that still run.
     second = make_plugin(tmp_path)
@@ -359,9 +364,11 @@ async def test_unwritable_state_keeps_serving_and_recovers(tmp_path: Path) -> No
     plugin = TopologyPlugin(ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"))
     async with connected(plugin) as (peer, _):
         await peer.create_container(pod(), ctr("a"))
+        await plugin.flush()
         assert counter(plugin.metrics, "nri_topology_errors_total", reason="checkpoint_write") >= 1
         blocker.unlink()
         await peer.create_container(pod(), ctr("b"))
+        await plugin.flush()
         body = Checkpoint(blocker / "state.json").load().body
         assert body is not None and body["policy"] == {"cpus": {"a": 0, "b": 1}}
 

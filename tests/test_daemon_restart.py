@@ -64,6 +64,7 @@ async def _first_run(machine: Machine, state: Path):
         for pod, ctr in _workload():
             await peer.run_pod_sandbox(pod)
             await peer.create_container(pod, ctr)
+        await plugin.flush()
         return plugin, list(peer.pods.values()), list(peer.containers.values())
 
 
@@ -98,4 +99,5 @@ async def test_restart_moves_no_exclusive_cpu(
         assert moved == []
         if checkpoint:
             assert peer.applied_updates == []
+        await second.flush()
         assert Checkpoint(path).load().body is not None  # rewritten after the restore

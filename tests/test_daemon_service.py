@@ -110,6 +110,7 @@ async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Pat
     assert f'nri_topology_pool_containers{{pool="node0"}} {view.containers:.1f}' in body
     assert 'nri_topology_pool_memory_assigned_bytes{pool="node0",tier="dram"} 1.048576e+06' in body
     assert 'container_id="a"' in body and 'kind="exclusive"' in body
+    await daemon.plugin.flush()  # type: ignore[union-attr]
     state = Checkpoint(tmp_path / "state" / "state.json").load().body
     assert state is not None and state["policy"] == {"cpus": {"a": 0}}
 

@@ -120,7 +120,8 @@ class TopologyPlugin(Plugin):
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
-        self.closing = False
+        self._pending: dict[str, Any] | None = None  # state not yet handed to the writer
+        self._writer: asyncio.Task[None] | None = None
 
     # --- views for metrics and health ----------------------------------------------------------
 
@@ -278,7 +279,6 @@ class TopologyPlugin(Plugin):
 
     async def shutdown(self) -> None:
         """Finish the request in flight, disconnect, write the final checkpoint."""
-        self.closing = True
         async with self._lock:
             if self.stub is not None:
                 await self.stub.stop()
@@ -290,6 +290,7 @@ class TopologyPlugin(Plugin):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        await self.flush()
         self.metrics.registered.set(0)
         _log.info("shut down", checkpoint=str(self.checkpoint.path) if self.checkpoint else None)
 
@@ -314,8 +315,29 @@ class TopologyPlugin(Plugin):
         return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
 
     def _commit(self) -> None:
-        if self.checkpoint is not None and not self.checkpoint.save(self._body()):
-            self.metrics.errors.labels("checkpoint_write").inc()
+        """Checkpoint the state as of now, off the request path.
+
+        The snapshot is taken here, under the lock, so it is consistent; encoding and the fsync'd
+        write run in a thread after the reply has gone out. Changes made while a write is in
+        progress are coalesced into the next one, so the file always ends at the latest state.
+        """
+        if self.checkpoint is None:
+            return
+        self._pending = self._body()
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+
+    async def _write_pending(self) -> None:
+        assert self.checkpoint is not None
+        while self._pending is not None:
+            body, self._pending = self._pending, None
+            if not await asyncio.to_thread(self.checkpoint.save, body):
+                self.metrics.errors.labels("checkpoint_write").inc()
+
+    async def flush(self) -> None:
+        """Wait until the latest state is on disk (or its write has failed)."""
+        while self._writer is not None and not self._writer.done():
+            await asyncio.shield(self._writer)
 
     def _observe(self, operation: str, started: float) -> None:
         self.metrics.decision_latency.labels(operation).observe(time.perf_counter() - started)
@@ -331,7 +353,8 @@ class TopologyPlugin(Plugin):
             self.metrics.errors.labels("policy").inc()
             who = f"{pod.namespace}/{pod.name}/{info.name}"
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
-            raise TtrpcError(Code.UNKNOWN, f"nri-topology: cannot place {who}: {exc}") from exc
+            # The policy's message names the container and says why; the runtime shows it as is.
+            raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
         self._observe(operation, started)
         return decision
 
