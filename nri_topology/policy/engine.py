@@ -1,0 +1,968 @@
+"""The placement engine: accounting of CPUs and memory over the pool tree, grants and releases.
+
+Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
+`finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
+as before. This is the only module that calls the CPU allocator.
+
+Accounting, per pool:
+* `free` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset of a
+  container placed in the pool is this set. Exclusive CPUs leave `free` of every pool holding them
+  (ancestors and descendants of the grant's pool alike) and return on release.
+* `sub_shared` - milli-CPU granted from shared CPUs to containers in the pool's subtree; must stay
+  within `1000 * |free| - reserved cut` of the pool, since all of them run on those CPUs.
+* `sub_users` - shared containers in the subtree; while there is one, the pool keeps a free CPU.
+
+Reserved CPUs: a quantity reservation is exact to the milli-CPU. `ceil(q / 1000)` CPUs are set
+aside; the wholly reserved ones leave every shared set, the last one, when only partly reserved,
+stays shared for its unreserved remainder (750m reserves 750m, and 250m of that CPU is shared
+capacity). Reserved CPUs are never sliced off as exclusive CPUs.
+
+Rules deliberately changed from the reference (topology-aware of nri-plugins):
+* reservations are exact to the milli-CPU (reference issue 632 rounds up to whole CPUs);
+* slicing exclusive CPUs protects, per pool, only as many CPUs as its shared containers need,
+  and considers CPUs of a pool that belong to none of its children (reference 14.10);
+* only containers whose cpuset or memset really changed get an update (reference 14.11);
+* memory that does not fit widens the new container's zone to an ancestor's nodes; other
+  containers are never moved for it (the reference moves lower-priority containers instead);
+* memory of reserved and preserved-memory containers: reserved ones are charged to the root
+  zone; containers that keep their memory pinning are not charged (their nodes are unknown);
+* a CPU node without memory stays a pool and borrows the memory of its closest nodes;
+* `cpu.preserve` containers keep their CPU shares (reference 14.19).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nri_topology.policy import affinity, cpuallocator, numasets, scoring
+from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.options import Options
+from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
+from nri_topology.policy.types import (
+    ColdStart,
+    CpuKind,
+    Decision,
+    Placement,
+    PolicyError,
+    PoolScore,
+    QoS,
+    Request,
+    Update,
+)
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import Machine, MemoryTier
+
+MIN_SHARES = 2
+MAX_SHARES = 262144
+
+_EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
+
+
+def milli_to_shares(milli: int) -> int:
+    """CPU shares for a milli-CPU request, as kubelet computes them (clamped to 2..262144)."""
+    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
+
+
+def memory_size(req: Request) -> int:
+    """Bytes charged for a container: its request, else its limit, else nothing."""
+    if req.memory_request > 0:
+        return req.memory_request
+    return req.memory_limit or 0
+
+
+@dataclass(slots=True)
+class Grant:
+    """What one container holds; `cpus`/`mems` are the pinning last given to the runtime."""
+
+    request: Request
+    pool: int
+    kind: CpuKind
+    exclusive: frozenset[int]
+    isolated: bool  # the exclusive CPUs are kernel-isolated ones
+    shared: int  # milli-CPU charged to the pool's shared capacity (or to the reservation)
+    zone: frozenset[int]  # memory nodes charged
+    memory: int  # bytes charged to `zone`
+    relaxed: bool
+    cold_start: ColdStart | None
+    cpus: frozenset[int] | None = None
+    mems: frozenset[int] | None = None
+    reason: str = ""
+
+    @property
+    def uses_shared(self) -> bool:
+        """Whether the container runs on its pool's shared CPUs."""
+        if self.kind is CpuKind.SHARED or self.kind is CpuKind.MIXED:
+            return True
+        return self.kind is CpuKind.ISOLATED and self.shared > 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """A grant computed but not committed."""
+
+    pool: int
+    kind: CpuKind
+    exclusive: frozenset[int]
+    isolated: bool
+    zone: frozenset[int]
+    relaxed: bool
+    note: str = ""
+
+
+@dataclass(slots=True)
+class _Op:
+    """Pools whose free CPUs changed during one operation, for the update diff."""
+
+    touched: set[int] = field(default_factory=set)
+
+
+class Engine:
+    """Grants and accounting for one machine and one set of options."""
+
+    def __init__(self, machine: Machine, options: Options) -> None:
+        self.machine = machine
+        self.options = options
+        self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
+        self.allowed = self._allowed_cpus()
+        self.isolated = machine.isolated & self.allowed
+        reserved, partial, cut, capacity = self._reserve()
+        self.reserved_all = reserved  # every reserved CPU, the partly reserved one included
+        self.partial = partial  # the partly reserved CPU, if any (stays shared)
+        self.partial_cut = cut  # milli-CPU of `partial` that is reserved
+        self.reserved_capacity = capacity  # milli-CPU
+        self.isolated -= reserved
+        try:
+            self.pools: tuple[Pool, ...] = build_pools(
+                machine, self.allowed, self.isolated, reserved - partial
+            )
+        except ValueError as e:
+            raise PolicyError(str(e)) from None
+        self.by_name = {p.name: p.index for p in self.pools}
+        n = len(self.pools)
+        self._chain = tuple((i, *ancestors(self.pools, i)) for i in range(n))
+        self._subtree = tuple(subtree(self.pools, i) for i in range(n))
+        self._post = tuple(tuple(reversed(s)) for s in self._subtree)
+        self._pools_of_cpu: dict[int, tuple[int, ...]] = {}
+        for p in self.pools:
+            for c in p.cpus:
+                self._pools_of_cpu.setdefault(c, ())
+                self._pools_of_cpu[c] += (p.index,)
+        self._cut = tuple(cut if partial & p.cpus else 0 for p in self.pools)
+        self._numa = tuple(self._numa_measure(p) for p in self.pools)
+        self._core_lowest = {c.id: min(c.threads) for c in machine.cpus.values()}
+
+        self.free: list[frozenset[int]] = [p.sharable for p in self.pools]
+        self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
+        self.sub_shared = [0] * n
+        self.sub_users = [0] * n
+        self.users: list[dict[str, None]] = [{} for _ in range(n)]  # shared users, direct
+        self.taken: frozenset[int] = frozenset()
+        self.reserved_granted = 0
+        self.grants: dict[str, Grant] = {}
+        self.book = MemoryBook(machine)
+
+    # ----------------------------------------------------------------------------------------
+    # Set-up
+
+    def _allowed_cpus(self) -> frozenset[int]:
+        online = self.machine.all_cpus
+        amount = self.options.available_resources
+        if amount is None:
+            return online
+        if amount.milli is not None:
+            raise PolicyError(
+                "available_resources: a CPU quantity cannot say which CPUs to use; give a CPU "
+                "list (cpuset:) or the CPUs to leave out (exclude-cpuset:)"
+            )
+        if amount.cpus is not None:
+            allowed = amount.cpus & online
+        else:
+            allowed = online - (amount.exclude or frozenset())
+        if not allowed:
+            raise PolicyError("available_resources leaves no online CPU to place containers on")
+        return allowed
+
+    def _reserve(self) -> tuple[frozenset[int], frozenset[int], int, int]:
+        """(reserved CPUs, partly reserved CPU, its reserved milli, reserved capacity milli)."""
+        amount = self.options.reserved_resources
+        if amount.cpus is not None or amount.exclude is not None:
+            if amount.cpus is not None:
+                cpus = amount.cpus
+                outside = cpus - self.allowed
+                if outside:
+                    raise PolicyError(
+                        f"reserved_resources: CPUs {cpuset.format(outside)} are not among the "
+                        f"available online CPUs {cpuset.format(self.allowed)}"
+                    )
+            else:
+                cpus = self.allowed - (amount.exclude or frozenset())
+            if cpus == self.allowed:
+                raise PolicyError("reserved_resources reserves every available CPU")
+            return cpus, frozenset(), 0, 1000 * len(cpus)
+        milli = amount.milli or 0
+        if milli < 0:
+            raise PolicyError(f"reserved_resources: negative CPU quantity {milli}m")
+        if milli == 0:
+            return frozenset(), frozenset(), 0, 0
+        count = -(-milli // 1000)
+        pool = self.allowed - self.isolated
+        if count >= len(pool):
+            raise PolicyError(
+                f"reserved_resources: {milli}m needs {count} CPUs but only {len(pool)} "
+                "non-isolated CPUs are available"
+            )
+        try:
+            cpus = cpuallocator.take_cpus(self.machine, pool, count)
+        except cpuallocator.AllocationError as e:
+            raise PolicyError(f"reserved_resources: cannot pick {count} CPUs: {e}") from None
+        rem = milli % 1000
+        if rem == 0:
+            return cpus, frozenset(), 0, milli
+        return cpus, frozenset({max(cpus)}), rem, milli
+
+    def _numa_measure(self, pool: Pool) -> tuple[int, float]:
+        nodes = sorted(pool.cpu_nodes)
+        if not nodes:
+            return (0, 0.0)
+        total = sum(self.machine.distance(a, b) for a in nodes for b in nodes)
+        return (len(nodes), total / (len(nodes) ** 2))
+
+    # ----------------------------------------------------------------------------------------
+    # Accounting helpers
+
+    def capacity(self, p: int) -> int:
+        """Shared milli-CPU the pool's free CPUs hold."""
+        return 1000 * len(self.free[p]) - self._cut[p]
+
+    def allocatable(self, p: int) -> int:
+        """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
+        return min(self.capacity(a) - self.sub_shared[a] for a in self._chain[p])
+
+    def _need_cpus(self, p: int, extra_milli: int = 0, extra_users: int = 0) -> int:
+        """CPUs the pool must keep shared for the containers in its subtree."""
+        milli = self.sub_shared[p] + extra_milli + self._cut[p]
+        need = -(-milli // 1000)
+        if self.sub_users[p] + extra_users > 0:
+            need = max(need, 1)
+        return need
+
+    def capacity_cut(self, p: int) -> int:
+        """Milli-CPU of the pool's CPUs that the reservation holds without removing a CPU."""
+        return self._cut[p]
+
+    def _pin(self, g: Grant) -> frozenset[int] | None:
+        """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
+        if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
+            return None
+        if g.kind is CpuKind.RESERVED:
+            cpus = self.reserved_all
+        elif g.uses_shared:
+            cpus = g.exclusive | self.free[g.pool]
+        else:
+            cpus = g.exclusive
+        if g.request.hide_hyperthreads:
+            cpus = frozenset(c for c in cpus if self._lowest_sibling(c, cpus) == c)
+        return cpus
+
+    def _lowest_sibling(self, cpu: int, within: frozenset[int]) -> int:
+        return min(t for t in self.machine.cpus[cpu].threads if t in within)
+
+    def _mems(self, g: Grant) -> frozenset[int] | None:
+        if not self.options.pin_memory or g.request.memory_preserve:
+            return None
+        return g.zone
+
+    def _shares(self, g: Grant) -> int | None:
+        if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
+            return None
+        return milli_to_shares(g.request.cpu_request)
+
+    # ----------------------------------------------------------------------------------------
+    # Memory
+
+    def _tiers(self, req: Request) -> frozenset[MemoryTier]:
+        tiers = req.memory_tiers & self._tiers_on_machine
+        if not tiers:
+            wanted = ",".join(sorted(req.memory_tiers))
+            have = ",".join(sorted(self._tiers_on_machine))
+            raise PolicyError(
+                f"{_who(req)}: memory tiers {wanted or 'none'} requested, the machine has {have}"
+            )
+        if req.cold_start_ns > 0:
+            tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
+        return tiers
+
+    def _zone(self, p: int, tiers: frozenset[MemoryTier], size: int) -> tuple[frozenset[int], bool]:
+        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full.
+
+        Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it.
+        """
+        first = True
+        last: frozenset[int] = frozenset()
+        for a in self._chain[p]:
+            zone = self.pools[a].nodes_of(tiers)
+            if not zone or zone == last:
+                continue
+            last = zone
+            if self.book.fits(zone, size):
+                return zone, not first
+            first = False
+        if not last:
+            raise LookupError("no memory of the requested tiers")
+        raise LookupError(f"{size} bytes do not fit, {max(self.book.free(last), 0)} bytes free")
+
+    # ----------------------------------------------------------------------------------------
+    # Placing
+
+    def place(
+        self, req: Request, *, hint: int | None = None, keep: frozenset[int] = frozenset()
+    ) -> Decision:
+        """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
+        if req.container_id in self.grants:
+            raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+        self._validate(req)
+        op = _Op()
+        grant, trace = self._choose(req, hint, keep)
+        self._commit(grant, op)
+        return self._decision(grant, trace, self._diff(op, skip=req.container_id))
+
+    def _validate(self, req: Request) -> None:
+        if req.kind in _EXCLUSIVE_KINDS and req.exclusive < 1:
+            raise PolicyError(f"{_who(req)}: kind {req.kind} without exclusive CPUs")
+        if req.exclusive < 0 or req.shared < 0:
+            raise PolicyError(f"{_who(req)}: negative CPU amounts")
+        tpc = self.machine.threads_per_core
+        if self.options.full_pcpus_only and req.kind in _EXCLUSIVE_KINDS and req.exclusive % tpc:
+            raise PolicyError(
+                f"{_who(req)}: full_pcpus_only is on and {req.exclusive} exclusive CPUs is not a "
+                f"multiple of the {tpc} threads per physical core; request a multiple of {tpc}"
+            )
+
+    def _choose(
+        self, req: Request, hint: int | None, keep: frozenset[int]
+    ) -> tuple[Grant, tuple[PoolScore, ...]]:
+        size = memory_size(req) if not req.memory_preserve else 0
+        tiers = self._tiers(req)
+        root = 0
+        if req.kind is CpuKind.PRESERVE:
+            zone, relaxed = self._root_zone(req, tiers, size)
+            g = self._grant(req, root, CpuKind.PRESERVE, frozenset(), False, 0, zone, relaxed, size)
+            g.reason = "CPU pinning preserved; accounted at the root"
+            return g, (PoolScore(self.pools[root].name, (), "chosen"),)
+        if req.kind is CpuKind.RESERVED:
+            free = self.reserved_capacity - self.reserved_granted
+            if self.reserved_all and req.shared <= free:
+                zone, relaxed = self._root_zone(req, tiers, size)
+                g = self._grant(
+                    req, root, CpuKind.RESERVED, frozenset(), False, req.shared, zone, relaxed, size
+                )
+                g.reason = f"reserved CPUs ({req.shared}m of {free}m free reserved capacity)"
+                return g, (PoolScore(self.pools[root].name, (), "chosen"),)
+            why = (
+                "no CPUs are reserved"
+                if not self.reserved_all
+                else f"reserved capacity exhausted ({free}m free, {req.shared}m requested)"
+            )
+            req = replace(req, kind=CpuKind.SHARED)
+            fallback = f"{why}; placed on shared CPUs instead"
+        else:
+            fallback = ""
+
+        uses_exclusive = req.kind in _EXCLUSIVE_KINDS
+        candidates: list[tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool]] = []
+        trace: list[PoolScore] = []
+        weights = self._affinity(req)
+        for p in self.pools:
+            reason = self._unfit(req, p.index, uses_exclusive)
+            if reason is None:
+                try:
+                    zone, relaxed = self._zone(p.index, tiers, size)
+                except LookupError as e:
+                    reason = f"memory: {e}"
+            if reason is not None:
+                trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
+                continue
+            iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
+            n_nodes, dist = self._numa[p.index]
+            alloc = self.allocatable(p.index)
+            cand = scoring.Candidate(
+                pool=p,
+                affinity=weights[p.index],
+                tier_miss=not tiers <= p.tiers,
+                relaxed=relaxed,
+                burst_short=(
+                    req.qos is QoS.BURSTABLE
+                    and req.cpu_limit is not None
+                    and not uses_exclusive
+                    and alloc < req.cpu_limit
+                ),
+                isolated_short=iso_short,
+                numa_nodes=n_nodes,
+                numa_distance=dist,
+                exclusive=uses_exclusive,
+                colocated=len(self.users[p.index]),
+                free_shared=alloc,
+            )
+            candidates.append((scoring.sort_key(cand), cand, zone, relaxed))
+        candidates.sort(key=lambda c: c[0])
+        if hint is not None:
+            candidates.sort(key=lambda c: c[1].pool.index != hint)
+        verdicts: dict[str, str] = {}
+        chosen: tuple[Grant, tuple[object, ...]] | None = None
+        for key, cand, zone, relaxed in candidates:
+            if chosen is not None:
+                verdicts[cand.pool.name] = (
+                    f"lost to {self.pools[chosen[0].pool].name} on "
+                    f"{scoring.losing_criterion(key, chosen[1])}"
+                )
+                continue
+            try:
+                attempt = self._attempt(req, cand.pool.index, zone, relaxed, keep, tiers, size)
+            except _GrantFailed as e:
+                verdicts[cand.pool.name] = f"grant failed: {e}"
+                continue
+            g = self._grant(
+                req,
+                attempt.pool,
+                attempt.kind,
+                attempt.exclusive,
+                attempt.isolated,
+                req.shared,
+                attempt.zone,
+                attempt.relaxed,
+                size,
+            )
+            g.reason = _reason(g, cand.pool.name, fallback, attempt.note)
+            chosen = (g, key)
+            verdicts[cand.pool.name] = "chosen"
+        keys = {c[1].pool.name: c[0] for c in candidates}
+        for name, verdict in verdicts.items():
+            trace.append(PoolScore(name, keys[name], verdict))
+        trace.sort(key=lambda s: self.by_name[s.pool])
+        if chosen is None:
+            raise PolicyError(self._nothing_fits(req, size, tiers, trace))
+        return chosen[0], tuple(trace)
+
+    def _root_zone(
+        self, req: Request, tiers: frozenset[MemoryTier], size: int
+    ) -> tuple[frozenset[int], bool]:
+        try:
+            return self._zone(0, tiers, size)
+        except LookupError as e:
+            raise PolicyError(f"{_who(req)}: memory does not fit at the root: {e}") from None
+
+    def _unfit(self, req: Request, p: int, uses_exclusive: bool) -> str | None:
+        """Why pool p cannot hold the request's CPUs, or None."""
+        pool = self.pools[p]
+        k = req.exclusive if uses_exclusive else 0
+        shared_part = req.shared if req.kind is not CpuKind.EXCLUSIVE else 0
+        new_user = int(
+            req.kind is not CpuKind.EXCLUSIVE
+            and not (req.kind is CpuKind.ISOLATED and req.shared == 0)
+        )
+        if req.kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
+            k = 0  # the exclusive part comes from isolated CPUs
+        elif req.require_isolated:
+            return f"{len(self.free_iso[p])} free isolated CPUs, {req.exclusive} required"
+        if k and len(self.free[p] - self.partial) < k:
+            return f"{len(self.free[p] - self.partial)} CPUs free to slice, {k} needed"
+        for a in self._chain[p]:
+            need = self._need_cpus(a, shared_part, new_user)
+            if len(self.free[a]) - k < need:
+                name = self.pools[a].name
+                if a == p:
+                    return (
+                        f"{self.allocatable(p)}m shared capacity left, {req.shared}m shared and "
+                        f"{k} exclusive CPUs requested"
+                    )
+                return f"ancestor {name} keeps too few shared CPUs"
+        if new_user and not self.free[p]:
+            return "no shared CPU left"
+        if not pool.cpus:
+            return "no CPUs"
+        return None
+
+    def _affinity(self, req: Request) -> list[float]:
+        if not req.affinities:
+            return [0.0] * len(self.pools)
+        others = (g.request for g in self.grants.values())
+        weights = affinity.container_weights(req, others)
+        per_pool: dict[int, float] = {}
+        for cid, w in weights.items():
+            g = self.grants.get(cid)
+            if g is not None:
+                per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
+        return scoring.affinity_scores(self.pools, per_pool)
+
+    def _attempt(
+        self,
+        req: Request,
+        p: int,
+        zone: frozenset[int],
+        relaxed: bool,
+        keep: frozenset[int],
+        tiers: frozenset[MemoryTier],
+        size: int,
+    ) -> _Attempt:
+        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible."""
+        kind = req.kind
+        if kind not in _EXCLUSIVE_KINDS:
+            return _Attempt(p, kind, frozenset(), False, zone, relaxed)
+        k = req.exclusive
+        fpo = self.options.full_pcpus_only
+        note = ""
+        if kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
+            excl = self._take(self.free_iso[p], k, keep, fpo)
+            return _Attempt(p, kind, excl, True, zone, relaxed)
+        if kind is CpuKind.ISOLATED:
+            kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
+            note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
+        sliceable = self._sliceable(p, k, req.shared if kind is CpuKind.MIXED else 0, kind)
+        excl = self._pick(p, sliceable, k, keep, fpo)
+        if kind is CpuKind.EXCLUSIVE:
+            zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
+        return _Attempt(p, kind, excl, False, zone, relaxed, note)
+
+    def _sliceable(self, p: int, k: int, shared_part: int, kind: CpuKind) -> frozenset[int]:
+        """CPUs of pool p that can become exclusive without starving any shared container."""
+        new_user = int(kind is CpuKind.MIXED)
+        protected: dict[int, frozenset[int]] = {}
+        for x in self._post[p]:
+            prot = frozenset().union(*(protected[c] for c in self.pools[x].children))
+            prot |= self.free[x] & self.partial
+            need = self._need_cpus(x, shared_part if x == p else 0, new_user if x == p else 0)
+            if len(self.free[x]) - k < need and len(prot) < need:
+                rest = self.free[x] - prot
+                try:
+                    prot |= cpuallocator.take_cpus(self.machine, rest, need - len(prot))
+                except cpuallocator.AllocationError as e:
+                    raise _GrantFailed(
+                        f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
+                    ) from None
+            protected[x] = prot
+        return self.free[p] - protected[p]
+
+    def _pick(
+        self, p: int, sliceable: frozenset[int], k: int, keep: frozenset[int], fpo: bool
+    ) -> frozenset[int]:
+        opts = self.options
+        pool = self.pools[p]
+        if len(sliceable) < k:
+            raise _GrantFailed(f"{len(sliceable)} CPUs can be sliced, {k} needed")
+        try:
+            kept = keep & sliceable
+            if kept:
+                return self._take(sliceable, k, kept, fpo)
+            if opts.distribute_across_numa:
+                group = max(opts.distribute_min_group, self.machine.threads_per_core if fpo else 1)
+                return cpuallocator.take_distributed(
+                    self.machine, sliceable, k, group_size=group, full_pcpus_only=fpo
+                )
+            if opts.prefer_closest_numa and len(pool.cpu_nodes) > 1:
+                usable = sliceable
+                if fpo:
+                    usable = frozenset(
+                        c for c in sliceable if self.machine.cpus[c].threads <= sliceable
+                    )
+                per_node = {n: len(usable & self.machine.nodes[n].cpus) for n in pool.cpu_nodes}
+                if max(per_node.values()) < k:
+                    nodes = numasets.best_node_set(self.machine, per_node, k)
+                    within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
+                    return cpuallocator.take_cpus(
+                        self.machine, sliceable & within, k, full_pcpus_only=fpo
+                    )
+            return cpuallocator.take_cpus(self.machine, sliceable, k, full_pcpus_only=fpo)
+        except cpuallocator.AllocationError as e:
+            raise _GrantFailed(str(e)) from None
+
+    def _take(
+        self, available: frozenset[int], k: int, keep: frozenset[int], fpo: bool
+    ) -> frozenset[int]:
+        """Take k CPUs, keeping as many of `keep` as possible (resize in place)."""
+        try:
+            kept = keep & available
+            if len(kept) >= k:
+                return cpuallocator.take_cpus(self.machine, kept, k, full_pcpus_only=fpo)
+            more = cpuallocator.take_cpus(
+                self.machine, available - kept, k - len(kept), full_pcpus_only=fpo
+            )
+            return kept | more
+        except cpuallocator.AllocationError as e:
+            raise _GrantFailed(str(e)) from None
+
+    def _narrow_zone(
+        self,
+        excl: frozenset[int],
+        zone: frozenset[int],
+        relaxed: bool,
+        tiers: frozenset[MemoryTier],
+        size: int,
+    ) -> tuple[frozenset[int], bool]:
+        """Memory of only the nodes the exclusive CPUs sit on (and their memory-only nodes)."""
+        if relaxed:
+            return zone, relaxed
+        nodes = {self.machine.cpus[c].node for c in excl} - {-1}
+        leaves = [
+            p
+            for p in self.pools
+            if not p.children and p.cpu_nodes and p.cpu_nodes <= nodes and p.cpus & excl
+        ]
+        narrow = frozenset().union(*(p.nodes_of(tiers) for p in leaves)) & zone
+        if narrow and narrow != zone and self.book.fits(narrow, size):
+            return narrow, False
+        return zone, relaxed
+
+    def _grant(
+        self,
+        req: Request,
+        p: int,
+        kind: CpuKind,
+        exclusive: frozenset[int],
+        isolated: bool,
+        shared: int,
+        zone: frozenset[int],
+        relaxed: bool,
+        size: int,
+    ) -> Grant:
+        cold: ColdStart | None = None
+        if req.cold_start_ns > 0 and zone:
+            dram = frozenset(n for n in zone if self.machine.nodes[n].tier is MemoryTier.DRAM)
+            if dram and zone - dram:
+                cold = ColdStart(delay_ns=req.cold_start_ns, then_mems=zone)
+        if kind is CpuKind.EXCLUSIVE or (kind is CpuKind.ISOLATED and not req.shared):
+            shared = 0
+        return Grant(
+            request=req,
+            pool=p,
+            kind=kind,
+            exclusive=exclusive,
+            isolated=isolated,
+            shared=shared,
+            zone=zone,
+            memory=size if zone else 0,
+            relaxed=relaxed,
+            cold_start=cold,
+        )
+
+    def _commit(self, g: Grant, op: _Op) -> None:
+        """Apply a grant to the accounting and pin it; the grant must have been checked."""
+        cid = g.request.container_id
+        if g.exclusive:
+            self.taken |= g.exclusive
+            for x in self._pools_touching(g.exclusive):
+                if g.isolated:
+                    self.free_iso[x] -= g.exclusive
+                else:
+                    self.free[x] -= g.exclusive
+                    op.touched.add(x)
+        if g.kind is CpuKind.RESERVED:
+            self.reserved_granted += g.shared
+        elif g.uses_shared:
+            for a in self._chain[g.pool]:
+                self.sub_shared[a] += g.shared
+                self.sub_users[a] += 1
+            self.users[g.pool][cid] = None
+        self.book.charge(g.zone, g.memory)
+        self.grants[cid] = g
+        g.cpus = self._pin(g)
+        mems = self._mems(g)
+        if mems is not None and g.cold_start is not None:
+            mems = mems - frozenset(
+                n for n in mems if self.machine.nodes[n].tier is MemoryTier.DRAM
+            )
+        g.mems = mems
+
+    def _uncommit(self, g: Grant, op: _Op) -> None:
+        cid = g.request.container_id
+        del self.grants[cid]
+        if g.exclusive:
+            self.taken -= g.exclusive
+            for x in self._pools_touching(g.exclusive):
+                pool = self.pools[x]
+                if g.isolated:
+                    self.free_iso[x] |= g.exclusive & pool.isolated
+                else:
+                    self.free[x] |= g.exclusive & pool.sharable
+                    op.touched.add(x)
+        if g.kind is CpuKind.RESERVED:
+            self.reserved_granted -= g.shared
+        elif g.uses_shared:
+            for a in self._chain[g.pool]:
+                self.sub_shared[a] -= g.shared
+                self.sub_users[a] -= 1
+            del self.users[g.pool][cid]
+        self.book.refund(g.zone, g.memory)
+
+    def _pools_touching(self, cpus: Iterable[int]) -> list[int]:
+        seen: set[int] = set()
+        for c in cpus:
+            seen.update(self._pools_of_cpu.get(c, ()))
+        return sorted(seen)
+
+    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
+        """Updates for shared containers in touched pools whose cpuset really changed."""
+        updates: list[Update] = []
+        for x in sorted(op.touched):
+            for cid in self.users[x]:
+                if cid == skip:
+                    continue
+                g = self.grants[cid]
+                cpus = self._pin(g)
+                if cpus != g.cpus:
+                    g.cpus = cpus
+                    updates.append(Update(cid, Placement(cpus=cpus, mems=None)))
+        updates.sort(key=lambda u: u.container_id)
+        return tuple(updates)
+
+    def _decision(
+        self, g: Grant, trace: tuple[PoolScore, ...], updates: tuple[Update, ...]
+    ) -> Decision:
+        return Decision(
+            container_id=g.request.container_id,
+            pool=self.pools[g.pool].name,
+            kind=g.kind,
+            placement=self.placement(g),
+            exclusive=g.exclusive,
+            memory_tiers=frozenset(self.machine.nodes[n].tier for n in g.zone),
+            updates=updates,
+            reason=g.reason,
+            trace=trace,
+            memory_relaxed=g.relaxed,
+            cold_start=g.cold_start,
+        )
+
+    def placement(self, g: Grant) -> Placement:
+        return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
+
+    def _nothing_fits(
+        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
+    ) -> str:
+        best_shared = max(range(len(self.pools)), key=lambda p: (self.allocatable(p), -p))
+        best_slice = max(
+            range(len(self.pools)), key=lambda p: (len(self.free[p] - self.partial), -p)
+        )
+        root_zone = self.pools[0].nodes_of(tiers)
+        wanted = f"{req.kind}"
+        if req.exclusive:
+            wanted += f" {req.exclusive} exclusive CPUs"
+        if req.shared or req.kind is CpuKind.SHARED:
+            wanted += f" + {req.shared}m shared"
+        if size:
+            wanted += f", {size} bytes of {','.join(sorted(tiers))} memory"
+        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
+        return (
+            f"{_who(req)}: no pool can hold {wanted}. Largest free: "
+            f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
+            f"{len(self.free[best_slice] - self.partial)} CPUs to slice in "
+            f"{self.pools[best_slice].name}, {max(self.book.free(root_zone), 0)} bytes of "
+            f"memory. ({why})"
+        )
+
+    # ----------------------------------------------------------------------------------------
+    # Releasing, resizing, cold start, adopting
+
+    def release(self, container_id: str) -> tuple[Update, ...]:
+        g = self.grants.get(container_id)
+        if g is None:
+            return ()
+        op = _Op()
+        self._uncommit(g, op)
+        return self._diff(op)
+
+    def resize(self, req: Request) -> Decision:
+        """Re-place a running container with a new request: in its pool when it fits."""
+        cid = req.container_id
+        old = self.grants.get(cid)
+        if old is None:
+            return self.place(req)
+        if _same_amounts(old.request, req):
+            old.request = req
+            return self._decision(old, (), ())
+        self._validate(req)
+        op = _Op()
+        self._uncommit(old, op)
+        try:
+            g, trace = self._choose(req, old.pool, old.exclusive)
+        except PolicyError:
+            self._commit(old, _Op())
+            raise
+        self._commit(g, op)
+        moved = g.pool != old.pool or not (
+            old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
+        )
+        g.reason = ("moved: " if moved else "resized in place: ") + g.reason
+        return self._decision(g, trace, self._diff(op, skip=cid))
+
+    def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
+        g = self.grants.get(container_id)
+        if g is None or g.cold_start is None:
+            return ()
+        then = g.cold_start.then_mems
+        g.cold_start = None
+        if g.mems is None or g.mems == then:
+            return ()
+        g.mems = then
+        return (Update(container_id, Placement(cpus=None, mems=then)),)
+
+    def adopt(
+        self,
+        req: Request,
+        pool: int,
+        exclusive: frozenset[int],
+        isolated: bool,
+        zone: frozenset[int] | None,
+        cpus: frozenset[int] | None,
+        mems: frozenset[int] | None,
+    ) -> Grant:
+        """Take over an existing placement verbatim; PolicyError when it is inconsistent.
+
+        `cpus`/`mems` are what the runtime reports the container runs on now, so that a later
+        diff tells whether it needs an update.
+        """
+        if req.container_id in self.grants:
+            raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+        self._validate(req)
+        kind = req.kind
+        if kind is CpuKind.ISOLATED and not isolated:
+            kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
+        pool_cpus = self.free_iso[pool] if isolated else self.free[pool] - self.partial
+        if kind in _EXCLUSIVE_KINDS:
+            if len(exclusive) != req.exclusive:
+                raise PolicyError(
+                    f"holds {len(exclusive)} exclusive CPUs, the request asks for {req.exclusive}"
+                )
+            if not exclusive <= pool_cpus:
+                raise PolicyError(
+                    f"CPUs {cpuset.format(exclusive - pool_cpus)} are not free in "
+                    f"{self.pools[pool].name}"
+                )
+            if self.options.full_pcpus_only and any(
+                not self.machine.cpus[c].threads <= exclusive for c in exclusive
+            ):
+                raise PolicyError("full_pcpus_only is on and the CPUs split a physical core")
+        elif exclusive:
+            raise PolicyError(f"kind {kind} holds no exclusive CPUs")
+        size = memory_size(req) if not req.memory_preserve else 0
+        tiers = self._tiers(req)
+        if zone is None or not zone:
+            try:
+                zone, relaxed = self._zone(pool, tiers, size)
+            except LookupError as e:
+                raise PolicyError(f"memory: {e}") from None
+        else:
+            unknown = zone - frozenset(self.machine.nodes)
+            if unknown:
+                raise PolicyError(f"unknown memory nodes {cpuset.format(unknown)}")
+            if not self.book.fits(zone, size):
+                raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
+            relaxed = False
+        if req.memory_preserve:
+            zone = frozenset()
+        shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
+        g = self._grant(req, pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+        self._check_fits(g)
+        g.reason = "adopted as found"
+        self._commit(g, _Op())
+        g.cpus, g.mems = cpus, mems
+        return g
+
+    def _check_fits(self, g: Grant) -> None:
+        """Whether a grant given from outside (adoption) keeps the accounting valid."""
+        if g.kind is CpuKind.RESERVED:
+            if g.shared > self.reserved_capacity - self.reserved_granted:
+                raise PolicyError("reserved capacity exhausted")
+            return
+        k = 0 if g.isolated else len(g.exclusive)
+        extra = g.shared if g.uses_shared else 0
+        users = int(g.uses_shared)
+        for x in self._pools_touching(g.exclusive) if k else ():
+            if x in self._chain[g.pool]:
+                continue
+            if len(self.free[x] - g.exclusive) < self._need_cpus(x):
+                raise PolicyError(f"would starve the shared containers of {self.pools[x].name}")
+        for a in self._chain[g.pool]:
+            if len(self.free[a]) - k < self._need_cpus(a, extra, users):
+                raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
+
+    def decision_of(self, container_id: str) -> Decision:
+        """The current placement of a container as a decision without trace or updates."""
+        return self._decision(self.grants[container_id], (), ())
+
+    def refresh(self) -> tuple[Update, ...]:
+        """Updates for every container whose pinning differs from what the accounting says."""
+        updates: list[Update] = []
+        for cid in sorted(self.grants):
+            g = self.grants[cid]
+            cpus = self._pin(g)
+            mems = self._mems(g)
+            if mems is not None and g.cold_start is not None:
+                mems = mems - frozenset(
+                    n for n in mems if self.machine.nodes[n].tier is MemoryTier.DRAM
+                )
+            changed_cpus = cpus is not None and cpus != g.cpus
+            changed_mems = mems is not None and mems != g.mems
+            g.cpus, g.mems = cpus, mems
+            if changed_cpus or changed_mems:
+                updates.append(
+                    Update(
+                        cid,
+                        Placement(
+                            cpus=cpus if changed_cpus else None,
+                            mems=mems if changed_mems else None,
+                        ),
+                    )
+                )
+        return tuple(updates)
+
+
+class _GrantFailed(Exception):
+    """A pool that looked feasible could not produce the grant; the next pool is tried."""
+
+
+def _who(req: Request) -> str:
+    return f"{req.namespace}/{req.pod_name}/{req.name}"
+
+
+def _same_amounts(a: Request, b: Request) -> bool:
+    return (
+        a.kind == b.kind
+        and a.exclusive == b.exclusive
+        and a.shared == b.shared
+        and a.cpu_limit == b.cpu_limit
+        and memory_size(a) == memory_size(b)
+        and a.memory_tiers == b.memory_tiers
+    )
+
+
+def _reason(g: Grant, pool: str, fallback: str, note: str) -> str:
+    parts = [f"{g.kind} CPUs in {pool}"]
+    if fallback:
+        parts.append(fallback)
+    if note:
+        parts.append(note)
+    if g.relaxed:
+        parts.append("memory widened beyond the pool because it ran out")
+    return "; ".join(parts)
+
+
+SNAPSHOT_VERSION = 1
+
+
+def snapshot(engine: Engine) -> dict[str, Any]:
+    """JSON-able state: per container its pool, kind, CPUs and memory zone (versioned)."""
+    out: dict[str, Any] = {}
+    for cid in sorted(engine.grants):
+        g = engine.grants[cid]
+        out[cid] = {
+            "pool": engine.pools[g.pool].name,
+            "kind": str(g.kind),
+            "exclusive": cpuset.format(g.exclusive),
+            "isolated": g.isolated,
+            "shared": g.shared,
+            "zone": cpuset.format(g.zone),
+            "memory": g.memory,
+            "cold_start": g.cold_start is not None,
+        }
+    return {"version": SNAPSHOT_VERSION, "containers": out}

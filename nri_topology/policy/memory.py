@@ -1,0 +1,68 @@
+"""Memory accounting by zone: a zone is the set of NUMA nodes a container may allocate from.
+
+The kernel cannot cap memory per node, only per container, so a container's memory is charged to
+its whole zone. A set of grants fits when, for every zone Z in use, the grants whose zones lie
+inside Z need no more than Z's capacity: what is pinned to Z can only live in Z. Zones in use are
+few (pools times tier combinations), so checking every zone that contains a new one is cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from nri_topology.topology.model import Machine
+
+
+class MemoryBook:
+    """Bytes charged per zone, with the capacity check above."""
+
+    __slots__ = ("_capacity", "_charged", "_node_memory")
+
+    def __init__(self, machine: Machine) -> None:
+        self._node_memory: Mapping[int, int] = {n.id: n.memory for n in machine.nodes.values()}
+        self._charged: dict[frozenset[int], int] = {}  # zone -> bytes charged to exactly it
+        self._capacity: dict[frozenset[int], int] = {}
+
+    def capacity(self, zone: frozenset[int]) -> int:
+        cap = self._capacity.get(zone)
+        if cap is None:
+            cap = sum(self._node_memory.get(n, 0) for n in zone)
+            self._capacity[zone] = cap
+        return cap
+
+    def used(self, zone: frozenset[int]) -> int:
+        """Bytes charged to zones inside `zone` (what must live in it)."""
+        return sum(b for z, b in self._charged.items() if z <= zone)
+
+    def free(self, zone: frozenset[int]) -> int:
+        return self.capacity(zone) - self.used(zone)
+
+    def fits(self, zone: frozenset[int], size: int) -> bool:
+        """Whether charging `size` more bytes to `zone` keeps every zone within its capacity."""
+        if size <= 0:
+            return True
+        if self.used(zone) + size > self.capacity(zone):
+            return False
+        for other in self._charged:
+            if other != zone and zone < other and self.used(other) + size > self.capacity(other):
+                return False
+        return True
+
+    def charge(self, zone: frozenset[int], size: int) -> None:
+        if size > 0:
+            self._charged[zone] = self._charged.get(zone, 0) + size
+
+    def refund(self, zone: frozenset[int], size: int) -> None:
+        if size <= 0:
+            return
+        left = self._charged.get(zone, 0) - size
+        if left < 0:
+            raise ValueError(f"refund of {size} bytes exceeds the charge of zone {sorted(zone)}")
+        if left:
+            self._charged[zone] = left
+        else:
+            del self._charged[zone]
+
+    def zones(self) -> Mapping[frozenset[int], int]:
+        """Bytes charged per zone (a copy)."""
+        return dict(self._charged)

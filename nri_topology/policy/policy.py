@@ -1,0 +1,201 @@
+"""The policy facade the daemon, `simulate` and the benchmarks drive.
+
+It turns pod and container data into requests (`request.build_request`) and hands them to the
+engine, which keeps all accounting. Every call either succeeds or raises `PolicyError` with the
+state exactly as before. See `engine` for accounting and grant rules, `scoring` for the pool sort
+key, `pools` for the tree and `restore` for adoption after a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from nri_topology.policy import restore as restoring
+from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.options import Options
+from nri_topology.policy.request import build_request
+from nri_topology.policy.types import (
+    ContainerInfo,
+    Decision,
+    PodInfo,
+    PolicyError,
+    Resources,
+    Update,
+)
+from nri_topology.policy.views import Assignment, PoolView, RestoreReport, TierMemory
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import Machine, MemoryTier
+
+
+class Policy:
+    """Placement of containers on one machine under one set of options."""
+
+    def __init__(self, machine: Machine, options: Options) -> None:
+        self._machine = machine
+        self._options = options
+        self._engine = Engine(machine, options)
+        self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+
+    @property
+    def options(self) -> Options:
+        return self._options
+
+    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision:
+        """Place a new container; the decision carries updates for the others that changed."""
+        req = build_request(pod, container, self._options, machine=self._machine)
+        decision = self._engine.place(req)
+        self._infos[container.id] = (pod, container)
+        return decision
+
+    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
+        """New resources for a running container: in place when they fit, else moved."""
+        req = build_request(
+            pod, container, self._options, machine=self._machine, resources=resources
+        )
+        decision = self._engine.resize(req)
+        self._infos[container.id] = (pod, replace(container, resources=resources))
+        return decision
+
+    def release(self, container_id: str) -> tuple[Update, ...]:
+        """Free what a stopped or removed container held; unknown ids are ignored."""
+        self._infos.pop(container_id, None)
+        return self._engine.release(container_id)
+
+    def restore(
+        self,
+        pods: Sequence[PodInfo],
+        containers: Sequence[ContainerInfo],
+        saved: Mapping[str, Any] | None = None,
+    ) -> RestoreReport:
+        """Replace the state with the running containers, adopting their placements."""
+        engine = Engine(self._machine, self._options)
+        found, failed, infos = self._found(pods, containers, self._options)
+        report = restoring.restore(engine, found, saved)
+        self._engine = engine
+        self._infos = {cid: infos[cid] for cid in engine.grants}
+        return replace(report, failed={**failed, **report.failed})
+
+    def _found(
+        self, pods: Sequence[PodInfo], containers: Sequence[ContainerInfo], options: Options
+    ) -> tuple[list[restoring.Found], dict[str, str], dict[str, tuple[PodInfo, ContainerInfo]]]:
+        by_id = {p.id: p for p in pods}
+        found: list[restoring.Found] = []
+        failed: dict[str, str] = {}
+        infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+        for c in sorted(containers, key=lambda c: c.id):
+            pod = by_id.get(c.pod_id)
+            if pod is None:
+                failed[c.id] = f"container {c.id} belongs to unknown pod {c.pod_id}"
+                continue
+            try:
+                req = build_request(pod, c, options, machine=self._machine)
+                cpus = cpuset.parse(c.resources.cpuset_cpus) or None
+                mems = cpuset.parse(c.resources.cpuset_mems) or None
+            except (PolicyError, ValueError) as e:
+                failed[c.id] = str(e)
+                continue
+            found.append(restoring.Found(req, cpus, mems))
+            infos[c.id] = (pod, c)
+        return found, failed, infos
+
+    def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
+        """Widen a cold-started container's memory to DRAM; the update is for itself."""
+        return self._engine.finish_cold_start(container_id)
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able state for the checkpoint, to be given back to `restore`."""
+        return snapshot(self._engine)
+
+    def reconfigure(self, options: Options) -> tuple[Update, ...]:
+        """Switch options, keeping every placement that is still valid under the new ones.
+
+        Raises PolicyError, keeping the old options and state, when a container cannot be
+        placed under the new options.
+        """
+        engine = Engine(self._machine, options)
+        old = self._engine
+        pods = [pod for pod, _ in self._infos.values()]
+        containers = []
+        for cid, (_, ctr) in self._infos.items():
+            g = old.grants[cid]
+            current = replace(
+                ctr.resources,
+                cpuset_cpus=cpuset.format(g.cpus) if g.cpus is not None else "",
+                cpuset_mems=cpuset.format(g.mems) if g.mems is not None else "",
+            )
+            containers.append(replace(ctr, resources=current))
+        found, failed, _ = self._found(pods, containers, options)
+        report = restoring.restore(engine, found, snapshot(old))
+        failed.update(report.failed)
+        if failed:
+            lines = "; ".join(f"{cid}: {why}" for cid, why in sorted(failed.items()))
+            raise PolicyError(f"new options cannot hold every container: {lines}")
+        self._engine = engine
+        self._options = options
+        self._infos = {cid: self._infos[cid] for cid in engine.grants}
+        return report.updates
+
+    def assignments(self) -> Mapping[str, Assignment]:
+        e = self._engine
+        out: dict[str, Assignment] = {}
+        for cid in sorted(e.grants):
+            g = e.grants[cid]
+            r = g.request
+            out[cid] = Assignment(
+                container_id=cid,
+                pod_id=r.pod_id,
+                pod_name=r.pod_name,
+                name=r.name,
+                namespace=r.namespace,
+                qos=r.qos,
+                pool=e.pools[g.pool].name,
+                kind=g.kind,
+                cpus=g.cpus,
+                mems=g.mems,
+                exclusive=g.exclusive,
+                shared=g.shared,
+                memory=g.memory,
+                memory_nodes=g.zone,
+                memory_relaxed=g.relaxed,
+            )
+        return out
+
+    def pools(self) -> Sequence[PoolView]:
+        e = self._engine
+        placed = [0] * len(e.pools)
+        for g in e.grants.values():
+            placed[g.pool] += 1
+        zones = e.book.zones()
+        views: list[PoolView] = []
+        for p in e.pools:
+            memory: dict[MemoryTier, TierMemory] = {}
+            for tier, nodes in p.mems.items():
+                cap = e.book.capacity(nodes)
+                assigned = 0
+                for zone, charged in zones.items():
+                    if zone <= p.nodes and zone & nodes:
+                        assigned += (
+                            charged * e.book.capacity(zone & nodes) // max(e.book.capacity(zone), 1)
+                        )
+                memory[tier] = TierMemory(cap, assigned, cap - assigned, nodes)
+            views.append(
+                PoolView(
+                    name=p.name,
+                    kind=p.kind,
+                    depth=p.depth,
+                    parent=e.pools[p.parent].name if p.parent is not None else None,
+                    cpus=p.cpus,
+                    isolated=p.isolated,
+                    reserved=e.reserved_all & p.cpus,
+                    shared=e.free[p.index],
+                    capacity_milli=1000 * len(p.sharable) - e.capacity_cut(p.index),
+                    assigned_milli=e.sub_shared[p.index],
+                    free_milli=e.allocatable(p.index),
+                    containers=placed[p.index],
+                    memory=memory,
+                    nodes=p.nodes,
+                )
+            )
+        return tuple(views)

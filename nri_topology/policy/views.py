@@ -1,0 +1,69 @@
+"""Read-only views of the policy state for the daemon, metrics, `simulate` and `explain`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from nri_topology.policy.types import CpuKind, Decision, QoS, Update
+from nri_topology.topology.model import MemoryTier
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """What one container holds."""
+
+    container_id: str
+    pod_id: str
+    pod_name: str
+    name: str
+    namespace: str
+    qos: QoS
+    pool: str
+    kind: CpuKind
+    cpus: frozenset[int] | None  # the cpuset it is pinned to (None: pinning left alone)
+    mems: frozenset[int] | None
+    exclusive: frozenset[int]
+    shared: int  # milli-CPU from shared (or reserved) CPUs
+    memory: int  # bytes charged
+    memory_nodes: frozenset[int]  # the zone charged
+    memory_relaxed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TierMemory:
+    """Memory of one tier in a pool; `assigned` splits zones over tiers by capacity."""
+
+    capacity: int
+    assigned: int
+    free: int
+    nodes: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    name: str
+    kind: str
+    depth: int
+    parent: str | None
+    cpus: frozenset[int]
+    isolated: frozenset[int]
+    reserved: frozenset[int]
+    shared: frozenset[int]  # free sharable CPUs: the cpuset of shared containers placed here
+    capacity_milli: int  # shared capacity with no exclusive grants
+    assigned_milli: int  # shared milli-CPU granted in the pool's subtree
+    free_milli: int  # still grantable from shared CPUs
+    containers: int  # containers placed in this pool
+    memory: Mapping[MemoryTier, TierMemory]
+    nodes: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreReport:
+    """What a restore did with each container the runtime reported."""
+
+    adopted: tuple[str, ...] = ()
+    replaced: Mapping[str, str] = field(default_factory=dict)  # id -> why it was re-placed
+    failed: Mapping[str, str] = field(default_factory=dict)  # id -> why it could not be placed
+    updates: tuple[Update, ...] = ()  # containers whose pinning must change
+    decisions: Mapping[str, Decision] = field(default_factory=dict)
