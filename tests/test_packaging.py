@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 from nri_topology.cli import build_parser
+from nri_topology.config.load import parse_config
+from nri_topology.config.schema import Config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"
@@ -343,3 +345,16 @@ def test_host_install_arguments_are_accepted_by_run() -> None:
     launcher = (PACKAGING / "nri" / "90-nri-topology").read_text().splitlines()
     words = shlex.split(" ".join(x.rstrip("\\") for x in launcher if not x.startswith("#")))
     assert _run_args(words[4:]).log_file == Path("/var/log/nri-topology.log")
+
+
+def test_shipped_configurations_are_valid() -> None:
+    configs = {
+        "daemonset": _by_kind(_static_docs())["ConfigMap"]["data"]["config.yaml"],
+        "chart": _by_kind(render_chart())["ConfigMap"]["data"]["config.yaml"],
+        "nri drop-in": (PACKAGING / "nri" / "90-nri-topology.conf").read_text(),
+    }
+    for source, text in configs.items():
+        assert parse_config(text, source) == Config()
+    chart = render_chart({"config": {"policy": {"reserved_resources": {"cpu": "2"}}}})
+    text = _by_kind(chart)["ConfigMap"]["data"]["config.yaml"]
+    assert parse_config(text, "chart").to_options().reserved_resources.milli == 2000
