@@ -449,3 +449,41 @@ def test_backoff_doubles_caps_and_jitters() -> None:
     s = Stub(Plugin(), "p", "10", environ={}, backoff_initial=1, backoff_max=8, jitter=lambda: 0.0)
     assert s.backoff(2) == 2.0
     assert s.socket_path == "/var/run/nri/nri.sock" and not s.launched
+
+
+async def test_update_containers_inside_a_handler_deadlocks_like_containerd() -> None:
+    class Impatient(Plugin):
+        stub: Stub | None = None
+
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            assert self.stub is not None
+            await self.stub.update_containers([cpus_update("ctr9", "1")])
+            return None, []
+
+    plugin = Impatient()
+    peer = RuntimePeer(request_timeout=0.2, containers=[ctr(9)])
+    async with connected(plugin, peer, backoff_initial=5) as (peer, s):
+        plugin.stub = s
+        with pytest.raises(PluginError, match="DEADLINE_EXCEEDED"):
+            await peer.create_container(pod(), ctr(0))
+
+
+async def test_on_connect_may_update_containers() -> None:
+    done: list[str] = []
+    holder: list[Stub] = []
+
+    async def push() -> None:
+        await holder[0].update_containers([cpus_update("ctr9", "7")])
+        done.append("updated")
+
+    class Capturing(Stub):
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            super().__init__(*args, **kwargs, on_connect=push)
+            holder.append(self)
+
+    peer = RuntimePeer(containers=[ctr(9)])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("nri_topology.testing.harness.Stub", Capturing)
+        async with connected(Recorder(), peer) as (peer, _):
+            await _until(lambda: done)
+            assert peer.containers["ctr9"].linux.resources.cpu.cpus == "7"

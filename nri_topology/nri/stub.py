@@ -23,7 +23,7 @@ import os
 import random
 import re
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -267,6 +267,7 @@ class Stub:
         self._session: _Session | None = None
         self._stopping = asyncio.Event()
         self._ready_changed = asyncio.Condition()
+        self._tasks: set[asyncio.Task[None]] = set()
         self.connections = 0
         """How many connections reached registration; a reconnect shows as an increment."""
 
@@ -290,6 +291,15 @@ class Stub:
     async def _notify_ready(self) -> None:
         async with self._ready_changed:
             self._ready_changed.notify_all()
+
+    async def _became_ready(self) -> None:
+        await self._notify_ready()
+        await _call_hook(self.on_connect)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def backoff(self, attempt: int) -> float:
         """Delay before reconnect attempt `attempt` (0-based): doubling, capped, half jittered."""
@@ -475,8 +485,8 @@ class _PluginService:
         if not self.session.ready:
             self.session.ready = True
             log.info("synchronized", pods=len(pods), containers=len(containers))
-            await self.stub._notify_ready()
-            await _call_hook(self.stub.on_connect)
+            # after the reply: a hook calling update_containers must not hold up Synchronize
+            self.stub._spawn(self.stub._became_ready())
         return reply
 
     async def state_change(self, payload: bytes, ctx: CallContext) -> bytes:

@@ -218,8 +218,9 @@ class PluginConnection:
 
     async def _update_containers(self, payload: bytes, ctx: CallContext) -> bytes:
         req = api_pb2.UpdateContainersRequest.FromString(payload)
-        self.peer.unsolicited_updates.extend(req.update)
-        failed = self.peer._apply_updates(req.update)
+        async with self.peer.lock:
+            self.peer.unsolicited_updates.extend(req.update)
+            failed = self.peer._apply_updates(req.update)
         if failed:
             raise TtrpcError(Code.UNKNOWN, "NRI update of some containers failed")
         return b""
@@ -234,13 +235,13 @@ class PluginConnection:
             await self._wait_registered()
             await self._configure()
             self._configured.set()
-            updates = await self._synchronize()
+            async with peer.lock:
+                peer._apply_updates(await self._synchronize())
         except PluginError as exc:
             await self.close(str(exc))
             raise
         finally:
             self._configured.set()
-        peer._apply_updates(updates)
         self.active = True
 
     async def _wait_registered(self) -> None:
@@ -411,6 +412,9 @@ class RuntimePeer:
         self.plugin: PluginConnection | None = None
         self._changed = asyncio.Condition()
         self._accept_lock = asyncio.Lock()
+        self.lock = asyncio.Lock()
+        """Held while relaying an event or synchronizing, and taken by UpdateContainers: a plugin
+        that waits for UpdateContainers inside a handler deadlocks here as on a real node."""
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -498,6 +502,13 @@ class RuntimePeer:
 
     # -- events ------------------------------------------------------------------------------
 
+    async def _relay(
+        self, conn: PluginConnection, method: str, req: Message, response: type[Message]
+    ) -> Any:
+        """One event call, holding the lock that UpdateContainers also needs (as containerd)."""
+        async with self.lock:
+            return await conn.call(method, req, response)
+
     def _target(self, event: int) -> PluginConnection | None:
         conn = self.plugin
         if conn is None or not conn.active or not conn.events & event_bit(event):
@@ -514,7 +525,7 @@ class RuntimePeer:
         fallback = event in STATE_CHANGE_EVENTS
         if not (fallback and conn.state_change_only):
             try:
-                return await conn.call(method, req, response)
+                return await self._relay(conn, method, req, response)
             except PluginError as exc:
                 cause = exc.__cause__
                 if not (
@@ -528,7 +539,7 @@ class RuntimePeer:
         change.pod.CopyFrom(any_req.pod)
         if STATE_CHANGE_EVENTS[event][1]:
             change.container.CopyFrom(any_req.container)
-        await conn.call("StateChange", change, api_pb2.Empty)
+        await self._relay(conn, "StateChange", change, api_pb2.Empty)
         return response()
 
     async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
@@ -583,7 +594,7 @@ class RuntimePeer:
         conn = self._target(api_pb2.CREATE_CONTAINER)
         if conn is not None:
             req = api_pb2.CreateContainerRequest(pod=pod, container=ctr)
-            reply = await conn.call("CreateContainer", req, api_pb2.CreateContainerResponse)
+            reply = await self._relay(conn, "CreateContainer", req, api_pb2.CreateContainerResponse)
             if any(u.container_id == ctr.id for u in reply.update):
                 raise PluginError(f'plugin asked update of "{ctr.id}" during creation')
             created.annotations.update(reply.adjust.annotations)
@@ -647,7 +658,7 @@ class RuntimePeer:
         conn = self._target(api_pb2.UPDATE_CONTAINER)
         if conn is not None:
             req = api_pb2.UpdateContainerRequest(pod=pod, container=ctr, linux_resources=resources)
-            reply = await conn.call("UpdateContainer", req, api_pb2.UpdateContainerResponse)
+            reply = await self._relay(conn, "UpdateContainer", req, api_pb2.UpdateContainerResponse)
             for update in reply.update:
                 if update.container_id == ctr.id:
                     effective.MergeFrom(update.linux.resources)
@@ -674,7 +685,7 @@ class RuntimePeer:
         conn = self._target(api_pb2.STOP_CONTAINER)
         if conn is not None:
             req = api_pb2.StopContainerRequest(pod=pod, container=ctr)
-            reply = await conn.call("StopContainer", req, api_pb2.StopContainerResponse)
+            reply = await self._relay(conn, "StopContainer", req, api_pb2.StopContainerResponse)
             self._apply_updates(reply.update)
         return reply
 
@@ -695,6 +706,6 @@ class RuntimePeer:
         conn = self._target(api_pb2.VALIDATE_CONTAINER_ADJUSTMENT)
         if conn is None:
             return api_pb2.ValidateContainerAdjustmentResponse()
-        return await conn.call(
-            "ValidateContainerAdjustment", req, api_pb2.ValidateContainerAdjustmentResponse
+        return await self._relay(
+            conn, "ValidateContainerAdjustment", req, api_pb2.ValidateContainerAdjustmentResponse
         )
