@@ -487,3 +487,26 @@ async def test_on_connect_may_update_containers() -> None:
         async with connected(Recorder(), peer) as (peer, _):
             await _until(lambda: done)
             assert peer.containers["ctr9"].linux.resources.cpu.cpus == "7"
+
+
+async def test_unanswered_registration_times_out_and_retries() -> None:
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        accepted.append(writer)
+
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        server = await asyncio.start_unix_server(silent, path)
+        s = Stub(
+            Plugin(), "p", "10", path, environ={}, registration_timeout=0.05, backoff_initial=0.01
+        )
+        task = asyncio.create_task(s.run())
+        await _until(lambda: len(accepted) >= 2)
+        assert not s.registered and s.connections == 0
+        await s.stop()
+        await asyncio.wait_for(task, 5)
+        server.close()
+        for writer in accepted:
+            writer.close()
+        await server.wait_closed()
