@@ -135,3 +135,13 @@ def test_exposure_prefix_is_configurable() -> None:
     assert sorted(convert.exposure(DECISION, "X_")) == [
         "X_CPUS", "X_EXCLUSIVE_CPUS", "X_KIND", "X_MEMS", "X_POOL"
     ]  # fmt: skip
+
+
+def test_one_update_per_container_last_wins() -> None:
+    items = [
+        Update("a", Placement(frozenset({1}), None)),
+        Update("b", Placement(frozenset({2}), None)),
+        Update("a", Placement(frozenset({3}), None)),
+    ]
+    out = convert.updates(items)
+    assert [(u.container_id, u.linux.resources.cpu.cpus) for u in out] == [("a", "3"), ("b", "2")]

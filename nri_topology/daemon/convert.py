@@ -84,8 +84,13 @@ def container_update(
 
 
 def updates(items: Iterable[Update], ignore_failure: bool = False) -> list[api_pb2.ContainerUpdate]:
-    """Updates of other containers; `ignore_failure` for those that may have exited meanwhile."""
-    return [container_update(u.container_id, u.placement, ignore_failure) for u in items]
+    """Updates of other containers; `ignore_failure` for those that may have exited meanwhile.
+
+    One entry per container (the last placement wins): the runtime treats a second entry for
+    the same container in one reply as a second owner of its cpuset and fails the request.
+    """
+    latest = {u.container_id: u.placement for u in items}
+    return [container_update(cid, p, ignore_failure) for cid, p in latest.items()]
 
 
 def exposure(decision: Decision, prefix: str = ENV_PREFIX) -> dict[str, str]:

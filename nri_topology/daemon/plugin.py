@@ -250,7 +250,8 @@ class TopologyPlugin(Plugin):
         self._log_decision(decision, "resized")
         # The runtime takes the last entry for the container being updated as its new resources.
         own = convert.container_update(info.id, decision.placement)
-        return [*convert.updates(decision.updates), own]
+        others = [u for u in decision.updates if u.container_id != info.id]
+        return [*convert.updates(others), own]
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self.metrics.requests.labels("StopContainer").inc()
