@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 import os
 import signal
 import socket
@@ -25,8 +26,13 @@ from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod
 
 @pytest.fixture(autouse=True)
 def _restore_logging() -> Iterator[None]:
+    """The daemon configures process-wide logging; give the next test what it had."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield
     structlog.reset_defaults()
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture
