@@ -23,6 +23,7 @@ from nri_topology.nri.stub import (
 )
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
+from nri_topology.ttrpc.codec import HEADER_SIZE, encode_response
 
 
 def pod(i: int = 0) -> api_pb2.PodSandbox:
@@ -218,6 +219,10 @@ async def test_large_create_reply_is_framed_for_go() -> None:
         await peer.create_container(pod(), ctr())
         assert len(peer.containers["ctr0"].annotations["big"]) == 20000
         assert not peer.errors
+        assert peer.plugin is not None
+        payload = peer.calls[-1].response.SerializeToString()
+        size = HEADER_SIZE + len(encode_response(payload))  # the whole ttrpc message
+        assert peer.plugin.trunk.frames[-2:] == [(1, 4096), (1, size - 4096)]
 
 
 def _one_frame(conn_id: int, message: bytes) -> Iterable[bytes]:

@@ -103,6 +103,8 @@ class _GoTrunk:
         }
         self.closed = asyncio.Event()
         self.error: str | None = None
+        self.frames: list[tuple[int, int]] = []
+        """(conn id, payload size) of every frame received, to check the plugin's framing."""
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -150,6 +152,7 @@ class _GoTrunk:
                     self.fail(None)
                     return
                 for conn_id, payload in self._decoder.feed(data):
+                    self.frames.append((conn_id, len(payload)))
                     channel = self.channels.get(conn_id)
                     if channel is None:
                         continue  # the Go mux drops frames of unopened connections
