@@ -515,3 +515,44 @@ async def test_unanswered_registration_times_out_and_retries() -> None:
         for writer in accepted:
             writer.close()
         await server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    ("name", "idx", "nri_version", "error"),
+    [
+        ("bad name", "10", "v0.12.2", "invalid plugin name: 'bad name'"),
+        ("", "10", "v0.11.0", "invalid plugin name: ''"),
+        ("ok", "1x", "v0.12.2", "invalid plugin index: '1x'"),
+    ],
+)
+async def test_runtime_refuses_bad_identity(
+    name: str, idx: str, nri_version: str, error: str
+) -> None:
+    peer = RuntimePeer(nri_version=nri_version)
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        await peer.listen(path)
+        s = Stub(Plugin(), "ok", "10", path, environ={}, backoff_initial=5)
+        s.name, s.idx = name, idx  # past the stub's own check, as a foreign plugin would be
+        task = asyncio.create_task(s.run())
+        await _until(lambda: peer.errors)
+        await s.stop()
+        await asyncio.wait_for(task, 5)
+        await peer.close()
+    assert peer.errors == [error]
+    assert s.connections == 0
+
+
+async def test_old_runtime_accepts_any_nonempty_name() -> None:
+    peer = RuntimePeer(nri_version="v0.11.0")
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        await peer.listen(path)
+        s = Stub(Plugin(), "ok", "10", path, environ={})
+        s.name = "free form!"
+        task = asyncio.create_task(s.run())
+        conn = await peer.wait_plugin()
+        await s.stop()
+        await asyncio.wait_for(task, 5)
+        await peer.close()
+    assert conn.name == "free form!"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +41,8 @@ from nri_topology.ttrpc.server import CallContext, TtrpcServer
 log = structlog.get_logger(__name__)
 
 MIN_OBJECTS_PER_SYNC_MESSAGE = 8
+_PLUGIN_NAME = re.compile(r"^[a-zA-Z0-9_.+-]+$")  # enforced by NRI >= v0.12 runtimes
+_PLUGIN_IDX = re.compile(r"^[0-9]{2}$")
 
 
 class PluginError(Exception):
@@ -168,9 +171,16 @@ class PluginConnection:
     """The runtime's view of one connected plugin."""
 
     def __init__(
-        self, peer: RuntimePeer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        peer: RuntimePeer,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        external: bool,
     ) -> None:
         self.peer = peer
+        self.external = external
+        self.registration_error: str | None = None
         self.trunk = _GoTrunk(reader, writer, peer.errors)
         self.client = TtrpcClient(self.trunk.channels[PLUGIN_SERVICE_CONN])
         self.server = TtrpcServer(
@@ -213,6 +223,12 @@ class PluginConnection:
     async def _register_plugin(self, payload: bytes, ctx: CallContext) -> bytes:
         req = api_pb2.RegisterPluginRequest.FromString(payload)
         self.peer.registrations.append(req)
+        if self.external:  # launched plugins are named by their file, not by this request
+            problem = _identity_problem(req, self.peer.dedicated_events)
+            if problem is not None:
+                self.registration_error = problem
+                self.registered.set()
+                raise TtrpcError(Code.UNKNOWN, problem)
         self.name, self.idx = req.plugin_name, req.plugin_idx
         self.registered.set()  # the start routine goes on to Configure before we reply
         if self.peer.configure_before_register_reply:
@@ -263,6 +279,8 @@ class PluginConnection:
             raise PluginError(
                 "connection closed" if closed in done else "plugin registration timed out"
             )
+        if self.registration_error is not None:
+            raise PluginError(self.registration_error)
 
     async def _configure(self) -> None:
         peer = self.peer
@@ -345,6 +363,16 @@ class PluginConnection:
             raise PluginError(f"{method} failed: {call.error}") from exc
         call.response = response.FromString(payload)
         return call.response
+
+
+def _identity_problem(req: api_pb2.RegisterPluginRequest, strict_names: bool) -> str | None:
+    """Why the runtime refuses an external plugin's name or index (None: acceptable)."""
+    name, idx = req.plugin_name, req.plugin_idx
+    if not name or (strict_names and not _PLUGIN_NAME.match(name)):
+        return f"invalid plugin name: {name!r}"
+    if not _PLUGIN_IDX.match(idx):
+        return f"invalid plugin index: {idx!r}"
+    return None
 
 
 def _shrink(pods: int, ctrs: int, rejected: int, limit: int) -> tuple[int, int]:
@@ -433,16 +461,16 @@ class RuntimePeer:
     async def attach(self, sock: socket.socket) -> PluginConnection:
         """Serve a pre-connected socket (our end of a launched plugin's socketpair)."""
         reader, writer = await asyncio.open_unix_connection(sock=sock)
-        return await self._serve_connection(reader, writer)
+        return await self._serve_connection(reader, writer, external=False)
 
     async def _accepted(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(PluginError):
-            await self._serve_connection(reader, writer)
+            await self._serve_connection(reader, writer, external=True)
 
     async def _serve_connection(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, external: bool
     ) -> PluginConnection:
-        conn = PluginConnection(self, reader, writer)
+        conn = PluginConnection(self, reader, writer, external=external)
         self.connections.append(conn)
         async with self._accept_lock:  # the runtime handles one new plugin at a time
             await conn.handshake()
