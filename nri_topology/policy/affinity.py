@@ -31,11 +31,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from fnmatch import fnmatchcase
+from functools import lru_cache
 from typing import Any
 
 import yaml
 
 from nri_topology.policy.types import PolicyError, Request
+
+# libyaml's loader when available: annotations are parsed on every container creation.
+SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 DEFAULT_WEIGHT = 1
 IMPLICIT_WEIGHT = 10
@@ -175,9 +179,11 @@ def _weight(raw: Any, where: str, anti: bool) -> int:
     return -abs(raw) if anti else raw
 
 
+@lru_cache(maxsize=1024)
 def _entries(text: str) -> dict[str, list[Any]]:
+    """The annotation's YAML, checked for shape; cached per text and never mutated."""
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=SAFE_LOADER)
     except yaml.YAMLError as e:
         raise _Invalid(f"not valid YAML ({str(e).splitlines()[0]})") from None
     if data is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
 
 DOMAIN = "resource-policy.nri.io"
 ALIAS_DOMAIN = "cri-resource-manager.intel.com"
@@ -130,6 +131,27 @@ ANNOTATIONS: tuple[AnnotationSpec, ...] = (
 SPECS: Mapping[str, AnnotationSpec] = {spec.name: spec for spec in ANNOTATIONS}
 
 
+@lru_cache(maxsize=4096)
+def _candidates(name: str, container: str) -> tuple[tuple[str, Scope], ...]:
+    """The keys `name` may be spelled with for `container`, in precedence order."""
+    if SPECS[name].prefixed:
+        return tuple((f"{domain}/{name}", Scope.UNSCOPED) for domain in DOMAINS)
+    return tuple(
+        (f"{name}.{domain}{suffix}", scope)
+        for scope, suffix in (
+            (Scope.CONTAINER, f"/container.{container}"),
+            (Scope.POD, "/pod"),
+            (Scope.UNSCOPED, ""),
+        )
+        for domain in DOMAINS
+    )
+
+
+def relevant(annotations: Mapping[str, str]) -> bool:
+    """Whether any key is in one of the policy domains (else every lookup finds nothing)."""
+    return any(DOMAIN in key or ALIAS_DOMAIN in key for key in annotations)
+
+
 def lookup(
     name: str,
     container: str,
@@ -137,25 +159,12 @@ def lookup(
     container_annotations: Mapping[str, str] | None = None,
 ) -> Found | None:
     """The annotation `name` that applies to `container`, or None when none is set."""
-    spec = SPECS.get(name)
-    if spec is None:
+    if name not in SPECS:
         raise KeyError(f"unknown annotation {name!r}")
     sources = (container_annotations or {}, pod_annotations)
-    if spec.prefixed:
-        for domain in DOMAINS:
-            key = f"{domain}/{name}"
-            for source in sources:
-                if key in source:
-                    return Found(key, source[key], Scope.UNSCOPED)
-        return None
-    for scope, suffix in (
-        (Scope.CONTAINER, f"/container.{container}"),
-        (Scope.POD, "/pod"),
-        (Scope.UNSCOPED, ""),
-    ):
-        for domain in DOMAINS:
-            key = f"{name}.{domain}{suffix}"
-            for source in sources:
-                if key in source:
-                    return Found(key, source[key], scope)
+    for key, scope in _candidates(name, container):
+        for source in sources:
+            value = source.get(key)
+            if value is not None:
+                return Found(key, value, scope)
     return None

@@ -49,12 +49,14 @@ import re
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 import yaml
 
 from nri_topology.policy import affinity
-from nri_topology.policy.annotations import RESOURCES_KEY, Found, Scope, lookup
+from nri_topology.policy.affinity import SAFE_LOADER
+from nri_topology.policy.annotations import RESOURCES_KEY, Found, Scope, lookup, relevant
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
     ContainerInfo,
@@ -94,6 +96,7 @@ class QuantityError(ValueError):
     """Text that is not a Kubernetes quantity."""
 
 
+@lru_cache(maxsize=1024)
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a Kubernetes quantity ("1500m" → 3/2, "1Ki" → 1024, "1e3" → 1000)."""
     m = _QUANTITY.fullmatch(text.strip()) if isinstance(text, str) else None
@@ -219,8 +222,11 @@ class _Annotations:
         self.pod = pod
         self.container = container
         self.who = who(pod, container)
+        self.any = relevant(pod.annotations) or relevant(container.annotations)
 
     def find(self, name: str) -> Found | None:
+        if not self.any:
+            return None
         return lookup(name, self.container.name, self.pod.annotations, self.container.annotations)
 
     def boolean(self, name: str) -> tuple[bool, Scope] | None:
@@ -250,21 +256,32 @@ def _memory_tiers(a: _Annotations) -> frozenset[MemoryTier] | None:
     return frozenset(tiers)
 
 
+_COLD_START_HELP = "expected YAML `duration: <Go duration>` from 0 to 1h, e.g. `duration: 60s`"
+
+
+@lru_cache(maxsize=256)
+def _cold_start_value(text: str) -> int | None:
+    """Nanoseconds of a cold-start annotation value, None when invalid; cached per text."""
+    try:
+        data = yaml.load(text, Loader=SAFE_LOADER)
+    except yaml.YAMLError:
+        return None
+    if not isinstance(data, dict) or set(data) != {"duration"}:
+        return None
+    raw = data["duration"]
+    ns = parse_duration(raw) if isinstance(raw, str) else (0 if raw == 0 else None)
+    if ns is None or not 0 <= ns <= MAX_COLD_START_NS:
+        return None
+    return ns
+
+
 def _cold_start_ns(a: _Annotations) -> int:
     found = a.find("cold-start")
     if found is None:
         return 0
-    accepted = "expected YAML `duration: <Go duration>` from 0 to 1h, e.g. `duration: 60s`"
-    try:
-        data = yaml.safe_load(found.value)
-    except yaml.YAMLError:
-        raise _invalid(a.who, found, accepted) from None
-    if not isinstance(data, dict) or set(data) != {"duration"}:
-        raise _invalid(a.who, found, accepted)
-    raw = data["duration"]
-    ns = parse_duration(raw) if isinstance(raw, str) else (0 if raw == 0 else None)
-    if ns is None or not 0 <= ns <= MAX_COLD_START_NS:
-        raise _invalid(a.who, found, accepted)
+    ns = _cold_start_value(found.value)
+    if ns is None:
+        raise _invalid(a.who, found, _COLD_START_HELP)
     return ns
 
 
