@@ -556,3 +556,15 @@ async def test_old_runtime_accepts_any_nonempty_name() -> None:
         await asyncio.wait_for(task, 5)
         await peer.close()
     assert conn.name == "free form!"
+
+
+async def test_unknown_methods_and_events_get_the_codes_runtimes_expect() -> None:
+    async with connected(Recorder()) as (peer, _):
+        conn = peer.plugin
+        assert conn is not None
+        with pytest.raises(PluginError, match="UNIMPLEMENTED: method Shutdown"):
+            await conn.call("Shutdown", api_pb2.Empty(), api_pb2.Empty)
+        odd = api_pb2.StateChangeEvent(event=api_pb2.CREATE_CONTAINER)
+        with pytest.raises(PluginError, match="INVALID_ARGUMENT"):
+            await conn.call("StateChange", odd, api_pb2.Empty)
+        assert conn.active  # error statuses do not cost the connection
