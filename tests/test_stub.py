@@ -568,3 +568,19 @@ async def test_unknown_methods_and_events_get_the_codes_runtimes_expect() -> Non
         with pytest.raises(PluginError, match="INVALID_ARGUMENT"):
             await conn.call("StateChange", odd, api_pb2.Empty)
         assert conn.active  # error statuses do not cost the connection
+
+
+@pytest.mark.parametrize("yields", [0, 1, 2, 5, 20])
+async def test_stop_at_any_moment_of_connecting_ends_run(yields: int) -> None:
+    peer = RuntimePeer()
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        await peer.listen(path)
+        s = Stub(Plugin(), "p", "10", path, environ={})
+        task = asyncio.create_task(s.run())
+        for _ in range(yields):
+            await asyncio.sleep(0)
+        await s.stop()
+        await asyncio.wait_for(task, 2)
+        await peer.close()
+    assert not s.registered

@@ -391,7 +391,8 @@ class Stub:
             session.registered = True
             self.connections += 1
             log.info("registered with the NRI runtime", plugin=f"{self.idx}-{self.name}")
-            await mux.wait_closed()
+            # stop() may have come while we were connecting, before it could see this session
+            await _first_of(mux.wait_closed(), self._stopping.wait())
             error = mux.error
         except (TtrpcError, ConnectionError, OSError, TimeoutError) as exc:
             error = exc
@@ -412,6 +413,16 @@ class Stub:
             log.info("NRI connection closed", error=str(error) if error else None)
             await _call_hook(self.on_disconnect, error)
         return was_registered
+
+
+async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
+    """Return as soon as one of `waits` finishes; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
 
 
 def _socket_from_env(value: str) -> socket.socket:
