@@ -27,8 +27,8 @@ containers without any explicit affinity or anti-affinity.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from enum import StrEnum
 from fnmatch import fnmatchcase
 from functools import lru_cache
@@ -67,22 +67,64 @@ _KEY = re.compile(r"(pod/)?(name|namespace|qosclass|id|labels/.+)")
 KEYS_HELP = "name, namespace, qosclass, id, labels/<k>, pod/<same>"
 
 
+Getter = Callable[[Request], "str | None"]
+
+_GETTERS: dict[str, Getter] = {
+    "name": lambda r: r.name,
+    "namespace": lambda r: r.namespace,
+    "qosclass": lambda r: r.qos.value,
+    "id": lambda r: r.container_id,
+    "pod/name": lambda r: r.pod_name,
+    "pod/namespace": lambda r: r.namespace,
+    "pod/qosclass": lambda r: r.qos.value,
+    "pod/id": lambda r: r.pod_id,
+}
+
+
+def getter(key: str) -> Getter:
+    """How to read expression key `key` from a container (None when it has no such value)."""
+    if key.startswith("labels/"):
+        label = key.removeprefix("labels/")
+        return lambda r: r.labels.get(label)
+    if key.startswith("pod/labels/"):
+        label = key.removeprefix("pod/labels/")
+        return lambda r: r.pod_labels.get(label)
+    return _GETTERS.get(key, lambda r: None)
+
+
 def key_value(req: Request, key: str) -> str | None:
     """The value of expression key `key` for a container, None when it has none."""
-    pod, _, rest = key.partition("/") if key.startswith("pod/") else ("", "", key)
-    if rest.startswith("labels/"):
-        labels = req.pod_labels if pod else req.labels
-        return labels.get(rest.removeprefix("labels/"))
-    match rest:
-        case "name":
-            return req.pod_name if pod else req.name
-        case "namespace":
-            return req.namespace
-        case "qosclass":
-            return req.qos.value
-        case "id":
-            return req.pod_id if pod else req.container_id
-    return None
+    return getter(key)(req)
+
+
+def _test(key: str, op: Operator, values: tuple[str, ...]) -> Callable[[Request], bool]:
+    """The expression as one function, so that matching many containers stays cheap."""
+    if op is Operator.ALWAYS_TRUE:
+        return lambda r: True
+    get = getter(key)
+    first = values[0] if values else ""
+    members = frozenset(values)
+    match op:
+        case Operator.EXISTS:
+            return lambda r: get(r) is not None
+        case Operator.NOT_EXIST:
+            return lambda r: get(r) is None
+        case Operator.EQUALS:
+            return lambda r: get(r) == first
+        case Operator.NOT_EQUAL:
+            return lambda r: get(r) != first
+        case Operator.IN:
+            return lambda r: get(r) in members
+        case Operator.NOT_IN:
+            return lambda r: get(r) not in members
+
+    def globbed(r: Request) -> bool | None:
+        value = get(r)
+        return None if value is None else any(fnmatchcase(value, p) for p in values)
+
+    if op in (Operator.MATCHES, Operator.MATCHES_ANY):
+        return lambda r: bool(globbed(r))
+    return lambda r: not globbed(r)  # MatchesNot, MatchesNone: also true without a value
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,33 +134,10 @@ class Expression:
     key: str
     operator: Operator
     values: tuple[str, ...] = ()
+    evaluate: Callable[[Request], bool] = field(init=False, repr=False, compare=False)
 
-    def evaluate(self, req: Request) -> bool:
-        op = self.operator
-        if op is Operator.ALWAYS_TRUE:
-            return True
-        value = key_value(req, self.key)
-        match op:
-            case Operator.EXISTS:
-                return value is not None
-            case Operator.NOT_EXIST:
-                return value is None
-            case Operator.EQUALS:
-                return value == self.values[0]
-            case Operator.NOT_EQUAL:
-                return value != self.values[0]
-            case Operator.IN:
-                return value in self.values
-            case Operator.NOT_IN:
-                return value not in self.values
-            case Operator.MATCHES:
-                return value is not None and fnmatchcase(value, self.values[0])
-            case Operator.MATCHES_NOT:
-                return value is None or not fnmatchcase(value, self.values[0])
-            case Operator.MATCHES_ANY:
-                return value is not None and any(fnmatchcase(value, p) for p in self.values)
-            case _:  # MATCHES_NONE
-                return value is None or not any(fnmatchcase(value, p) for p in self.values)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "evaluate", _test(self.key, self.operator, self.values))
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,17 +275,14 @@ def implicit(
 
 def container_weights(req: Request, others: Iterable[Request]) -> dict[str, int]:
     """Summed affinity weight of `req` towards each other container (non-zero, within ±1000)."""
-    weights: dict[str, int] = {}
     affinities = [a for a in req.affinities if isinstance(a, Affinity)]
     if not affinities:
-        return weights
-    for other in others:
-        if other.container_id == req.container_id:
-            continue
-        total = sum(
-            a.weight for a in affinities if a.scope.evaluate(other) and a.match.evaluate(other)
-        )
-        total = max(-MAX_WEIGHT, min(MAX_WEIGHT, total))
-        if total:
-            weights[other.container_id] = total
-    return weights
+        return {}
+    candidates = [o for o in others if o.container_id != req.container_id]
+    sums: dict[str, int] = {}
+    for a in affinities:
+        in_scope, matches, weight = a.scope.evaluate, a.match.evaluate, a.weight
+        for other in candidates:
+            if in_scope(other) and matches(other):
+                sums[other.container_id] = sums.get(other.container_id, 0) + weight
+    return {cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total}
