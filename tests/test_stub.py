@@ -7,9 +7,11 @@ import functools
 import os
 import socket
 import tempfile
+import time
 from collections.abc import Iterable
 
 import pytest
+import structlog.testing
 
 from nri_topology.nri import api_pb2, stub
 from nri_topology.nri.mux import HEADER, Mux
@@ -24,6 +26,7 @@ from nri_topology.nri.stub import (
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.ttrpc.codec import HEADER_SIZE, encode_response
+from nri_topology.ttrpc.server import CallContext
 
 
 def pod(i: int = 0) -> api_pb2.PodSandbox:
@@ -584,3 +587,15 @@ async def test_stop_at_any_moment_of_connecting_ends_run(yields: int) -> None:
         await asyncio.wait_for(task, 2)
         await peer.close()
     assert not s.registered
+
+
+@pytest.mark.parametrize(("offset", "warned"), [(-1.0, True), (5.0, False), (None, False)])
+async def test_late_answers_are_logged(offset: float | None, warned: bool) -> None:
+    async def handler(payload: bytes, ctx: CallContext) -> bytes:
+        return payload
+
+    deadline = None if offset is None else time.monotonic() + offset
+    ctx = CallContext(stub.PLUGIN_SERVICE, "CreateContainer", 1, deadline)
+    with structlog.testing.capture_logs() as logs:
+        assert await stub._watch_deadline(handler)(b"x", ctx) == b"x"
+    assert any("deadline" in entry["event"] for entry in logs) is warned

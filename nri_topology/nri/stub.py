@@ -425,6 +425,24 @@ async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
             task.cancel()
 
 
+def _watch_deadline(handler: Handler) -> Handler:
+    """Log when a handler outlives the runtime's deadline: the runtime drops us for it."""
+
+    async def timed(payload: bytes, ctx: CallContext) -> bytes:
+        try:
+            return await handler(payload, ctx)
+        finally:
+            late = ctx.remaining()
+            if late is not None and late < 0:
+                log.warning(
+                    "NRI request answered after the runtime's deadline; it drops the plugin",
+                    method=ctx.method,
+                    late_seconds=round(-late, 3),
+                )
+
+    return timed
+
+
 def _socket_from_env(value: str) -> socket.socket:
     try:
         fd = int(value)
@@ -462,6 +480,7 @@ class _PluginService:
         }
         for method, (request, response, handler, with_ctr) in _NOTIFICATIONS.items():
             self.methods[method] = self._notification(request, response, handler, with_ctr)
+        self.methods = {name: _watch_deadline(h) for name, h in self.methods.items()}
 
     async def configure(self, payload: bytes, ctx: CallContext) -> bytes:
         req = _parse(api_pb2.ConfigureRequest, payload)
