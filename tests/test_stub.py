@@ -80,6 +80,7 @@ RECORDER_EVENTS = 0x8 | 0x20 | 0x4 | 0x800
 async def test_handshake_subscribes_overridden_handlers() -> None:
     plugin = Recorder()
     async with connected(plugin, name="topology", idx="42") as (peer, s):
+        await asyncio.wait_for(s.wait_ready(), 5)
         assert s.registered and s.ready
         assert s.events == RECORDER_EVENTS == overridden_events(plugin)
         assert s.request_timeout == 2.0

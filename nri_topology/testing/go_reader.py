@@ -36,10 +36,6 @@ class GoConnReader:
         self._acc = bytearray()
         self._data_len: int | None = None  # None while reading the 10-byte header
 
-    @property
-    def queued_frames(self) -> int:
-        return len(self._frames)
-
     def push_frame(self, payload: bytes) -> None:
         if len(self._frames) >= self._queue_limit:
             raise GoReadError("failed to queue payload for reading")
