@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nri_topology.policy.affinity import (
     ALWAYS,
@@ -231,3 +234,21 @@ def test_implicit_colocation_only_without_explicit_affinity():
     explicit = _build(_pod({ANTI: "a: [b]"}), "a", opts)
     assert container_weights(explicit, [b, c, d]) == {"p1-b": -1}
     assert container_weights(_build(pod, "a"), [b, c, d]) == {}
+
+
+_NAMES = st.sampled_from(["a", "b", "c", "d"])
+
+
+@settings(max_examples=100)
+@given(st.dictionaries(_NAMES, st.lists(_NAMES, max_size=3), max_size=4))
+def test_shorthand_affinity_is_symmetric(shorthand):
+    text = yaml.safe_dump(shorthand)
+    pod = _pod({AFF: text})
+    reqs = {n: _build(pod, n) for n in "abcd"}
+    for x, rx in reqs.items():
+        for y, ry in reqs.items():
+            if x != y:
+                wx = container_weights(rx, [ry]).get(ry.container_id, 0)
+                wy = container_weights(ry, [rx]).get(rx.container_id, 0)
+                assert wx == wy
+                assert wx == shorthand.get(x, []).count(y) + shorthand.get(y, []).count(x)

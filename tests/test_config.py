@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nri_topology.commands import validate_config
 from nri_topology.config import load
@@ -105,6 +106,8 @@ logging: {level: DEBUG}
         default_memory_tiers=frozenset({MemoryTier.DRAM, MemoryTier.CXL}),
     )
     assert config.tier_overrides() == {2: MemoryTier.PMEM, 3: MemoryTier.HBM}
+    quoted = parse_config('topology: {memory_tiers: {"2": pmem}}', "helm.yaml")
+    assert quoted.tier_overrides() == {2: MemoryTier.PMEM}
     assert config.topology.proc_root is None
     assert config.nri.plugin_index == "07"
     assert config.logging.level == "debug"
@@ -210,7 +213,10 @@ def test_cpu_amounts(value, quantity, expected):
         ),
         (
             "topology: {memory_tiers: {x: dram}}\n",
-            ['c.yaml: topology.memory_tiers.x (the key): expected an integer, got "x"'],
+            [
+                "c.yaml: topology.memory_tiers.x (the key): "
+                'expected a NUMA node id (an integer), got "x"'
+            ],
         ),
         (
             "nri: {plugin_index: 100, plugin_name: 'my plugin'}\n",
@@ -313,3 +319,10 @@ def test_every_key_is_documented():
         model = field.annotation
         for key in model.model_fields:
             assert f"| `{key}" in doc, f"{section}.{key}"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_effective_config_written_back_reads_the_same(path):
+    config = load_config(path)
+    text = yaml.safe_dump(config.model_dump(mode="json"))
+    assert parse_config(text, "round-trip") == config

@@ -119,12 +119,22 @@ class PolicySection(_Section):
     ] = ["dram", "pmem"]
 
 
+def _node_id(value: object) -> object:
+    """A NUMA node id: an integer, also spelled as a string ("2") as JSON and Helm write keys."""
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"expected a NUMA node id (an integer), got {_shown(value)}")
+
+
 class TopologySection(_Section):
     sysfs_root: Annotated[str, Field(min_length=1)] = "/sys"
     proc_root: Annotated[str, Field(min_length=1)] | None = "/proc"
     # NUMA node id -> tier, overriding what discovery decided
     memory_tiers: dict[
-        Annotated[StrictInt, Field(ge=0)], Annotated[TierName, BeforeValidator(_lower)]
+        Annotated[int, BeforeValidator(_node_id), Field(ge=0)],
+        Annotated[TierName, BeforeValidator(_lower)],
     ] = {}
 
 
