@@ -248,6 +248,29 @@ async def test_go_reader_rejects_one_big_frame(monkeypatch: pytest.MonkeyPatch) 
         assert peer.plugin is None or not peer.plugin.active
 
 
+def _tiny_frames(conn_id: int, message: bytes) -> Iterable[bytes]:
+    return [
+        HEADER.pack(conn_id, len(message[i : i + 16])) + message[i : i + 16]
+        for i in range(0, len(message), 16)
+    ]
+
+
+async def test_go_reader_queue_overflows_on_a_flood_of_tiny_frames(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Big(Plugin):
+        async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+            adjust = api_pb2.ContainerAdjustment()
+            adjust.annotations["big"] = "y" * 20000
+            return adjust, []
+
+    monkeypatch.setattr(stub, "Mux", functools.partial(Mux, framer=_tiny_frames))
+    async with connected(Big(), backoff_initial=5) as (peer, _):
+        with pytest.raises(PluginError):
+            await peer.create_container(pod(), ctr())
+        assert "failed to queue payload for reading" in peer.errors
+
+
 async def test_64_concurrent_requests() -> None:
     class Jittery(Plugin):
         async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
