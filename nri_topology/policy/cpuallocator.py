@@ -72,7 +72,7 @@ class _Unit:
 _Level = Callable[[Cpu], tuple[object, int | None]]
 
 
-def _levels(machine: Machine) -> list[_Level]:
+def _levels(machine: Machine) -> list[tuple[str, _Level]]:
     """Tree levels from the largest unit to the core, ordered like the kubelet's packer."""
 
     def package(c: Cpu) -> tuple[object, int | None]:
@@ -93,8 +93,17 @@ def _levels(machine: Machine) -> list[_Level]:
     def core(c: Cpu) -> tuple[object, int | None]:
         return ("core", *c.core_key), None
 
-    first: list[_Level] = [node, package] if _numa_first(machine) else [package, node]
-    return [*first, l3, cluster, l2, core]
+    top = [("node", node), ("package", package)]
+    first = top if _numa_first(machine) else top[::-1]
+    caches: list[tuple[str, _Level]] = [("l3", l3), ("cluster", cluster), ("l2", l2)]
+    # A level that would cut a physical core in two (e.g. an L2 reported per thread) is dropped:
+    # cores must stay whole leaves of the tree.
+    kept = [
+        (name, level)
+        for name, level in (*first, *caches)
+        if all(len({level(machine.cpus[i])[0] for i in c}) == 1 for c in machine.cores)
+    ]
+    return [*kept, ("core", core)]
 
 
 def _numa_first(machine: Machine) -> bool:
@@ -102,9 +111,10 @@ def _numa_first(machine: Machine) -> bool:
     return len(machine.packages) >= len({c.node for c in machine.cpus.values()})
 
 
-def _tree(machine: Machine) -> tuple[_Unit, int]:
-    """The machine tree and the depth of its core level."""
-    levels = _levels(machine)
+def _tree(machine: Machine) -> tuple[_Unit, dict[str, int]]:
+    """The machine tree and the depth of each of its levels by name."""
+    named = _levels(machine)
+    levels = [level for _, level in named]
 
     def group(cpus: list[Cpu], depth: int) -> tuple[_Unit, ...]:
         if depth == len(levels):
@@ -125,7 +135,7 @@ def _tree(machine: Machine) -> tuple[_Unit, int]:
         return tuple(units)
 
     root = _Unit(-1, 0, machine.all_cpus, group(list(machine.cpus.values()), 0))
-    return root, len(levels) - 1
+    return root, {name: depth for depth, (name, _) in enumerate(named)}
 
 
 def _units_at(unit: _Unit, depth: int, free: set[int]) -> list[_Unit]:
@@ -185,7 +195,8 @@ def _check_full(machine: Machine, available: frozenset[int], count: int) -> froz
 
 def _pack(machine: Machine, free_in: frozenset[int], count: int, full: bool) -> frozenset[int]:
     """The packed walk described in the module docstring; `free_in` must hold `count` CPUs."""
-    root, core_depth = _tree(machine)
+    root, depths = _tree(machine)
+    core_depth = depths["core"]
     tpc = machine.threads_per_core
     free = set(free_in)
     taken: set[int] = set()
@@ -282,10 +293,9 @@ def _stddev(values: list[int]) -> float:
 
 def _node_order(machine: Machine, free: frozenset[int]) -> list[int]:
     """NUMA nodes with free CPUs, in the packer's nested order (most used first)."""
-    root, _ = _tree(machine)
-    depth = 0 if _numa_first(machine) else 1
+    root, depths = _tree(machine)
     seen: dict[int, None] = {}
-    for u in _units_at(root, depth, set(free)):
+    for u in _units_at(root, depths["node"], set(free)):
         seen.setdefault(machine.cpus[min(u.cpus)].node)
     return list(seen)
 
