@@ -44,6 +44,7 @@ plain order would start in a fuller unit that cannot hold it.
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations
@@ -111,8 +112,22 @@ def _numa_first(machine: Machine) -> bool:
     return len(machine.packages) >= len({c.node for c in machine.cpus.values()})
 
 
+# Trees by machine identity; an entry goes away with its machine (Machine is not hashable).
+_trees: dict[int, tuple[weakref.ref[Machine], _Unit, dict[str, int]]] = {}
+
+
 def _tree(machine: Machine) -> tuple[_Unit, dict[str, int]]:
-    """The machine tree and the depth of each of its levels by name."""
+    """The machine tree and the depth of each of its levels by name, built once per machine."""
+    key = id(machine)
+    entry = _trees.get(key)
+    if entry is not None and entry[0]() is machine:
+        return entry[1], entry[2]
+    root, depths = _build_tree(machine)
+    _trees[key] = (weakref.ref(machine, lambda _: _trees.pop(key, None)), root, depths)
+    return root, depths
+
+
+def _build_tree(machine: Machine) -> tuple[_Unit, dict[str, int]]:
     named = _levels(machine)
     levels = [level for _, level in named]
 

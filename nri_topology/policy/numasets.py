@@ -15,7 +15,9 @@ Search bound of `best_node_set`: sizes are tried from the smallest that could co
 (by the largest free amounts) upwards and the search stops at the first size with an answer.
 Within a size, subsets are walked depth-first in id order and a branch is cut when its free
 amount plus the largest amounts it could still add cannot cover `need`, or when its distance sum
-already reaches the best complete set found. So at most C(N, k) sets of the answer size k (and
+plus the least the missing nodes could add (their cheapest contributions to the chosen nodes,
+plus the smallest pair distance for each pair among themselves) already reaches the best
+complete set found. So at most C(N, k) sets of the answer size k (and
 C(N, j) for smaller sizes j that some branch could still cover) are looked at — 12870 for the
 worst size on 16 nodes — and usually far fewer.
 """
@@ -113,27 +115,41 @@ def _best_of_size(
     fits: Callable[[tuple[int, ...]], bool] | None,
 ) -> tuple[int, ...] | None:
     """Depth-first branch and bound over k-subsets in id order; ties keep the earlier set."""
+    n = len(ids)
+    # pair[i][j]: what node j adds to a set holding node i (both directions of the pair).
+    pair = [[machine.distance(a, b) + machine.distance(b, a) for b in ids] for a in ids]
+    own = [machine.distance(a, a) for a in ids]
+    min_pair = min((pair[i][j] for i in range(n) for j in range(n) if i != j), default=0)
     best: tuple[int, tuple[int, ...]] | None = None
     chosen: list[int] = []
+    # contrib[j]: what node j would add to the distance sum of the nodes chosen so far.
+    contrib = own[:]
 
     def walk(start: int, have: int, dist: int) -> None:
         nonlocal best
-        if best is not None and dist >= best[0]:
-            return
         left = k - len(chosen)
+        if best is not None and left:
+            # The least the missing nodes can add: the cheapest contributions to the chosen
+            # nodes plus the cheapest pairs among themselves.
+            cheapest = sum(sorted(contrib[start:])[:left])
+            if dist + cheapest + min_pair * (left * (left - 1) // 2) >= best[0]:
+                return
         if left == 0:
-            if have >= need and (fits is None or fits(tuple(chosen))):
-                best = (dist, tuple(chosen))
+            if (best is None or dist < best[0]) and have >= need:
+                found = tuple(ids[i] for i in chosen)
+                if fits is None or fits(found):
+                    best = (dist, found)
             return
-        for i in range(start, len(ids) - left + 1):
+        for i in range(start, n - left + 1):
             if have + best_add[i][left] < need:
                 return
-            node = ids[i]
-            added = machine.distance(node, node) + sum(
-                machine.distance(node, o) + machine.distance(o, node) for o in chosen
-            )
-            chosen.append(node)
+            added = contrib[i]
+            chosen.append(i)
+            for j in range(n):
+                contrib[j] += pair[i][j]
             walk(i + 1, have + free[i], dist + added)
+            for j in range(n):
+                contrib[j] -= pair[i][j]
             chosen.pop()
 
     walk(0, 0, 0)
