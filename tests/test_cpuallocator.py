@@ -238,6 +238,40 @@ def test_full_pcpus_skips_half_used_core() -> None:
     assert take_cpus(m, cpus("0,1,3,6,7"), 2) == {3, 7}
 
 
+def _short_cores() -> Machine:
+    """SingleSocketHT split into 2 NUMA nodes (cores 0,1 | 2,3) with CPU 4 offline."""
+    return build((c, 0, (c % 4) // 2, c % 4, 0) for c in range(8) if c != 4)
+
+
+@pytest.mark.parametrize(
+    ("available", "count", "expected"),
+    [
+        ("0-3,5-7", 2, "1,5"),  # a full-size core, not the lone thread 0 plus half of another
+        ("0-3,5-7", 4, "2,3,6,7"),  # node 0 (3 CPUs) is not taken whole
+        ("0-3,5-7", 6, "1-3,5-7"),
+        ("0,2,3,6,7", 2, "2,6"),
+        ("0,1,3", 1, "0"),  # threads per core is 2 but {0} is a whole core... of 1
+    ],
+)
+def test_full_pcpus_with_an_offline_sibling(available: str, count: int, expected: str) -> None:
+    m = _short_cores()
+    if count % m.threads_per_core:
+        with pytest.raises(AllocationError, match="multiple of 2"):
+            take_cpus(m, cpus(available), count, full_pcpus_only=True)
+        return
+    assert take_cpus(m, cpus(available), count, full_pcpus_only=True) == cpus(expected)
+
+
+def test_full_pcpus_uses_short_cores_last() -> None:
+    m = _short_cores()
+    assert take_cpus(m, cpus("0,2,6"), 2, full_pcpus_only=True) == {2, 6}
+    # 4 threads per core, two cores with a thread offline: 3 + 3 cannot make 4.
+    knl = build([(c, 0, 0, c // 4, 0) for c in (0, 1, 2, 4, 5, 6, 8, 9, 10, 11)])
+    with pytest.raises(AllocationError, match="cores of unequal size"):
+        take_cpus(knl, cpus("0-2,4-6"), 4, full_pcpus_only=True)
+    assert take_cpus(knl, cpus("0-2,4-6"), 4) == {0, 1, 2, 4}
+
+
 # --- prefer --------------------------------------------------------------------------------------
 
 
@@ -425,3 +459,35 @@ def test_whole_free_core_used_before_broken_ones(req: tuple[Machine, frozenset[i
         return
     got = take_cpus(m, available, count)
     assert all(core <= got or not core & got for core in m.cores)
+
+
+def _reversed(m: Machine) -> Machine:
+    """The same machine with its CPUs and nodes listed in the opposite order."""
+    return Machine(
+        cpus=dict(reversed(list(m.cpus.items()))), nodes=dict(reversed(list(m.nodes.items())))
+    )
+
+
+REVERSED = {name: _reversed(T[name]) for name in PROPERTY_TOPOLOGIES}
+
+
+@settings(max_examples=100, deadline=None)
+@given(requests())
+def test_result_ignores_listing_order(req: tuple[Machine, frozenset[int], int]) -> None:
+    """Deterministic: the order in which sysfs listed CPUs and nodes does not matter."""
+    m, available, count = req
+    twin = next(REVERSED[name] for name in PROPERTY_TOPOLOGIES if T[name] is m)
+    assert take_cpus(twin, available, count) == take_cpus(m, available, count)
+    assert take_distributed(twin, available, count) == take_distributed(m, available, count)
+
+
+@settings(max_examples=100, deadline=None)
+@given(requests(), st.data())
+def test_prefer_is_used_first(
+    req: tuple[Machine, frozenset[int], int], data: st.DataObject
+) -> None:
+    m, available, count = req
+    prefer = frozenset(data.draw(st.sets(st.sampled_from(sorted(m.all_cpus)))))
+    got = take_cpus(m, available, count, prefer=prefer)
+    assert got <= available and len(got) == count
+    assert len(got & prefer) == min(count, len(available & prefer))

@@ -240,12 +240,22 @@ def _pack(machine: Machine, free_in: frozenset[int], count: int, full: bool) -> 
         if depth < scope.depth:
             continue
         for u in _units_at(scope, depth, free):
-            if len(u.cpus) <= need and u.cpus <= free:
+            # With full_pcpus_only, units holding cores that miss a thread (offline sibling)
+            # are not taken whole and such cores wait for the second pass below, so they
+            # cannot leave a need that no whole core matches.
+            odd = full and (len(u.cpus) < tpc if depth == core_depth else len(u.cpus) % tpc)
+            if len(u.cpus) <= need and u.cpus <= free and not odd:
                 take(u.cpus)
         if need == 0:
             return frozenset(taken)
         scope = smallest_holder(scope)
     if full:
+        for area in (scope, root):
+            for u in _units_at(area, core_depth, free):
+                if len(u.cpus) <= need and u.cpus <= free:
+                    take(u.cpus)
+            if need == 0:
+                return frozenset(taken)
         raise AllocationError(
             f"full-pcpus-only: {count} CPUs cannot be made of whole physical cores from "
             f"{cpuset.format(free_in)} (cores of unequal size); {need} CPUs short"
