@@ -7,6 +7,8 @@ import asyncio
 from pathlib import Path
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
@@ -101,3 +103,30 @@ async def test_restart_moves_no_exclusive_cpu(
             assert peer.applied_updates == []
         await second.flush()
         assert Checkpoint(path).load().body is not None  # rewritten after the restore
+
+
+def test_metrics_match_the_real_policy_views(running) -> None:
+    plugin = running[0]
+    text = generate_latest(plugin.metrics.registry).decode()
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+    pools = plugin.policy.pools()
+    assert pools
+    for view in pools:
+        label = (("pool", view.name),)
+        assert samples[("nri_topology_pool_cpu_capacity_millicpu", label)] == view.capacity_milli
+        assert samples[("nri_topology_pool_cpu_free_millicpu", label)] == view.free_milli
+        assert samples[("nri_topology_pool_cpu_assigned_millicpu", label)] == view.assigned_milli
+        assert samples[("nri_topology_pool_containers", label)] == view.containers
+        for tier, memory in view.memory.items():
+            key = (("pool", view.name), ("tier", str(tier)))
+            assert samples[("nri_topology_pool_memory_free_bytes", key)] == memory.free
+    per_container = [k for k in samples if k[0] == "nri_topology_container_cpus"]
+    assert len(per_container) == EXCLUSIVE + SHARED
+    exclusive = sum(
+        v for k, v in samples.items() if k[0] == "nri_topology_container_exclusive_cpus"
+    )
+    assert exclusive == 2 * EXCLUSIVE

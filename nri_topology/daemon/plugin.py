@@ -108,7 +108,7 @@ class TopologyPlugin(Plugin):
     ) -> None:
         self.policy = policy
         self.checkpoint = checkpoint
-        self.metrics = metrics or Metrics()
+        self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
         self.stub: Stub | None = None
         self._runtime_config = runtime_config

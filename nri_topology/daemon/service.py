@@ -25,7 +25,6 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
-from nri_topology.daemon.metrics import Metrics, StateView
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
@@ -143,11 +142,9 @@ class Daemon:
             policy = self._policy_factory(machine, self.config)
         except PolicyError as exc:
             raise StartupError(f"the policy cannot run on this machine: {exc}") from None
-        metrics = Metrics(lambda: self.plugin.state_view() if self.plugin else StateView())
         self.plugin = TopologyPlugin(
             policy,
             checkpoint=Checkpoint(Path(self.config.state.path)),
-            metrics=metrics,
             settings=settings_of(self.config),
             runtime_config=self._runtime_config,
         )
