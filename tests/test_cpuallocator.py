@@ -179,6 +179,14 @@ def test_bad_input(available: str, count: int, message: str) -> None:
         take_cpus(T["SingleSocketHT"], cpus(available), count)
 
 
+def test_static_policy_cases() -> None:
+    """§6.4 #42: with {0} reserved, 1 CPU is the sibling of the partial core; #50: 8 of 7."""
+    m = T["SingleSocketHT"]
+    assert take_cpus(m, m.all_cpus - {0}, 1) == {4}
+    with pytest.raises(AllocationError, match="requested 8, available 7"):
+        take_cpus(m, m.all_cpus - {0}, 8)
+
+
 def test_reserved_pick_is_lowest_core() -> None:
     """§1.2: reserving 2 CPUs of an 8-CPU HT box gives {0,4}; 1 gives {0}."""
     m = T["SingleSocketHT"]

@@ -21,24 +21,28 @@ Packed algorithm (`take_cpus`)
 The machine is seen as a tree: first level, second level, L3 group, cluster, L2 group, core.
 The first two levels are NUMA node then package when there are at least as many packages as
 NUMA nodes, else package then NUMA node (sub-NUMA clustering, AMD NPS>1) — as the kubelet does.
-Siblings are always visited in "packing" order: fewest free CPUs first, then lowest id, so the
-most used part of the machine is filled first and idle parts stay whole.
+A cache level that would cut a physical core in two is left out. Siblings are always visited in
+"packing" order: fewest free CPUs first, then lowest id, so the most used part of the machine is
+filled first and idle parts stay whole.
 
 Going down the levels, at each level we
 1. take every completely free unit that is not larger than what is still needed, and then
-2. narrow the search to the first unit (in packing order) that can hold the whole rest: enough
-   free CPUs, and enough of them in whole free cores. This is what keeps an allocation inside
-   one L3 group (AMD CCX) or one cluster (ARM) when it fits there, instead of spilling from a
-   nearly full group into the next one.
-Then whole free cores that fit are taken, then single threads, half-used cores first (these
-complete cores other containers already broke). Without cache groups below the package (most
-Intel servers) this is the kubelet's `takeByTopologyNUMAPacked`; with cache groups it gives the
-kubelet's `prefer-align-cpus-by-uncorecache` results for its test topologies. One intended
-difference: a request that fits in one unit is never split over two, even when the kubelet's
-plain order would start in a fuller unit that cannot hold it.
+2. narrow the search to the smallest unit that can hold the whole rest (enough free CPUs, and
+   enough of them in whole free cores), the first such unit in packing order at the deepest
+   level that has one. This keeps an allocation inside one L3 group (AMD CCX) or one cluster
+   (ARM) when it fits there, instead of spilling from a nearly full group into the next one.
+At the core level whole free cores that fit are taken, then single threads, half-used cores
+first (completing cores other containers already broke). Without cache groups below the package
+(most Intel servers) this gives the kubelet's `takeByTopologyNUMAPacked` sets; with cache groups
+it gives the kubelet's `prefer-align-cpus-by-uncorecache` sets for its test topologies, except
+where the kubelet ignores packing inside a cache (its test case 18). Intended difference: a
+request that fits in one unit is never split over two, even when the kubelet's plain order would
+start in a fuller unit that cannot hold it.
 
 `full_pcpus_only`: only CPUs of physical cores whose online threads are all available are used,
-`count` must be a multiple of the threads per core, and a core is never split.
+`count` must be a multiple of the threads per core, and a core is never split. Cores missing a
+thread (offline sibling) are used after full-size ones; if the request cannot be made of whole
+cores exactly (possible only then), AllocationError says so.
 """
 
 from __future__ import annotations
