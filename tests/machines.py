@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import atexit
 import functools
+import re
 import shutil
 import tarfile
 import tempfile
@@ -77,10 +78,76 @@ def extract(archive_name: str) -> Path:
     return dst
 
 
+# What discovery reads, so `roots` can skip the bulk of a dump (cpuidle, power, ... are most of
+# its files and cost seconds to write on a busy CI machine).
+_SKIP_DIRS = frozenset(
+    {"cpuidle", "power", "acpi_cppc", "thermal_throttle", "hotplug", "microcode", "cpufreq"}
+)
+_CPU_FILES = frozenset({"online", "topology", "cache"})
+_TOPOLOGY_FILES = frozenset(
+    {
+        "physical_package_id",
+        "die_id",
+        "cluster_id",
+        "core_id",
+        "core_cpus_list",
+        "core_cpus",
+        "thread_siblings_list",
+        "thread_siblings",
+    }
+)
+_CACHE_FILES = frozenset({"level", "type", "shared_cpu_list", "id"})
+_NODE_SKIP = re.compile(r"^(cpu\d+|memory\d+|numastat|vmstat|compact|subsystem|uevent)$")
+_KEEP_TOP = ("sys/devices/", "sys/bus/dax/", "proc/cmdline", "proc/meminfo")
+_lean: dict[str, Path] = {}
+
+
+def _discovery_member(rel: str) -> bool:
+    if not rel.startswith(_KEEP_TOP) and rel not in ("sys", "proc", "sys/devices", "sys/bus"):
+        return rel == "sys/bus/dax"
+    parts = rel.split("/")
+    if _SKIP_DIRS.intersection(parts):
+        return False
+    if rel.startswith("sys/devices/system/cpu/cpu") and len(parts) > 5:
+        if parts[5] not in _CPU_FILES:
+            return False
+        if parts[5] == "topology" and len(parts) > 6:
+            return parts[6] in _TOPOLOGY_FILES
+        if len(parts) > 7:  # cache/indexN/<file>
+            return parts[7] in _CACHE_FILES
+    if rel.startswith("sys/devices/system/node/node") and len(parts) > 5:
+        return not _NODE_SKIP.match(parts[5])
+    return True
+
+
+def _extract_lean(archive: str) -> Path:
+    """Extract, once per session, only what discovery reads of every machine in `archive`."""
+    global _workdir
+    if archive not in _lean:
+        if _workdir is None:
+            _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-"))
+            atexit.register(_cleanup)
+        dst = _workdir / ("lean-" + archive.removesuffix(".tar.bz2"))
+        prefixes = tuple(inner + "/" for a, inner in MACHINES.values() if a == archive)
+        with tarfile.open(TOPOLOGIES / archive) as tar:
+            members = []
+            for m in tar:
+                prefix = next((p for p in prefixes if m.name.startswith(p)), None)
+                if prefix is not None and _discovery_member(m.name[len(prefix) :]):
+                    members.append(m)
+            tar.extractall(dst, members=members, filter="tar")
+        _lean[archive] = dst
+    return _lean[archive]
+
+
 def roots(name: str) -> tuple[Path, Path | None]:
-    """(sysfs root, proc root or None) of a shared machine by short name."""
+    """(sysfs root, proc root or None) of a shared machine by short name.
+
+    Only the files topology discovery reads are extracted (once per session and archive); use
+    `extract(archive)` for the complete dump.
+    """
     archive, inner = MACHINES[name]
-    base = extract(archive) / inner
+    base = _extract_lean(archive) / inner
     proc = base / "proc"
     return base / "sys", proc if proc.is_dir() else None
 
