@@ -454,6 +454,9 @@ def test_full_pcpus_never_splits_a_core(req: tuple[Machine, frozenset[int], int]
         return
     assert len(got) == count and got <= available
     assert all(core <= got or not core & got for core in m.cores)
+    spread = take_distributed(m, available, count, full_pcpus_only=True)
+    assert len(spread) == count and spread <= available
+    assert all(core <= spread or not core & spread for core in m.cores)
 
 
 @settings(max_examples=100, deadline=None)
