@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nri_topology.simulate.machine_spec import dumps, from_machine, parse_spec, to_machine
+from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import read_machine
 
 
@@ -54,6 +55,22 @@ SOURCES: tuple[Source, ...] = (
 )
 
 
+def read(root: Path) -> Machine:
+    """The machine of an extracted dump folder (holding sys/ and maybe proc/)."""
+    proc = root / "proc"
+    return read_machine(root / "sys", proc_root=proc if proc.is_dir() else None)
+
+
+def describe(src: Source, machine: Machine) -> str:
+    """The description text of `src`'s machine, as the bundled file holds it."""
+    doc = from_machine(
+        machine, name=src.name, description=src.description, source=f"{src.archive}:{src.root}"
+    )
+    # A description that would not load back must never be written.
+    to_machine(parse_spec(doc, origin=src.name), origin=src.name)
+    return dumps(doc)
+
+
 def generate(topologies: Path, out_dir: Path, names: Sequence[str] = ()) -> list[Path]:
     """Write `<name>.json` for each source (or the named ones); returns the written files."""
     written: list[Path] = []
@@ -67,19 +84,8 @@ def generate(topologies: Path, out_dir: Path, names: Sequence[str] = ()) -> list
                 with tarfile.open(topologies / src.archive) as tar:
                     tar.extractall(dst, filter="tar")
                 extracted[src.archive] = dst
-            root = extracted[src.archive] / src.root
-            proc = root / "proc"
-            machine = read_machine(root / "sys", proc_root=proc if proc.is_dir() else None)
-            doc = from_machine(
-                machine,
-                name=src.name,
-                description=src.description,
-                source=f"{src.archive}:{src.root}",
-            )
-            # A description that would not load back must never be written.
-            to_machine(parse_spec(doc, origin=src.name), origin=src.name)
             path = out_dir / f"{src.name}.json"
-            path.write_text(dumps(doc))
+            path.write_text(describe(src, read(extracted[src.archive] / src.root)))
             written.append(path)
     return written
 
