@@ -1,0 +1,184 @@
+"""What the runtime sees through the NRI socket: round trips, Synchronize, and the daemon's memory.
+
+* CreateContainer round trip: the runtime-side test peer sends CreateContainer through a real unix
+  socket to our plugin (real policy, checkpoint written after every change, as in production),
+  with `live` containers already running; the same requests to the no-op plugin of
+  `bench_roundtrip.py` give the protocol floor. Probe containers are stopped and removed between
+  samples (not timed), so every sample sees the same fill.
+* Synchronize: a plugin (re)starting with 1000 running containers, from registration to ready,
+  with and without its checkpoint; counts the containers whose pinning it changed.
+* Resident memory: the real `nri-topology run` process, read from /proc/PID/status after it
+  registered (topology read, policy built, plugin registered and synchronized) and after 1000
+  containers were created through the socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks.bench_roundtrip import NoOp
+from benchmarks.latency import quantiles
+from benchmarks.workload import fill_spec, nri_pair, policy_pair, probe_specs
+from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.plugin import TopologyPlugin
+from nri_topology.nri import api_pb2
+from nri_topology.nri.stub import Plugin
+from nri_topology.policy.options import Options
+from nri_topology.policy.policy import Policy
+from nri_topology.testing.harness import connected
+from nri_topology.testing.runtime import RuntimePeer
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import Machine
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+async def _roundtrips(plugin: Plugin, machine: Machine, live: int, samples: int) -> list[int]:
+    peer = RuntimePeer(request_timeout=30)
+    times: list[int] = []
+    async with connected(plugin, peer) as (peer, _):
+        for i in range(live):
+            pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        probes = [nri_pair(f"probe{k}", s) for k, s in enumerate(probe_specs(machine))]
+        for pod, _ in probes:
+            await peer.run_pod_sandbox(pod)
+        for n in range(samples + 50):
+            pod, ctr = probes[n % len(probes)]
+            start = time.perf_counter_ns()
+            await peer.create_container(pod, ctr)
+            if n >= 50:  # warm-up
+                times.append(time.perf_counter_ns() - start)
+            await peer.stop_container(pod, ctr)
+            await peer.remove_container(pod, ctr)
+    return times
+
+
+def roundtrip(machine: Machine, live: int, samples: int) -> dict[str, object]:
+    """Ours vs the no-op floor; p50/p99 of each and the difference."""
+    with tempfile.TemporaryDirectory() as tmp:
+        ours = TopologyPlugin(
+            Policy(machine, Options()), checkpoint=Checkpoint(Path(tmp) / "state.json")
+        )
+        mine = quantiles(asyncio.run(_roundtrips(ours, machine, live, samples)))
+    floor = quantiles(asyncio.run(_roundtrips(NoOp(), machine, live, samples)))
+    return {
+        "live_containers": live,
+        "policy": mine,
+        "noop": floor,
+        "p50_above_floor_ms": round(mine["p50_ms"] - floor["p50_ms"], 4),
+        "p99_above_floor_ms": round(mine["p99_ms"] - floor["p99_ms"], 4),
+    }
+
+
+def running_containers(
+    machine: Machine, count: int
+) -> tuple[list[api_pb2.PodSandbox], list[api_pb2.Container], dict]:
+    """`count` running containers pinned as our policy placed them, and the policy's snapshot."""
+    policy = Policy(machine, Options())
+    for i in range(count):
+        policy.create(*policy_pair(f"fill{i:04}", fill_spec(i)))
+    pods, ctrs = [], []
+    assignments = policy.assignments()
+    for i in range(count):
+        pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
+        a = assignments[ctr.id]
+        if a.cpus is not None:
+            ctr.linux.resources.cpu.cpus = cpuset.format(a.cpus)
+        if a.mems is not None:
+            ctr.linux.resources.cpu.mems = cpuset.format(a.mems)
+        pods.append(pod)
+        ctrs.append(ctr)
+    return pods, ctrs, policy.snapshot()
+
+
+async def _restart(machine: Machine, state: Path, pods: list, ctrs: list) -> tuple[float, int]:
+    plugin = TopologyPlugin(Policy(machine, Options()), checkpoint=Checkpoint(state))
+    peer = RuntimePeer(pods=pods, containers=ctrs, request_timeout=60)
+    start = time.perf_counter()
+    async with connected(plugin, peer) as (peer, _):
+        elapsed = time.perf_counter() - start
+        return elapsed, len({u.container_id for u in peer.applied_updates})
+
+
+def synchronize(machine: Machine, count: int) -> dict[str, object]:
+    pods, ctrs, snapshot = running_containers(machine, count)
+    out: dict[str, object] = {"containers": count}
+    with tempfile.TemporaryDirectory() as tmp:
+        state = Path(tmp) / "state.json"
+        Checkpoint(state).save({"policy": snapshot, "cold_starts": {}})
+        took, moved = asyncio.run(_restart(machine, state, pods, ctrs))
+        out["with_checkpoint_ms"] = round(took * 1e3, 1)
+        out["with_checkpoint_moved"] = moved
+        state.unlink()
+        took, moved = asyncio.run(_restart(machine, state, pods, ctrs))
+        out["synchronize_only_ms"] = round(took * 1e3, 1)
+        out["synchronize_only_moved"] = moved
+    return out
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        sock = os.path.join(tmp, "nri.sock")
+        peer = RuntimePeer(request_timeout=30)
+        await peer.listen(sock)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "nri_topology.cli",
+            "run",
+            f"--socket={sock}",
+            f"--sysfs={sysfs}",
+            f"--state={tmp}/state.json",
+            "--metrics-port=0",
+            "--log-level=warning",
+            f"--log-file={tmp}/log",
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+        try:
+            await peer.wait_plugin(timeout=120)
+            await asyncio.sleep(0.5)  # let the first checkpoint write finish
+            started = _rss_kib(proc.pid)
+            for i in range(count):
+                pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
+                await peer.run_pod_sandbox(pod)
+                await peer.create_container(pod, ctr)
+            await asyncio.sleep(0.5)
+            filled = _rss_kib(proc.pid)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(proc.wait(), 30)
+            await peer.close()
+    bare = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        "import pathlib; print([l for l in pathlib.Path('/proc/self/status').read_text()"
+        ".splitlines() if l.startswith('VmRSS:')][0].split()[1])",
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await bare.communicate()
+    return {
+        "after_startup_mb": round(started / 1024, 1),
+        "containers": count,
+        "with_containers_mb": round(filled / 1024, 1),
+        "bare_python_mb": round(int(out) / 1024, 1),
+    }
+
+
+def daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
+    return asyncio.run(_daemon_rss(sysfs, count))
