@@ -476,3 +476,13 @@ async def test_sighup_reloads(tmp_path: Path) -> None:
     finally:
         loop.remove_signal_handler(signal.SIGHUP)
     assert applied == [Options(colocate_pods=True)]
+
+
+async def test_checkpoint_the_policy_cannot_use_is_ignored(tmp_path: Path) -> None:
+    Checkpoint(tmp_path / "state.json").save({"policy": {"cpus": "not a mapping"}})
+    plugin = make_plugin(tmp_path)
+    peer = RuntimePeer(pods=[pod()], containers=[ctr("a")])
+    async with connected(plugin, peer):
+        assert plugin.policy.calls == ["restore saved", "restore fresh"]
+        assert plugin.policy.cpus == {"a": 0}
+    assert counter(plugin.metrics, "nri_topology_errors_total", reason="restore") == 1

@@ -158,8 +158,11 @@ class TopologyPlugin(Plugin):
             started = time.perf_counter()
             try:
                 report = self.policy.restore(pod_infos, infos, saved.get("policy"))
-            except PolicyError as exc:
-                # A restore must not take the plugin down: start from scratch instead.
+            except Exception as exc:
+                if not saved:
+                    raise
+                # A checkpoint this policy cannot use (from another version, or edited with a
+                # fresh checksum) must not take the plugin down: rebuild from the runtime alone.
                 self.metrics.errors.labels("restore").inc()
                 _log.error(
                     "restoring state failed, rebuilding without the checkpoint", error=str(exc)
