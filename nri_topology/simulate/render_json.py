@@ -1,0 +1,147 @@
+"""`--json`: the simulation as one document with stable keys (schema in docs/simulate.md).
+
+Every key is always present (empty lists, null for "not set"), sets are Linux list strings,
+and lists are in a fixed order, so two runs of the same workload give identical output.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from nri_topology.policy.views import PoolView
+from nri_topology.simulate.runner import Assignment, Placed, Simulation, StepResult
+from nri_topology.topology import cpuset
+
+SCHEMA = "nri-topology/simulate/v1"
+
+
+def _set(ids: frozenset[int] | None) -> str | None:
+    return None if ids is None else cpuset.format(ids)
+
+
+def _assignment(a: Assignment) -> dict[str, Any]:
+    return {
+        "id": a.id,
+        "namespace": a.namespace,
+        "pod": a.pod,
+        "container": a.name,
+        "qos": a.qos.value,
+        "pool": a.pool,
+        "kind": a.kind.value,
+        "cpus": _set(a.cpus),
+        "mems": _set(a.mems),
+        "exclusive": cpuset.format(a.exclusive),
+        "cpu_shares": a.cpu_shares,
+        "memory_tiers": sorted(str(t) for t in a.memory_tiers),
+    }
+
+
+def _placed(p: Placed, explain: bool) -> dict[str, Any]:
+    doc = _assignment(p.assignment)
+    doc["reason"] = p.reason
+    doc["memory_relaxed"] = p.memory_relaxed
+    doc["cold_start"] = (
+        None
+        if p.cold_start is None
+        else {"delay_ns": p.cold_start.delay_ns, "then_mems": _set(p.cold_start.then_mems)}
+    )
+    if explain:
+        doc["trace"] = [
+            {"pool": s.pool, "key": [_scalar(k) for k in s.key], "verdict": s.verdict}
+            for s in p.trace
+        ]
+    return doc
+
+
+def _scalar(value: object) -> object:
+    """Sort-key elements as JSON values: numbers and strings stay, anything else becomes text."""
+    if isinstance(value, bool | int | float | str) or value is None:
+        return value
+    if isinstance(value, frozenset | set) and all(isinstance(v, int) for v in value):
+        return cpuset.format(value)
+    if isinstance(value, tuple | list):
+        return [_scalar(v) for v in value]
+    return str(value)
+
+
+def _step(step: StepResult, explain: bool) -> dict[str, Any]:
+    return {
+        "step": step.number,
+        "action": step.action,
+        "target": step.target,
+        "note": step.note,
+        "expect_error": step.expect_error,
+        "ok": step.ok,
+        "as_expected": step.as_expected,
+        "containers": [_placed(p, explain) for p in step.placed],
+        "updates": [{"id": m.id, "cpus": _set(m.cpus), "mems": _set(m.mems)} for m in step.updates],
+        "released": list(step.released),
+        "errors": [
+            {"container": e.container, "message": e.message, "internal": e.internal}
+            for e in step.errors
+        ],
+    }
+
+
+def _pool(p: PoolView) -> dict[str, Any]:
+    return {
+        "name": p.name,
+        "kind": p.kind,
+        "depth": p.depth,
+        "parent": p.parent,
+        "cpus": cpuset.format(p.cpus),
+        "shared": cpuset.format(p.shared),
+        "isolated": cpuset.format(p.isolated),
+        "reserved": cpuset.format(p.reserved),
+        "capacity_milli": p.capacity_milli,
+        "assigned_milli": p.assigned_milli,
+        "free_milli": p.free_milli,
+        "containers": p.containers,
+        "memory": {
+            str(tier): {
+                "nodes": cpuset.format(m.nodes),
+                "capacity": m.capacity,
+                "assigned": m.assigned,
+                "free": m.free,
+            }
+            for tier, m in sorted(p.memory.items())
+        },
+    }
+
+
+def to_document(sim: Simulation, *, explain: bool = False) -> dict[str, Any]:
+    m = sim.machine
+    return {
+        "schema": SCHEMA,
+        "machine": {
+            "name": sim.machine_name,
+            "cpus": cpuset.format(m.cpus),
+            "isolated": cpuset.format(m.isolated),
+            "offline": cpuset.format(m.offline),
+            "nodes": [
+                {
+                    "id": n.id,
+                    "cpus": cpuset.format(n.cpus),
+                    "memory": n.memory,
+                    "tier": str(n.tier),
+                }
+                for n in sorted(m.nodes.values(), key=lambda n: n.id)
+            ],
+        },
+        "workload": {"name": sim.workload.name, "description": sim.workload.description},
+        "steps": [_step(s, explain) for s in sim.steps],
+        "final": {
+            "containers": [_assignment(sim.assignments[k]) for k in sorted(sim.assignments)],
+            "pools": [_pool(p) for p in sim.pools],
+        },
+        "summary": {
+            "steps": len(sim.steps),
+            "failed": sum(1 for s in sim.steps if not s.ok),
+            "unexpected": [s.number for s in sim.steps if not s.as_expected],
+        },
+    }
+
+
+def render(sim: Simulation, *, explain: bool = False) -> str:
+    return json.dumps(to_document(sim, explain=explain), indent=2) + "\n"

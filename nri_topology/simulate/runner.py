@@ -1,0 +1,260 @@
+"""Drive the policy through a workload, one step at a time, and record what happened.
+
+The runner is the simulated runtime: it hands the policy the pods and containers a node would
+report, applies every decision and every update to other containers to its own picture of the
+node, and keeps going when a step fails, so a whole story can be told and checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal, Protocol
+
+from nri_topology.policy.types import (
+    ColdStart,
+    ContainerInfo,
+    CpuKind,
+    Decision,
+    PodInfo,
+    PolicyError,
+    PoolScore,
+    QoS,
+    Resources,
+    Update,
+)
+from nri_topology.policy.views import PoolView
+from nri_topology.simulate.workload import (
+    RunningContainer,
+    Step,
+    Workload,
+    container_id,
+    create_containers,
+    pod_id,
+    resized,
+)
+from nri_topology.topology.model import Machine, MemoryTier
+
+
+class Engine(Protocol):
+    """The part of the policy facade the simulator drives."""
+
+    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
+
+    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
+
+    def release(self, container_id: str) -> tuple[Update, ...]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """Where a container runs right now, as the simulated runtime has applied it."""
+
+    id: str
+    namespace: str
+    pod: str
+    name: str
+    qos: QoS
+    pool: str
+    kind: CpuKind
+    cpus: frozenset[int] | None  # None: left as the runtime set it
+    mems: frozenset[int] | None
+    exclusive: frozenset[int]
+    cpu_shares: int | None
+    memory_tiers: frozenset[MemoryTier]
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """A container placed (created or resized) in a step, with the policy's explanation."""
+
+    assignment: Assignment
+    reason: str
+    trace: tuple[PoolScore, ...]
+    memory_relaxed: bool
+    cold_start: ColdStart | None
+
+
+@dataclass(frozen=True, slots=True)
+class Moved:
+    """Another container whose CPUs or memory nodes changed because of this step."""
+
+    id: str
+    cpus: frozenset[int] | None  # the new set, None when unchanged
+    mems: frozenset[int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    container: str
+    message: str
+    internal: bool = False  # the policy raised something other than PolicyError: a bug
+
+
+@dataclass(frozen=True, slots=True)
+class StepResult:
+    number: int  # 1-based, as in error messages
+    action: Literal["create", "remove", "resize"]
+    target: str
+    note: str
+    expect_error: bool
+    placed: tuple[Placed, ...] = ()
+    updates: tuple[Moved, ...] = ()
+    released: tuple[str, ...] = ()
+    errors: tuple[Failure, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def as_expected(self) -> bool:
+        """Failed exactly when the workload said it would, and never with a policy bug."""
+        if any(e.internal for e in self.errors):
+            return False
+        return bool(self.errors) == self.expect_error
+
+
+@dataclass(frozen=True)
+class Simulation:
+    machine: Machine
+    machine_name: str
+    workload: Workload
+    steps: tuple[StepResult, ...]
+    assignments: Mapping[str, Assignment]  # at the end, by container id
+    pools: tuple[PoolView, ...] = field(default=())
+
+    @property
+    def as_expected(self) -> bool:
+        return all(s.as_expected for s in self.steps)
+
+
+def _failure(cid: str, exc: Exception) -> Failure:
+    if isinstance(exc, PolicyError):
+        return Failure(cid, str(exc))
+    return Failure(cid, f"internal error: {type(exc).__name__}: {exc}", internal=True)
+
+
+class Runner:
+    """Feeds workload steps to an engine and keeps the node's picture up to date."""
+
+    def __init__(self, engine: Engine, machine: Machine) -> None:
+        self._engine = engine
+        self._capacity = sum(n.memory for n in machine.nodes.values())
+        self._running: dict[str, RunningContainer] = {}
+        self.assignments: dict[str, Assignment] = {}
+
+    def run(self, workload: Workload) -> tuple[StepResult, ...]:
+        return tuple(self.step(n, s) for n, s in enumerate(workload.steps, start=1))
+
+    def step(self, number: int, step: Step) -> StepResult:
+        base = StepResult(number, step.action, step.target, step.note, step.expect_error)
+        if step.create is not None:
+            made = create_containers(step.create, step=number, memory_capacity=self._capacity)
+            return self._place(base, [(c, None) for c in made])
+        if step.resize is not None:
+            spec = step.resize
+            cid = container_id(spec.namespace, spec.pod, spec.container)
+            old = self._running.get(cid)
+            if old is None:
+                return replace(base, errors=(Failure(cid, "container is not running"),))
+            return self._place(base, [(resized(old, spec), old)])
+        assert step.remove is not None
+        spec_r = step.remove
+        if spec_r.container is not None:
+            ids = [container_id(spec_r.namespace, spec_r.pod, spec_r.container)]
+        else:
+            pid = pod_id(spec_r.namespace, spec_r.pod)
+            ids = [cid for cid, rc in self._running.items() if rc.pod.id == pid]
+        return self._remove(base, ids)
+
+    def _place(
+        self, base: StepResult, items: list[tuple[RunningContainer, RunningContainer | None]]
+    ) -> StepResult:
+        placed: list[Placed] = []
+        moved: dict[str, Moved] = {}
+        errors: list[Failure] = []
+        for rc, old in items:
+            try:
+                if old is None:
+                    decision = self._engine.create(rc.pod, rc.info)
+                else:
+                    decision = self._engine.resize(rc.pod, old.info, rc.info.resources)
+            except Exception as exc:  # recorded; the simulation goes on with the next one
+                errors.append(_failure(rc.info.id, exc))
+                continue
+            self._running[rc.info.id] = rc
+            assignment = Assignment(
+                id=rc.info.id,
+                namespace=rc.pod.namespace,
+                pod=rc.pod.name,
+                name=rc.info.name,
+                qos=rc.qos,
+                pool=decision.pool,
+                kind=decision.kind,
+                cpus=decision.placement.cpus,
+                mems=decision.placement.mems,
+                exclusive=decision.exclusive,
+                cpu_shares=decision.placement.cpu_shares,
+                memory_tiers=decision.memory_tiers,
+            )
+            self.assignments[rc.info.id] = assignment
+            placed.append(
+                Placed(
+                    assignment,
+                    decision.reason,
+                    decision.trace,
+                    decision.memory_relaxed,
+                    decision.cold_start,
+                )
+            )
+            self._apply(decision.updates, moved)
+        return replace(
+            base, placed=tuple(placed), updates=self._ordered(moved), errors=tuple(errors)
+        )
+
+    def _remove(self, base: StepResult, ids: list[str]) -> StepResult:
+        moved: dict[str, Moved] = {}
+        released: list[str] = []
+        errors: list[Failure] = []
+        for cid in ids:
+            try:
+                updates = self._engine.release(cid)
+            except Exception as exc:
+                errors.append(_failure(cid, exc))
+                continue
+            released.append(cid)
+            self._running.pop(cid, None)
+            self.assignments.pop(cid, None)
+            moved.pop(cid, None)
+            self._apply(updates, moved)
+        return replace(
+            base, updates=self._ordered(moved), released=tuple(released), errors=tuple(errors)
+        )
+
+    def _apply(self, updates: tuple[Update, ...], moved: dict[str, Moved]) -> None:
+        """Apply other containers' new placements; several in one step merge into one line."""
+        for update in updates:
+            cid = update.container_id
+            current = self.assignments.get(cid)
+            if current is None:
+                continue
+            cpus, mems = update.placement.cpus, update.placement.mems
+            self.assignments[cid] = replace(
+                current,
+                cpus=cpus if cpus is not None else current.cpus,
+                mems=mems if mems is not None else current.mems,
+                cpu_shares=update.placement.cpu_shares
+                if update.placement.cpu_shares is not None
+                else current.cpu_shares,
+            )
+            prev = moved.get(cid)
+            moved[cid] = Moved(
+                cid,
+                cpus if cpus is not None else (prev.cpus if prev else None),
+                mems if mems is not None else (prev.mems if prev else None),
+            )
+
+    @staticmethod
+    def _ordered(moved: dict[str, Moved]) -> tuple[Moved, ...]:
+        return tuple(moved[k] for k in sorted(moved))

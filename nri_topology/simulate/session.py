@@ -1,0 +1,114 @@
+"""One simulation from command-line choices: pick the machine, workload and options, then run.
+
+Kept apart from the command so tests and benchmarks can run simulations without argparse.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from nri_topology.policy.options import Options
+from nri_topology.simulate import machine_spec
+from nri_topology.simulate.machine_spec import MachineSpecError
+from nri_topology.simulate.runner import Runner, Simulation
+from nri_topology.simulate.workload import (
+    Workload,
+    WorkloadError,
+    bundled_workload_names,
+    load_bundled_workload,
+    load_workload,
+)
+from nri_topology.topology.model import Machine
+
+DEFAULT_MACHINE = "server"
+
+
+class SimulationError(ValueError):
+    """Inputs that cannot be simulated; the message says which input and why."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    machine: Machine
+    machine_name: str
+    workload: Workload
+    options: Options
+
+
+def _workload(choice: str) -> Workload:
+    path = Path(choice)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        return load_workload(path)
+    if choice in bundled_workload_names():
+        return load_bundled_workload(choice)
+    raise WorkloadError(
+        f"workload {choice!r}: no such file and no bundled workload of that name "
+        f"(bundled: {', '.join(bundled_workload_names())})"
+    )
+
+
+def _machine_from_sysfs(root: Path) -> tuple[str, Machine]:
+    from nri_topology.topology.sysfs import read_machine
+
+    sys_root, proc_root = root, None
+    if (root / "sys" / "devices").is_dir():  # a dump holding sys/ and maybe proc/
+        sys_root = root / "sys"
+        proc_root = root / "proc" if (root / "proc").is_dir() else None
+    try:
+        return str(root), read_machine(sys_root, proc_root=proc_root)
+    except (OSError, ValueError) as exc:
+        raise SimulationError(f"--sysfs {root}: {exc}") from None
+
+
+def _machine(choice: str) -> tuple[str, Machine]:
+    path = Path(choice)
+    if path.suffix in (".yaml", ".yml", ".json") or path.exists():
+        spec = machine_spec.load_spec(path)
+        return spec.name, machine_spec.to_machine(spec, origin=str(path))
+    spec, machine = machine_spec.load_bundled(choice)
+    return spec.name, machine
+
+
+def load_inputs(
+    *,
+    machine: str | None = None,
+    sysfs: Path | None = None,
+    workload: str = "default",
+    config: Path | None = None,
+) -> Inputs:
+    """Resolve the command-line choices; every failure is a SimulationError naming the input."""
+    try:
+        wl = _workload(workload)
+        if sysfs is not None:
+            name, m = _machine_from_sysfs(sysfs)
+        else:
+            name, m = _machine(machine or wl.machine or DEFAULT_MACHINE)
+    except (WorkloadError, MachineSpecError) as exc:
+        raise SimulationError(str(exc)) from None
+    options = Options()
+    if config is not None:
+        from nri_topology.config.load import load_config
+
+        try:
+            options = load_config(config).to_options()
+        except ValueError as exc:
+            raise SimulationError(f"--config {config}: {exc}") from None
+    return Inputs(m, name, wl, options)
+
+
+def simulate(inputs: Inputs) -> Simulation:
+    """Run the workload through a fresh policy; failed steps are recorded, not raised."""
+    from nri_topology.policy.policy import Policy
+
+    policy = Policy(inputs.machine, inputs.options)
+    runner = Runner(policy, inputs.machine)
+    steps = runner.run(inputs.workload)
+    return Simulation(
+        machine=inputs.machine,
+        machine_name=inputs.machine_name,
+        workload=inputs.workload,
+        steps=steps,
+        assignments=dict(runner.assignments),
+        pools=tuple(policy.pools()),
+    )

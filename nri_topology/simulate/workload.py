@@ -1,0 +1,409 @@
+"""Workload files: pods created, resized and removed in order, checked before anything runs.
+
+A workload is written like pod specs (requests, limits, annotations, labels) and is turned into
+exactly what the runtime would hand the plugin over NRI: a cgroup parent that carries the QoS
+class, CPU shares from the request, quota and period from the limit, a memory limit and an OOM
+score adjustment. So the policy sees in simulation what it would see on a node.
+The format is documented in docs/simulate.md.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, replace
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from nri_topology.policy.types import ContainerInfo, PodInfo, QoS, Resources
+from nri_topology.simulate.quantity import byte_count, milli_cpu
+
+# Kubelet constants for CPU shares and CFS quota (cgroup v1 units, as NRI reports them).
+MIN_SHARES = 2
+MAX_SHARES = 262144
+SHARES_PER_CPU = 1024
+QUOTA_PERIOD_US = 100000
+MIN_QUOTA_US = 1000
+GUARANTEED_OOM_SCORE_ADJ = -997
+BEST_EFFORT_OOM_SCORE_ADJ = 1000
+
+
+class WorkloadError(ValueError):
+    """A workload file that cannot be run; the message names the step and the key."""
+
+
+def _cpu(value: object) -> int:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return milli_cpu(value)
+    raise ValueError(f"expected a CPU quantity such as '500m' or 2, got {value!r}")
+
+
+def _memory(value: object) -> int:
+    if isinstance(value, str | int | float) and not isinstance(value, bool):
+        return byte_count(value)
+    raise ValueError(f"expected a memory quantity such as '512Mi', got {value!r}")
+
+
+MilliCpu = Annotated[int, BeforeValidator(_cpu)]
+Bytes = Annotated[int, BeforeValidator(_memory)]
+Name = Annotated[
+    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ResourceList(_Strict):
+    cpu: MilliCpu | None = None
+    memory: Bytes | None = None
+
+
+class ContainerSpec(_Strict):
+    name: Name
+    requests: ResourceList = ResourceList()
+    limits: ResourceList = ResourceList()
+    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ContainerSpec:
+        for key in ("cpu", "memory"):
+            req, lim = getattr(self.requests, key), getattr(self.limits, key)
+            if req is not None and lim is not None and req > lim:
+                raise ValueError(f"requests.{key} is larger than limits.{key}")
+        return self
+
+    def effective_requests(self) -> ResourceList:
+        """Requests as the API server stores them: a missing request defaults to the limit."""
+        return ResourceList.model_construct(
+            cpu=self.requests.cpu if self.requests.cpu is not None else self.limits.cpu,
+            memory=self.requests.memory if self.requests.memory is not None else self.limits.memory,
+        )
+
+
+class CreateSpec(_Strict):
+    pod: Name
+    namespace: Name = "default"
+    qos: QoS | None = None  # optional statement of intent, checked against the resources
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    containers: list[ContainerSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> CreateSpec:
+        names = [c.name for c in self.containers]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"containers: duplicate names {dupes}")
+        derived = qos_class(self.containers)
+        if self.qos is not None and self.qos is not derived:
+            raise ValueError(
+                f"qos: says {self.qos.value} but the requests and limits make the pod "
+                f"{derived.value}"
+            )
+        return self
+
+
+class RemoveSpec(_Strict):
+    pod: Name
+    namespace: Name = "default"
+    container: Name | None = None  # None: the whole pod
+
+
+class ResizeSpec(_Strict):
+    pod: Name
+    namespace: Name = "default"
+    container: Name
+    requests: ResourceList = ResourceList()
+    limits: ResourceList = ResourceList()
+
+
+class Step(_Strict):
+    create: CreateSpec | None = None
+    remove: RemoveSpec | None = None
+    resize: ResizeSpec | None = None
+    note: str = ""
+    expect_error: bool = False
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Step:
+        given = [k for k in ("create", "remove", "resize") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of create, remove, resize (got {', '.join(given) or 'none'})"
+            )
+        return self
+
+    @property
+    def action(self) -> Literal["create", "remove", "resize"]:
+        if self.create is not None:
+            return "create"
+        return "remove" if self.remove is not None else "resize"
+
+    @property
+    def target(self) -> str:
+        """`namespace/pod` or `namespace/pod/container`, for display."""
+        spec = self.create or self.remove or self.resize
+        assert spec is not None
+        base = f"{spec.namespace}/{spec.pod}"
+        container = getattr(spec, "container", None)
+        return f"{base}/{container}" if container else base
+
+
+class Workload(_Strict):
+    name: str = ""
+    description: str = ""
+    machine: str | None = None  # bundled machine the workload was written for
+    steps: list[Step] = Field(min_length=1)
+
+
+def qos_class(containers: list[ContainerSpec]) -> QoS:
+    """The Kubernetes QoS class of a pod from its containers' requests and limits."""
+    requests = [c.effective_requests() for c in containers]
+    if all(
+        r.cpu is None and r.memory is None and c.limits.cpu is None and c.limits.memory is None
+        for c, r in zip(containers, requests, strict=True)
+    ):
+        return QoS.BEST_EFFORT
+    guaranteed = all(
+        c.limits.cpu is not None
+        and c.limits.memory is not None
+        and r.cpu == c.limits.cpu
+        and r.memory == c.limits.memory
+        for c, r in zip(containers, requests, strict=True)
+    )
+    return QoS.GUARANTEED if guaranteed else QoS.BURSTABLE
+
+
+def cpu_shares(request_milli: int | None) -> int:
+    """Kubelet's shares for a CPU request: milli*1024/1000, clamped to [2, 262144]."""
+    shares = (request_milli or 0) * SHARES_PER_CPU // 1000
+    return max(MIN_SHARES, min(MAX_SHARES, shares))
+
+
+def cpu_quota(limit_milli: int) -> int:
+    """Kubelet's CFS quota for a CPU limit with the default 100 ms period."""
+    return max(MIN_QUOTA_US, limit_milli * QUOTA_PERIOD_US // 1000)
+
+
+def oom_score_adj(qos: QoS, memory_request: int | None, capacity: int) -> int:
+    """Kubelet's OOM score adjustment; the policy estimates Burstable memory requests from it."""
+    if qos is QoS.GUARANTEED:
+        return GUARANTEED_OOM_SCORE_ADJ
+    if qos is QoS.BEST_EFFORT or not memory_request or capacity <= 0:
+        return BEST_EFFORT_OOM_SCORE_ADJ
+    adj = 1000 - (1000 * memory_request) // capacity
+    return max(1000 + GUARANTEED_OOM_SCORE_ADJ, min(999, adj))
+
+
+def runtime_resources(requests: ResourceList, limits: ResourceList) -> Resources:
+    """What the runtime reports for a container with these (defaulted) requests and limits."""
+    return Resources(
+        cpu_shares=cpu_shares(requests.cpu),
+        cpu_quota=cpu_quota(limits.cpu) if limits.cpu else None,
+        cpu_period=QUOTA_PERIOD_US if limits.cpu else None,
+        memory_limit=limits.memory or None,
+    )
+
+
+def cgroup_parent(qos: QoS, uid: str) -> str:
+    """Kubelet's pod cgroup (cgroupfs driver): the QoS class is a path element."""
+    if qos is QoS.GUARANTEED:
+        return f"/kubepods/pod{uid}"
+    return f"/kubepods/{qos.value.lower()}/pod{uid}"
+
+
+@dataclass(frozen=True, slots=True)
+class RunningContainer:
+    """A container of the simulated node as the runtime would describe it."""
+
+    pod: PodInfo
+    info: ContainerInfo
+    qos: QoS
+    requests: ResourceList
+    limits: ResourceList
+
+
+def pod_id(namespace: str, pod: str) -> str:
+    return f"{namespace}/{pod}"
+
+
+def container_id(namespace: str, pod: str, container: str) -> str:
+    return f"{namespace}/{pod}/{container}"
+
+
+def create_containers(
+    spec: CreateSpec, *, step: int, memory_capacity: int
+) -> tuple[RunningContainer, ...]:
+    """The pod sandbox and containers the runtime would report for a create step."""
+    qos = qos_class(spec.containers)
+    uid = str(
+        uuid.uuid5(uuid.NAMESPACE_URL, f"nri-topology-simulate/{spec.namespace}/{spec.pod}/{step}")
+    )
+    pod = PodInfo(
+        id=pod_id(spec.namespace, spec.pod),
+        name=spec.pod,
+        namespace=spec.namespace,
+        uid=uid,
+        labels=dict(spec.labels),
+        annotations=dict(spec.annotations),
+        cgroup_parent=cgroup_parent(qos, uid),
+    )
+    out = []
+    for index, c in enumerate(spec.containers):
+        requests = c.effective_requests()
+        info = ContainerInfo(
+            id=container_id(spec.namespace, spec.pod, c.name),
+            pod_id=pod.id,
+            name=c.name,
+            resources=runtime_resources(requests, c.limits),
+            labels=dict(c.labels),
+            annotations=dict(c.annotations),
+            oom_score_adj=oom_score_adj(qos, requests.memory, memory_capacity),
+            created_at=step * 1_000_000_000 + index,
+        )
+        out.append(
+            RunningContainer(pod=pod, info=info, qos=qos, requests=requests, limits=c.limits)
+        )
+    return tuple(out)
+
+
+def _merged(old: ResourceList, new: ResourceList) -> ResourceList:
+    """Each value given in `new` replaces the one in `old` (values are already parsed)."""
+    return ResourceList.model_construct(
+        cpu=new.cpu if new.cpu is not None else old.cpu,
+        memory=new.memory if new.memory is not None else old.memory,
+    )
+
+
+def resized(running: RunningContainer, spec: ResizeSpec) -> RunningContainer:
+    """The container after an in-place resize: each given value replaces the old one."""
+    requests = _merged(running.requests, spec.requests)
+    limits = _merged(running.limits, spec.limits)
+    info = replace(running.info, resources=runtime_resources(requests, limits))
+    return replace(running, requests=requests, limits=limits, info=info)
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    """`("steps", 3, "create", "containers", 0, "name")` -> `step 4: create.containers[0].name`."""
+    parts: list[str] = []
+    prefix = ""
+    rest = list(loc)
+    if len(rest) >= 2 and rest[0] == "steps" and isinstance(rest[1], int):
+        prefix = f"step {rest[1] + 1}: "
+        rest = rest[2:]
+    for p in rest:
+        if isinstance(p, int):
+            parts.append(f"[{p}]")
+        elif p.startswith("function-after"):
+            continue
+        else:
+            parts.append(("." if parts else "") + p)
+    return prefix + ("".join(parts) or "(step)" if prefix else "".join(parts) or "(top level)")
+
+
+def _check_sequence(workload: Workload) -> None:
+    """Pods must exist before they are removed or resized, and not twice at once."""
+    pods: dict[str, tuple[int, CreateSpec, set[str]]] = {}
+    for number, step in enumerate(workload.steps, start=1):
+        if step.create is not None:
+            key = pod_id(step.create.namespace, step.create.pod)
+            if key in pods:
+                raise WorkloadError(
+                    f"step {number}: create.pod: pod {key} already exists (created in step "
+                    f"{pods[key][0]})"
+                )
+            pods[key] = (number, step.create, {c.name for c in step.create.containers})
+            continue
+        spec = step.remove or step.resize
+        assert spec is not None
+        key = pod_id(spec.namespace, spec.pod)
+        if key not in pods:
+            raise WorkloadError(f"step {number}: {step.action}.pod: no pod {key} at this step")
+        _, created, alive = pods[key]
+        container = spec.container
+        if container is not None and container not in alive:
+            raise WorkloadError(
+                f"step {number}: {step.action}.container: pod {key} has no running container "
+                f"{container!r} (running: {', '.join(sorted(alive)) or 'none'})"
+            )
+        if step.resize is not None:
+            _check_resize(number, created, step.resize)
+        elif container is None:
+            del pods[key]
+        else:
+            alive.discard(container)
+            if not alive:
+                del pods[key]
+
+
+def _check_resize(number: int, created: CreateSpec, spec: ResizeSpec) -> None:
+    """A resize must keep the pod's QoS class, as the API server demands."""
+    old = next(c for c in created.containers if c.name == spec.container)
+    new = ContainerSpec(
+        name=old.name,
+        requests=_merged(old.effective_requests(), spec.requests),
+        limits=_merged(old.limits, spec.limits),
+    )
+    others = [new if c.name == spec.container else c for c in created.containers]
+    before, after = qos_class(created.containers), qos_class(others)
+    if before is not after:
+        raise WorkloadError(
+            f"step {number}: resize: would change the pod's QoS class from {before.value} to "
+            f"{after.value}, which Kubernetes does not allow"
+        )
+
+
+def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
+    """Validate a decoded workload document; errors name the origin, the step and the key."""
+    if not isinstance(data, dict):
+        raise WorkloadError(f"{origin}: expected a mapping with 'steps' at the top level")
+    try:
+        workload = Workload.model_validate(data)
+    except ValidationError as exc:
+        lines = [
+            f"{_where(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
+            for e in exc.errors()
+        ]
+        raise WorkloadError(f"{origin}: " + "; ".join(lines)) from None
+    try:
+        _check_sequence(workload)
+    except WorkloadError as exc:
+        raise WorkloadError(f"{origin}: {exc}") from None
+    return workload
+
+
+def load_workload(path: Path) -> Workload:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise WorkloadError(f"{path}: {exc}") from None
+    return parse_workload(data, origin=str(path))
+
+
+def bundled_workload_names() -> tuple[str, ...]:
+    folder = resources.files("nri_topology") / "data" / "workloads"
+    return tuple(
+        sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+    )
+
+
+def load_bundled_workload(name: str) -> Workload:
+    if name not in bundled_workload_names():
+        raise WorkloadError(
+            f"no bundled workload {name!r}; bundled: {', '.join(bundled_workload_names())}"
+        )
+    text = (resources.files("nri_topology") / "data" / "workloads" / f"{name}.yaml").read_text()
+    return parse_workload(yaml.safe_load(text), origin=f"bundled workload {name}")
