@@ -5,6 +5,7 @@ Kept apart from the command so tests and benchmarks can run simulations without 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from nri_topology.simulate.workload import (
     load_bundled_workload,
     load_workload,
 )
-from nri_topology.topology.model import Machine
+from nri_topology.topology.model import Machine, MemoryTier
 
 DEFAULT_MACHINE = "server"
 
@@ -48,7 +49,7 @@ def _workload(choice: str) -> Workload:
     )
 
 
-def _machine_from_sysfs(root: Path) -> tuple[str, Machine]:
+def _machine_from_sysfs(root: Path, tiers: Mapping[int, MemoryTier]) -> tuple[str, Machine]:
     from nri_topology.topology.sysfs import read_machine
 
     sys_root, proc_root = root, None
@@ -56,9 +57,10 @@ def _machine_from_sysfs(root: Path) -> tuple[str, Machine]:
         sys_root = root / "sys"
         proc_root = root / "proc" if (root / "proc").is_dir() else None
     try:
-        return str(root), read_machine(sys_root, proc_root=proc_root)
+        machine = read_machine(sys_root, proc_root=proc_root, tier_overrides=tiers)
     except (OSError, ValueError) as exc:
         raise SimulationError(f"--sysfs {root}: {exc}") from None
+    return str(root), machine
 
 
 def _machine(choice: str) -> tuple[str, Machine]:
@@ -77,23 +79,30 @@ def load_inputs(
     workload: str = "default",
     config: Path | None = None,
 ) -> Inputs:
-    """Resolve the command-line choices; every failure is a SimulationError naming the input."""
-    try:
-        wl = _workload(workload)
-        if sysfs is not None:
-            name, m = _machine_from_sysfs(sysfs)
-        else:
-            name, m = _machine(machine or wl.machine or DEFAULT_MACHINE)
-    except (WorkloadError, MachineSpecError) as exc:
-        raise SimulationError(str(exc)) from None
+    """Resolve the command-line choices; every failure is a SimulationError naming the input.
+
+    With --config, the policy options come from the file, and so do the memory tier overrides
+    when the machine is read from sysfs.
+    """
     options = Options()
+    tiers: dict[int, MemoryTier] = {}
     if config is not None:
         from nri_topology.config.load import load_config
 
         try:
-            options = load_config(config).to_options()
+            loaded = load_config(config)
+            options = loaded.to_options()
         except ValueError as exc:
             raise SimulationError(f"--config {config}: {exc}") from None
+        tiers = {node: MemoryTier(t) for node, t in loaded.topology.memory_tiers.items()}
+    try:
+        wl = _workload(workload)
+        if sysfs is not None:
+            name, m = _machine_from_sysfs(sysfs, tiers)
+        else:
+            name, m = _machine(machine or wl.machine or DEFAULT_MACHINE)
+    except (WorkloadError, MachineSpecError) as exc:
+        raise SimulationError(str(exc)) from None
     return Inputs(m, name, wl, options)
 
 

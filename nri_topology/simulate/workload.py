@@ -298,20 +298,20 @@ def resized(running: RunningContainer, spec: ResizeSpec) -> RunningContainer:
 
 def _where(loc: tuple[int | str, ...]) -> str:
     """`("steps", 3, "create", "containers", 0, "name")` -> `step 4: create.containers[0].name`."""
-    parts: list[str] = []
-    prefix = ""
     rest = list(loc)
+    step = ""
     if len(rest) >= 2 and rest[0] == "steps" and isinstance(rest[1], int):
-        prefix = f"step {rest[1] + 1}: "
+        step = f"step {rest[1] + 1}"
         rest = rest[2:]
+    key = ""
     for p in rest:
         if isinstance(p, int):
-            parts.append(f"[{p}]")
-        elif p.startswith("function-after"):
-            continue
-        else:
-            parts.append(("." if parts else "") + p)
-    return prefix + ("".join(parts) or "(step)" if prefix else "".join(parts) or "(top level)")
+            key += f"[{p}]"
+        elif not p.startswith("function-"):
+            key += ("." if key else "") + p
+    if step and key:
+        return f"{step}: {key}"
+    return step or key or "(top level)"
 
 
 def _check_sequence(workload: Workload) -> None:
