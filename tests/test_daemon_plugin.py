@@ -361,7 +361,9 @@ async def test_stopped_containers_in_synchronize_hold_nothing(tmp_path: Path) ->
 async def test_unwritable_state_keeps_serving_and_recovers(tmp_path: Path) -> None:
     blocker = tmp_path / "blocked"
     blocker.write_text("")  # the state directory is a file: every write fails
-    plugin = TopologyPlugin(ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"))
+    plugin = TopologyPlugin(
+        ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"), checkpoint_retry_s=60
+    )
     async with connected(plugin) as (peer, _):
         await peer.create_container(pod(), ctr("a"))
         await plugin.flush()
@@ -486,3 +488,20 @@ async def test_checkpoint_the_policy_cannot_use_is_ignored(tmp_path: Path) -> No
         assert plugin.policy.calls == ["restore saved", "restore fresh"]
         assert plugin.policy.cpus == {"a": 0}
     assert counter(plugin.metrics, "nri_topology_errors_total", reason="restore") == 1
+
+
+async def test_failed_checkpoint_is_retried_without_a_new_change(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocked"
+    blocker.write_text("")
+    plugin = TopologyPlugin(
+        ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"), checkpoint_retry_s=0.05
+    )
+    async with connected(plugin) as (peer, _):
+        await peer.create_container(pod(), ctr("a"))
+        await plugin.flush()
+        blocker.unlink()  # the operator fixes the directory; no container event follows
+        async with asyncio.timeout(2):
+            while Checkpoint(blocker / "state.json").load().body is None:
+                await asyncio.sleep(0.02)
+        body = Checkpoint(blocker / "state.json").load().body
+        assert body is not None and body["policy"] == {"cpus": {"a": 0}}

@@ -105,6 +105,7 @@ class TopologyPlugin(Plugin):
         settings: Settings = Settings(),
         runtime_config: Callable[[str], Awaitable[None]] | None = None,
         wall_clock_ns: Callable[[], int] = time.time_ns,
+        checkpoint_retry_s: float = 10.0,
     ) -> None:
         self.policy = policy
         self.checkpoint = checkpoint
@@ -122,6 +123,9 @@ class TopologyPlugin(Plugin):
         self._background: set[asyncio.Task[None]] = set()
         self._pending: dict[str, Any] | None = None  # state not yet handed to the writer
         self._writer: asyncio.Task[None] | None = None
+        self._retry: asyncio.TimerHandle | None = None
+        self._unsaved: dict[str, Any] | None = None
+        self._retry_s = checkpoint_retry_s
 
     # --- views for metrics and health ----------------------------------------------------------
 
@@ -295,6 +299,8 @@ class TopologyPlugin(Plugin):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.flush()
+        if self._retry is not None:
+            self._retry.cancel()
         self.metrics.registered.set(0)
         _log.info("shut down", checkpoint=str(self.checkpoint.path) if self.checkpoint else None)
 
@@ -335,8 +341,25 @@ class TopologyPlugin(Plugin):
         assert self.checkpoint is not None
         while self._pending is not None:
             body, self._pending = self._pending, None
-            if not await asyncio.to_thread(self.checkpoint.save, body):
-                self.metrics.errors.labels("checkpoint_write").inc()
+            if await asyncio.to_thread(self.checkpoint.save, body):
+                self._unsaved = None
+                continue
+            self.metrics.errors.labels("checkpoint_write").inc()
+            self._unsaved = body  # the newest state that did not reach the disk
+            if self._retry is None:
+                # Try again later even if nothing changes, so a quiet node's checkpoint
+                # recovers without waiting for the next container event.
+                loop = asyncio.get_running_loop()
+                self._retry = loop.call_later(self._retry_s, self._retry_write)
+
+    def _retry_write(self) -> None:
+        self._retry = None
+        if self._writer is not None and not self._writer.done():
+            return  # a write of newer state is under way; it reschedules if it fails
+        if self._pending is None:
+            self._pending = self._unsaved
+        if self._pending is not None:
+            self._writer = asyncio.get_running_loop().create_task(self._write_pending())
 
     async def flush(self) -> None:
         """Wait until the latest state is on disk (or its write has failed)."""
