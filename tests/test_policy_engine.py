@@ -1,0 +1,393 @@
+"""The engine's rules one by one: reservation, slicing, shared sets, scoring, memory, resize."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from nri_topology.policy import affinity
+from nri_topology.policy.engine import Engine, milli_to_shares
+from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.types import CpuKind, PolicyError, QoS, Request
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
+from tests import machines
+
+DRAM, PMEM = MemoryTier.DRAM, MemoryTier.PMEM
+GiB = 1 << 30
+NO_RESERVE = Options(reserved_resources=CpuAmount(milli=0))
+
+
+def req(
+    cid: str,
+    kind: CpuKind = CpuKind.SHARED,
+    *,
+    exclusive: int = 0,
+    shared: int = 0,
+    qos: QoS | None = None,
+    memory: int = 0,
+    **kw: object,
+) -> Request:
+    """A classified request as `request.build_request` would give it."""
+    if qos is None:
+        qos = QoS.GUARANTEED if kind in (CpuKind.EXCLUSIVE, CpuKind.ISOLATED) else QoS.BURSTABLE
+    fields: dict[str, object] = {
+        "container_id": cid,
+        "pod_id": f"pod-{cid}",
+        "name": cid,
+        "pod_name": f"pod-{cid}",
+        "namespace": "default",
+        "qos": qos,
+        "kind": kind,
+        "cpu_request": exclusive * 1000 + shared,
+        "cpu_limit": None,
+        "memory_request": memory,
+        "memory_limit": memory or None,
+        "exclusive": exclusive,
+        "shared": shared,
+    }
+    fields.update(kw)
+    return Request(**fields)  # type: ignore[arg-type]
+
+
+def cores_of(m, cpus: frozenset[int]) -> set[frozenset[int]]:
+    return {m.cpus[c].threads for c in cpus}
+
+
+# --- reservation --------------------------------------------------------------------------------
+
+
+def test_quantity_reservation_is_exact_to_the_milli_cpu() -> None:
+    m = machines.load("desktop")
+    e = Engine(m, Options(reserved_resources=CpuAmount(milli=750)))
+    assert e.reserved_capacity == 750
+    (cpu,) = e.reserved_all
+    assert e.partial == {cpu}
+    # the unreserved 250m of the reserved CPU stay shared capacity
+    assert e.capacity(0) == 1000 * 20 - 750
+    assert cpu in e.free[0]
+    d = e.place(req("sys", CpuKind.RESERVED, shared=750))
+    assert d.kind is CpuKind.RESERVED and d.placement.cpus == {cpu}
+    d = e.place(req("sys2", CpuKind.RESERVED, shared=1))
+    assert d.kind is CpuKind.SHARED
+    assert "reserved capacity exhausted" in d.reason
+
+
+def test_reserved_cpu_list_leaves_shared_sets_and_is_never_sliced() -> None:
+    m = machines.load("desktop")
+    e = Engine(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0, 10}))))
+    assert e.reserved_capacity == 2000
+    shared = e.place(req("s", shared=100))
+    assert not shared.placement.cpus & {0, 10}
+    big = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=17))
+    assert not big.exclusive & {0, 10}
+    with pytest.raises(PolicyError, match="no pool can hold"):
+        e.place(req("y", CpuKind.EXCLUSIVE, exclusive=2))
+
+
+@pytest.mark.parametrize(
+    ("amount", "message"),
+    [
+        (CpuAmount(cpus=frozenset({500})), "not among the available"),
+        (CpuAmount(milli=-5), "negative"),
+        (CpuAmount(milli=100_000), "non-isolated CPUs"),
+        (CpuAmount(exclude=frozenset()), "every available CPU"),
+    ],
+)
+def test_bad_reservations_are_refused(amount: CpuAmount, message: str) -> None:
+    with pytest.raises(PolicyError, match=message):
+        Engine(machines.load("desktop"), Options(reserved_resources=amount))
+
+
+# --- exclusive and shared CPUs ------------------------------------------------------------------
+
+
+def test_exclusive_cpus_take_whole_cores_and_leave_every_shared_set() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options())
+    s = e.place(req("s", shared=500))
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=4))
+    assert all(core <= d.exclusive for core in cores_of(m, d.exclusive))
+    for p in e.pools:
+        assert not e.free[p.index] & d.exclusive
+    shared_now = e.grants["s"].cpus
+    assert shared_now is not None and not shared_now & d.exclusive
+    assert not shared_now & m.isolated
+    assert s.placement.cpus is not None and shared_now <= s.placement.cpus
+
+
+def test_shared_set_is_pool_minus_exclusive_isolated_and_reserved() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0}))))
+    d = e.place(req("s", shared=200))
+    pool = e.pools[e.by_name[d.pool]]
+    assert d.placement.cpus == pool.cpus - m.isolated - {0}
+
+
+def test_pool_keeps_shared_cpus_for_its_shared_containers() -> None:
+    m = machines.load("desktop")
+    e = Engine(m, Options())  # 750m reserved on one CPU that stays shared
+    e.place(req("b", shared=500))
+    with pytest.raises(PolicyError):
+        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=18))
+    assert len(e.grants["b"].cpus or ()) == 2
+    assert [u.container_id for u in d.updates] == ["b"]
+
+
+def test_best_effort_keeps_one_shared_cpu() -> None:
+    m = machines.load("desktop")
+    e = Engine(m, NO_RESERVE)
+    e.place(req("be", qos=QoS.BEST_EFFORT))
+    with pytest.raises(PolicyError, match="no pool can hold"):
+        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=20))
+    e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
+    assert len(e.grants["be"].cpus or ()) == 1
+
+
+def test_mixed_gets_exclusive_plus_the_pool_shared_cpus() -> None:
+    m = machines.load("4-socket")
+    e = Engine(m, Options())
+    d = e.place(req("m", CpuKind.MIXED, exclusive=2, shared=500, qos=QoS.GUARANTEED))
+    pool = e.by_name[d.pool]
+    assert d.placement.cpus == d.exclusive | e.free[pool]
+    assert d.placement.cpu_shares == milli_to_shares(2500)
+
+
+def test_isolated_cpus_only_for_isolated_requests() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options())
+    iso = e.place(req("i", CpuKind.ISOLATED, exclusive=2))
+    assert iso.exclusive <= m.isolated
+    plain = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    assert not plain.exclusive & m.isolated
+    with pytest.raises(PolicyError, match="isolated"):
+        e.place(req("r", CpuKind.ISOLATED, exclusive=7, require_isolated=True))
+    fallback = e.place(req("f", CpuKind.ISOLATED, exclusive=7))
+    assert fallback.kind is CpuKind.EXCLUSIVE
+    assert not fallback.exclusive & m.isolated
+
+
+def test_full_pcpus_only_refuses_odd_requests_and_never_splits_cores() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options(full_pcpus_only=True))
+    with pytest.raises(PolicyError, match="not a multiple of the 2 threads per physical core"):
+        e.place(req("odd", CpuKind.EXCLUSIVE, exclusive=3))
+    assert not e.grants
+    for i in range(5):
+        d = e.place(req(f"x{i}", CpuKind.EXCLUSIVE, exclusive=2 * (i + 1)))
+        for c in d.exclusive:
+            assert m.cpus[c].threads <= d.exclusive
+
+
+def test_hide_hyperthreads_pins_one_thread_per_core() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options())
+    d = e.place(req("h", CpuKind.EXCLUSIVE, exclusive=4, hide_hyperthreads=True))
+    assert d.placement.cpus is not None and len(d.placement.cpus) == 2
+    assert len(cores_of(m, d.placement.cpus)) == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "cpus_none", "mems_none"),
+    [
+        (Options(pin_cpu=False), True, False),
+        (Options(pin_memory=False), False, True),
+        (Options(pin_cpu=False, pin_memory=False), True, True),
+    ],
+)
+def test_pinning_options_leave_fields_untouched(
+    options: Options, cpus_none: bool, mems_none: bool
+) -> None:
+    e = Engine(machines.load("server"), options)
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    assert (d.placement.cpus is None) is cpus_none
+    assert (d.placement.mems is None) is mems_none
+    assert (d.placement.cpu_shares is None) is cpus_none
+
+
+def test_preserve_and_memory_preserve_leave_pinning_alone() -> None:
+    e = Engine(machines.load("server"), Options())
+    d = e.place(req("p", CpuKind.PRESERVE, shared=500, memory_preserve=True, memory=GiB))
+    assert d.placement == replace(d.placement, cpus=None, mems=None, cpu_shares=None)
+    assert d.pool == "root"
+
+
+# --- scoring ------------------------------------------------------------------------------------
+
+
+def test_trace_lists_every_pool_with_key_and_verdict() -> None:
+    e = Engine(machines.load("server"), Options())
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=3))
+    assert [s.pool for s in d.trace] == [p.name for p in e.pools]
+    verdicts = {s.pool: s.verdict for s in d.trace}
+    assert verdicts[d.pool] == "chosen"
+    assert all(v == "chosen" or v.startswith("lost to ") for v in verdicts.values())
+    chosen_key = next(s.key for s in d.trace if s.pool == d.pool)
+    assert all(s.key > chosen_key for s in d.trace if s.pool != d.pool)
+
+
+def test_too_big_for_a_leaf_goes_up_the_tree() -> None:
+    e = Engine(machines.load("server"), Options())
+    assert e.place(req("x", CpuKind.EXCLUSIVE, exclusive=29)).pool.startswith("socket")
+    verdicts = {s.pool: s.verdict for s in e.place(req("y", CpuKind.EXCLUSIVE, exclusive=2)).trace}
+    assert verdicts["root"].startswith("lost to")
+
+
+def test_exclusive_spread_and_shared_go_to_idle_pools() -> None:
+    e = Engine(machines.load("4-socket"), NO_RESERVE)
+    pools = [e.place(req(f"x{i}", CpuKind.EXCLUSIVE, exclusive=2)).pool for i in range(4)]
+    assert sorted(pools) == ["socket #0", "socket #1", "socket #2", "socket #3"]
+    shared = [e.place(req(f"s{i}", shared=100)).pool for i in range(4)]
+    assert sorted(shared) == sorted(pools)
+
+
+def test_affinity_pulls_and_memory_relaxes_instead_of_failing() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options())
+    tiers = frozenset({DRAM})
+    first = e.place(req("a", CpuKind.EXCLUSIVE, exclusive=2, memory=GiB, memory_tiers=tiers))
+    pull = affinity.Affinity(
+        affinity.ALWAYS, affinity.Expression("name", affinity.Operator.EQUALS, ("a",)), 100
+    )
+    big = 40 * GiB  # more than one NUMA node's DRAM
+    d = e.place(
+        req(
+            "b",
+            CpuKind.EXCLUSIVE,
+            exclusive=2,
+            memory=big,
+            memory_tiers=tiers,
+            affinities=(pull,),
+        )
+    )
+    assert d.pool == first.pool
+    assert d.memory_relaxed
+    assert "widened" in d.reason
+    assert d.placement.mems is not None and len(d.placement.mems) == 2
+
+
+def test_fallback_to_next_pool_when_the_grant_fails() -> None:
+    m = machines.load("server")
+    e = Engine(m, Options())
+    # one small shared container in each NUMA node of socket #0: each node keeps a CPU
+    e.place(req("s0", shared=100))
+    e.place(req("s1", shared=100))
+    assert {e.pools[g.pool].name for g in e.grants.values()} == {"NUMA node #0", "NUMA node #2"}
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=51))
+    verdicts = {s.pool: s.verdict for s in d.trace}
+    assert verdicts["socket #0"].startswith("grant failed")
+    assert d.pool == "root"
+
+
+def test_nothing_fits_error_names_container_request_and_free_capacity() -> None:
+    e = Engine(machines.load("desktop"), Options())
+    with pytest.raises(PolicyError) as err:
+        e.place(req("huge", CpuKind.EXCLUSIVE, exclusive=64, memory=GiB))
+    text = str(err.value)
+    assert "default/pod-huge/huge" in text
+    assert "64 exclusive CPUs" in text
+    assert "Largest free: 19250m shared CPU in socket #0, 19 CPUs to slice" in text
+    assert not e.grants
+
+
+def test_same_input_same_decisions() -> None:
+    m = machines.load("server")
+
+    def run() -> list[tuple[str, frozenset[int] | None]]:
+        e = Engine(m, Options())
+        out = []
+        for i in range(12):
+            kind = (CpuKind.EXCLUSIVE, CpuKind.SHARED, CpuKind.MIXED)[i % 3]
+            r = req(f"c{i}", kind, exclusive=(i % 3 != 1) * (1 + i % 4), shared=(i % 3) * 300)
+            d = e.place(r)
+            out.append((d.pool, d.placement.cpus))
+        return out
+
+    assert run() == run()
+
+
+# --- updates, release, resize -------------------------------------------------------------------
+
+
+def test_updates_only_for_containers_whose_cpuset_changed() -> None:
+    e = Engine(machines.load("server"), Options())
+    e.place(req("s0", shared=100))  # NUMA node #2 (most free)
+    e.place(req("s1", shared=100))  # NUMA node #0
+    e.place(req("s2", shared=100, memory_tiers=frozenset({DRAM})))  # socket #1 side
+    where = {cid: e.pools[g.pool].name for cid, g in e.grants.items()}
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    changed = {u.container_id for u in d.updates}
+    assert changed == {cid for cid, pool in where.items() if pool == d.pool}
+    assert e.place(req("y", shared=100)).updates == ()
+    assert e.release("y") == ()
+    back = e.release("x")
+    assert {u.container_id for u in back} == changed
+    assert e.release("x") == ()
+
+
+def test_resize_in_place_keeps_cpus_and_failure_changes_nothing() -> None:
+    e = Engine(machines.load("4-socket"), Options())
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=4))
+    grown = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    assert d.exclusive <= grown.exclusive and grown.pool == d.pool
+    assert grown.reason.startswith("resized in place")
+    shrunk = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    assert shrunk.exclusive <= grown.exclusive
+    moved = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
+    assert moved.pool == "root" and moved.reason.startswith("moved")
+    before = (dict(e.grants), list(e.free), e.taken)
+    with pytest.raises(PolicyError):
+        e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=400))
+    assert (dict(e.grants), list(e.free), e.taken) == before
+    same = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
+    assert same.exclusive == moved.exclusive and same.updates == ()
+
+
+# --- memory -------------------------------------------------------------------------------------
+
+
+def test_memory_tiers_pick_the_pool_nodes_of_those_tiers() -> None:
+    e = Engine(machines.load("server"), Options())
+    d = e.place(req("p", shared=100, memory=GiB, memory_tiers=frozenset({PMEM})))
+    assert d.placement.mems is not None
+    assert {e.machine.nodes[n].tier for n in d.placement.mems} == {PMEM}
+    with pytest.raises(PolicyError, match="memory tiers hbm requested"):
+        e.place(req("h", shared=100, memory_tiers=frozenset({MemoryTier.HBM})))
+
+
+def test_memory_capacity_is_respected() -> None:
+    e = Engine(machines.load("desktop"), Options())
+    total = e.machine.nodes[0].memory
+    e.place(req("a", shared=100, memory=total - GiB))
+    with pytest.raises(PolicyError, match="memory"):
+        e.place(req("b", shared=100, memory=2 * GiB))
+    e.release("a")
+    e.place(req("b", shared=100, memory=2 * GiB))
+
+
+def test_cold_start_starts_on_pmem_and_adds_dram_later() -> None:
+    e = Engine(machines.load("server"), Options())
+    d = e.place(
+        req("c", shared=200, memory=GiB, memory_tiers=frozenset({PMEM}), cold_start_ns=10**10)
+    )
+    assert d.cold_start is not None and d.cold_start.delay_ns == 10**10
+    assert d.placement.mems is not None
+    assert {e.machine.nodes[n].tier for n in d.placement.mems} == {PMEM}
+    then = d.cold_start.then_mems
+    assert {e.machine.nodes[n].tier for n in then} == {DRAM, PMEM}
+    (u,) = e.finish_cold_start("c")
+    assert u.container_id == "c" and u.placement.mems == then and u.placement.cpus is None
+    assert e.finish_cold_start("c") == ()
+
+
+def test_available_cpus_bound_every_placement() -> None:
+    m = machines.load("4-socket")
+    allowed = frozenset(range(0, 144, 2))
+    e = Engine(m, Options(available_resources=CpuAmount(cpus=allowed)))
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=3))
+    s = e.place(req("s", shared=100))
+    assert d.exclusive <= allowed
+    assert s.placement.cpus is not None and s.placement.cpus <= allowed
+    assert cpuset.format(e.pools[0].cpus) == cpuset.format(allowed)
