@@ -8,12 +8,14 @@ cores counted socket by socket, node by node. Cache groups are the package (L3) 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Mapping
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_topology.policy import cpuallocator
 from nri_topology.policy.cpuallocator import AllocationError, take_cpus, take_distributed
 from nri_topology.topology.cpuset import parse
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
@@ -502,3 +504,14 @@ def test_prefer_is_used_first(
     got = take_cpus(m, available, count, prefer=prefer)
     assert got <= available and len(got) == count
     assert len(got & prefer) == min(count, len(available & prefer))
+
+
+def test_tree_cache_follows_machine_lifetime() -> None:
+    """The per-machine tree is dropped with its machine (the daemon rebuilds machines)."""
+    m = grid(1, 2, 2, 2)
+    take_cpus(m, m.all_cpus, 1)
+    key = id(m)
+    assert key in cpuallocator._trees
+    del m
+    gc.collect()
+    assert key not in cpuallocator._trees
