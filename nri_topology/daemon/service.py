@@ -20,7 +20,7 @@ from typing import IO, Any
 
 import structlog
 
-from nri_topology.config.load import ConfigError, parse_config, read_config
+from nri_topology.config.load import DEFAULT_PATH, ConfigError, parse_config, read_config
 from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
@@ -247,8 +247,8 @@ class Daemon:
         self._stop.set()
 
     def _reloader(self) -> Reloader[Config] | None:
-        path = self.config_path
-        if path is None or not path.exists():
+        path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well
+        if not path.exists():
             return None
         assert self.plugin is not None
         return Reloader(
