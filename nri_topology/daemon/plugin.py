@@ -6,7 +6,8 @@ Rules it keeps (docs/nri-protocol.md §6):
   event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
   task of their own, never awaited by a handler and never while holding the lock, because the
   runtime holds its own lock while it waits for our reply;
-* after every change the state is checkpointed, so a restart finds the latest committed state;
+* after every change the state is checkpointed (snapshot under the lock, written in a thread once
+  the reply is out), so a restart finds the latest committed state;
 * a request the policy refuses fails with the policy's message; the state stays as it was.
 """
 
