@@ -17,9 +17,9 @@ Within a size, subsets are walked depth-first in id order and a branch is cut wh
 amount plus the largest amounts it could still add cannot cover `need`, or when its distance sum
 plus the least the missing nodes could add (their cheapest contributions to the chosen nodes,
 plus the smallest pair distance for each pair among themselves) already reaches the best
-complete set found. So at most C(N, k) sets of the answer size k (and
-C(N, j) for smaller sizes j that some branch could still cover) are looked at — 12870 for the
-worst size on 16 nodes — and usually far fewer.
+complete set found. So at most C(N, j) subsets are looked at for each size j up to the answer
+size k (smaller sizes only when their largest amounts cover `need` but `fits` refuses them):
+12870 for the worst size on 16 nodes, and usually far fewer (see benchmarks/README.md).
 """
 
 from __future__ import annotations
