@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
 import re
 import shutil
+import sys
 import tarfile
 import tempfile
 from collections.abc import Sequence
@@ -21,6 +23,11 @@ from pathlib import Path
 
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
+
+# Tests import this module as `machines` (pytest puts tests/ on the path) and as `tests.machines`;
+# one module object under both names keeps a single extraction cache per session.
+sys.modules.setdefault("machines", sys.modules[__name__])
+sys.modules.setdefault("tests.machines", sys.modules[__name__])
 
 # shared/ is a sibling of the repository folder (CI clones the repo with shared/ beside it).
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
@@ -129,15 +136,33 @@ def _extract_lean(archive: str) -> Path:
             atexit.register(_cleanup)
         dst = _workdir / ("lean-" + archive.removesuffix(".tar.bz2"))
         prefixes = tuple(inner + "/" for a, inner in MACHINES.values() if a == archive)
+        made: set[Path] = set()
         with tarfile.open(TOPOLOGIES / archive) as tar:
-            members = []
             for m in tar:
                 prefix = next((p for p in prefixes if m.name.startswith(p)), None)
                 if prefix is not None and _discovery_member(m.name[len(prefix) :]):
-                    members.append(m)
-            tar.extractall(dst, members=members, filter="tar")
+                    _write_member(tar, m, dst, made)
         _lean[archive] = dst
     return _lean[archive]
+
+
+def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, dst: Path, made: set[Path]) -> None:
+    """Write one member without owner, mode or time changes (tarfile's per-file chown and
+    user/group look-ups dominate extraction time when running as root)."""
+    parts = m.name.split("/")
+    if m.name.startswith("/") or ".." in parts:
+        raise ValueError(f"unsafe member {m.name!r} in {tar.name}")
+    path = dst.joinpath(*parts)
+    parent = path if m.isdir() else path.parent
+    if parent not in made:
+        parent.mkdir(parents=True, exist_ok=True)
+        made.add(parent)
+    if m.issym() and not m.linkname.startswith("/"):
+        os.symlink(m.linkname, path)
+    elif m.isfile():
+        src = tar.extractfile(m)
+        assert src is not None
+        path.write_bytes(src.read())
 
 
 def roots(name: str) -> tuple[Path, Path | None]:
