@@ -505,3 +505,20 @@ async def test_failed_checkpoint_is_retried_without_a_new_change(tmp_path: Path)
                 await asyncio.sleep(0.02)
         body = Checkpoint(blocker / "state.json").load().body
         assert body is not None and body["policy"] == {"cpus": {"a": 0}}
+
+
+async def test_shutdown_answers_the_request_in_flight_first(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        await plugin._lock.acquire()  # a decision in progress
+        create = asyncio.get_running_loop().create_task(peer.create_container(pod(), ctr("a")))
+        await asyncio.sleep(0.05)
+        stopping = asyncio.get_running_loop().create_task(plugin.shutdown())
+        await asyncio.sleep(0.05)
+        plugin._lock.release()
+        reply = await asyncio.wait_for(create, 5)
+        await asyncio.wait_for(stopping, 5)
+        assert reply.adjust.linux.resources.cpu.cpus == "0"
+    body = Checkpoint(tmp_path / "state.json").load().body
+    assert body is not None and body["policy"] == {"cpus": {"a": 0}}
