@@ -75,7 +75,6 @@ class Checkpoint:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.failing = False  # the last save failed; the state on disk is older than ours
-        self.writes = 0
 
     def load(self) -> Loaded:
         """The saved body, or None with a warning logged saying why it cannot be used."""
@@ -111,7 +110,6 @@ class Checkpoint:
         if self.failing:
             _log.info("checkpoint written again", path=str(self.path))
         self.failing = False
-        self.writes += 1
         return True
 
     def _write(self, data: bytes) -> None:

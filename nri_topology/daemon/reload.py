@@ -68,10 +68,9 @@ class Reloader(Generic[T]):
             if not force and digest == self._digest:
                 return False
             self._digest = digest
-            return await self.apply_bytes(data, why)
+            return await self._apply_bytes(data, why)
 
-    async def apply_bytes(self, data: bytes, why: str) -> bool:
-        """Parse and apply configuration content from any source (file or the runtime)."""
+    async def _apply_bytes(self, data: bytes, why: str) -> bool:
         try:
             value = self._parse(data)
             await self._apply(value)
