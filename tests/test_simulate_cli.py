@@ -373,3 +373,16 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     assert "bundled machines: 4-socket, desktop, server" in out
     assert "bundled workloads: default" in out
+
+
+def test_documented_examples_are_valid(capsys: pytest.CaptureFixture[str], write: Any) -> None:
+    """The workload and machine examples in docs/simulate.md load and run."""
+    text = (Path(__file__).resolve().parents[1] / "docs" / "simulate.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in text.split("```yaml\n")[1:]]
+    assert len(blocks) == 2
+    workload, machine = (write(b) for b in blocks)
+    code, out, err = _run(capsys, "--machine", machine, "--workload", workload)
+    assert code == 0, err
+    assert "Machine tiny:" in out and "failed as expected" in out
+    code, _, err = _run(capsys, "--workload", workload)  # its own machine: server
+    assert code == 0, err
