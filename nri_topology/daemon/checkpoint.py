@@ -26,7 +26,6 @@ import structlog
 
 FORMAT = "nri-topology-checkpoint"
 VERSION = 1
-DEFAULT_PATH = Path("/var/lib/nri-topology/state.json")
 
 _log = structlog.get_logger("nri_topology.checkpoint")
 
