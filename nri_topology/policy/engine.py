@@ -252,7 +252,7 @@ class Engine:
         """Milli-CPU of the pool's CPUs that the reservation holds without removing a CPU."""
         return self._cut[p]
 
-    def _pin(self, g: Grant) -> frozenset[int] | None:
+    def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
         if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
             return None
@@ -666,7 +666,7 @@ class Engine:
             self.users[g.pool][cid] = None
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
-        g.cpus = self._pin(g)
+        g.cpus = self.pin(g)
         mems = self._mems(g)
         if mems is not None and g.cold_start is not None:
             mems = mems - frozenset(
@@ -709,7 +709,7 @@ class Engine:
                 if cid == skip:
                     continue
                 g = self.grants[cid]
-                cpus = self._pin(g)
+                cpus = self.pin(g)
                 if cpus != g.cpus:
                     g.cpus = cpus
                     updates.append(Update(cid, Placement(cpus=cpus, mems=None)))
@@ -895,7 +895,7 @@ class Engine:
         updates: list[Update] = []
         for cid in sorted(self.grants):
             g = self.grants[cid]
-            cpus = self._pin(g)
+            cpus = self.pin(g)
             mems = self._mems(g)
             if mems is not None and g.cold_start is not None:
                 mems = mems - frozenset(

@@ -1,0 +1,222 @@
+"""Random create / resize / remove sequences on every machine, invariants after every step.
+
+A larger soak of the same machine runs from benchmarks/bench_policy.py (`--soak`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from nri_topology.policy.engine import Engine
+from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.types import CpuKind, Decision, PolicyError, QoS, Request, Update
+from nri_topology.topology.model import Machine
+from tests import machines
+from tests.test_policy_engine import req
+from tests.test_policy_numa import dual_socket_snc, eight_nodes
+
+GiB = 1 << 30
+
+
+def accounting(e: Engine) -> tuple[Any, ...]:
+    """Everything the engine counts, for before/after comparisons."""
+    return (
+        tuple(e.free),
+        tuple(e.free_iso),
+        tuple(e.sub_shared),
+        tuple(e.sub_users),
+        e.taken,
+        e.reserved_granted,
+        dict(e.book.zones()),
+        tuple(sorted(e.grants)),
+    )
+
+
+def check(
+    e: Engine, runtime: dict[str, tuple[frozenset[int] | None, frozenset[int] | None]]
+) -> None:
+    """The invariants of the issue, plus: what the runtime was told is what the engine holds."""
+    seen: set[int] = set()
+    for g in e.grants.values():
+        assert not g.exclusive & seen, "CPU granted exclusively twice"
+        seen |= g.exclusive
+    assert seen == e.taken
+    for cid, g in e.grants.items():
+        cpus = e.pin(g)
+        assert runtime[cid][0] == cpus == g.cpus, f"{cid}: runtime view differs"
+        if cpus is not None:
+            assert not cpus & (e.taken - g.exclusive), "exclusive CPU in another cpuset"
+            if g.uses_shared or g.kind is CpuKind.RESERVED:
+                assert cpus, f"{cid}: empty shared cpuset"
+        assert runtime[cid][1] == g.mems
+    for p in e.pools:
+        i = p.index
+        assert e.sub_shared[i] <= e.capacity(i), f"{p.name}: shared capacity exceeded"
+        if e.sub_users[i]:
+            assert e.free[i], f"{p.name}: hosts shared containers without a shared CPU"
+    assert e.reserved_granted <= e.reserved_capacity
+    for zone in e.book.zones():
+        assert e.book.used(zone) <= e.book.capacity(zone), f"memory zone {sorted(zone)} over"
+
+
+def apply(runtime: dict, updates: tuple[Update, ...]) -> None:
+    for u in updates:
+        cpus, mems = runtime[u.container_id]
+        if u.placement.cpus is not None:
+            cpus = u.placement.cpus
+        if u.placement.mems is not None:
+            mems = u.placement.mems
+        runtime[u.container_id] = (cpus, mems)
+
+
+def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
+    tiers = sorted({n.tier for n in machine.nodes.values() if n.memory > 0})
+    biggest = max(n.memory for n in machine.nodes.values())
+    ncpu = len(machine.cpus)
+
+    @st.composite
+    def requests(draw: st.DrawFn, cid: str) -> Request:
+        kind = draw(
+            st.sampled_from(
+                [
+                    CpuKind.SHARED,
+                    CpuKind.EXCLUSIVE,
+                    CpuKind.MIXED,
+                    CpuKind.ISOLATED,
+                    CpuKind.RESERVED,
+                ]
+            )
+        )
+        exclusive = (
+            draw(st.integers(1, max(1, ncpu // 4)))
+            if kind
+            in (
+                CpuKind.EXCLUSIVE,
+                CpuKind.MIXED,
+                CpuKind.ISOLATED,
+            )
+            else 0
+        )
+        shared = draw(st.integers(0, 2500)) if kind is not CpuKind.EXCLUSIVE else 0
+        if kind is CpuKind.MIXED:
+            shared = max(shared, 1)
+        qos = (
+            QoS.GUARANTEED if exclusive else draw(st.sampled_from([QoS.BURSTABLE, QoS.BEST_EFFORT]))
+        )
+        if qos is QoS.BEST_EFFORT:
+            shared = 0
+        chosen = draw(st.sets(st.sampled_from(tiers), min_size=1))
+        memory = draw(st.integers(0, 8)) * biggest // 16
+        return req(
+            cid,
+            kind,
+            exclusive=exclusive,
+            shared=shared,
+            qos=qos,
+            memory=memory,
+            memory_tiers=frozenset(chosen),
+            hide_hyperthreads=draw(st.booleans()),
+            cpu_limit=draw(st.none() | st.integers(shared, 4 * ncpu * 1000)) if shared else None,
+        )
+
+    class PolicyMachine(RuleBasedStateMachine):
+        def __init__(self) -> None:
+            super().__init__()
+            self.e = Engine(machine, options)
+            self.initial = accounting(self.e)
+            self.runtime: dict[str, tuple[frozenset[int] | None, frozenset[int] | None]] = {}
+            self.live: list[str] = []
+            self.count = 0
+
+        def record(self, d: Decision) -> None:
+            self.runtime[d.container_id] = (d.placement.cpus, d.placement.mems)
+            apply(self.runtime, d.updates)
+
+        @rule(data=st.data())
+        def create(self, data: st.DataObject) -> None:
+            self.count += 1
+            cid = f"c{self.count}"
+            r = data.draw(requests(cid))
+            before = accounting(self.e)
+            try:
+                d = self.e.place(r)
+            except PolicyError:
+                assert accounting(self.e) == before
+                return
+            self.record(d)
+            self.live.append(cid)
+
+        @precondition(lambda self: self.live)
+        @rule(data=st.data())
+        def resize(self, data: st.DataObject) -> None:
+            cid = data.draw(st.sampled_from(self.live))
+            r = data.draw(requests(cid))
+            before = accounting(self.e)
+            try:
+                d = self.e.resize(r)
+            except PolicyError:
+                assert accounting(self.e) == before
+                return
+            self.record(d)
+
+        @precondition(lambda self: self.live)
+        @rule(data=st.data())
+        def remove(self, data: st.DataObject) -> None:
+            cid = data.draw(st.sampled_from(self.live))
+            self.live.remove(cid)
+            del self.runtime[cid]
+            apply(self.runtime, self.e.release(cid))
+
+        @invariant()
+        def holds(self) -> None:
+            check(self.e, self.runtime)
+
+        def teardown(self) -> None:
+            for cid in list(self.live):
+                del self.runtime[cid]
+                apply(self.runtime, self.e.release(cid))
+            assert accounting(self.e) == self.initial
+
+    return PolicyMachine
+
+
+SHARED_MACHINES = ["server", "4-socket", "desktop", "heteromem", "sparse", "cpuid1f", "arm128"]
+CASES: list[tuple[str, Options]] = [
+    *((name, Options()) for name in SHARED_MACHINES),
+    (
+        "server",
+        Options(full_pcpus_only=True, reserved_resources=CpuAmount(cpus=frozenset({0, 56}))),
+    ),
+    ("4-socket", Options(distribute_across_numa=True, reserved_resources=CpuAmount(milli=2500))),
+    ("snc-synthetic", Options(reserved_resources=CpuAmount(milli=0))),
+    ("eight-nodes", Options(prefer_closest_numa=True)),
+]
+SYNTHETIC = {"snc-synthetic": dual_socket_snc, "eight-nodes": eight_nodes}
+
+
+@pytest.mark.parametrize(
+    ("name", "options"), CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(CASES)]
+)
+def test_random_steps_keep_the_invariants(name: str, options: Options) -> None:
+    machine = SYNTHETIC[name]() if name in SYNTHETIC else machines.load(name)
+    run_state_machine_as_test(
+        make(machine, options),
+        settings=settings(
+            max_examples=30,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+            database=None,
+        ),
+    )
