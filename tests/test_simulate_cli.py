@@ -42,7 +42,7 @@ def test_no_arguments_runs_the_bundled_default(capsys: pytest.CaptureFixture[str
     assert out.startswith("Machine server: 2 socket(s), 112 CPUs")
     assert "[1] create kube-system/coredns" in out
     assert "failed as expected" in out
-    assert out.rstrip().endswith("All 14 steps went as expected.")
+    assert out.rstrip().endswith("All 16 steps went as expected.")
 
 
 def test_tree_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
@@ -107,7 +107,7 @@ def test_json_has_the_documented_keys(default_doc: dict[str, Any]) -> None:
     assert set(doc["machine"]) == {"name", "cpus", "isolated", "offline", "nodes"}
     assert doc["machine"]["cpus"] == "0-111"
     assert set(doc["summary"]) == {"steps", "failed", "unexpected"}
-    assert doc["summary"] == {"steps": 14, "failed": 1, "unexpected": []}
+    assert doc["summary"] == {"steps": 16, "failed": 1, "unexpected": []}
     for step in doc["steps"]:
         assert set(step) == STEP_KEYS
         for c in step["containers"]:
@@ -190,6 +190,12 @@ def test_the_story_happens(default_doc: dict[str, Any]) -> None:
     removals = [s for s in default_doc["steps"] if s["action"] == "remove" and s["updates"]]
     assert removals, "a removal should give CPUs back to shared containers"
     assert by_number[1]["containers"][0]["pool"] == "root"
+    cache = placed["default/cache/redis"]
+    assert cache["mems"] in ("4", "5")  # cold start: PMEM only at first
+    (wait,) = [s for s in default_doc["steps"] if s["action"] == "wait"]
+    (widened,) = wait["updates"]
+    assert widened["id"] == "default/cache/redis"
+    assert cpuset.parse(widened["mems"]) > cpuset.parse(cache["mems"])
 
 
 def test_runner_picture_equals_the_policy_state() -> None:
@@ -386,3 +392,35 @@ def test_documented_examples_are_valid(capsys: pytest.CaptureFixture[str], write
     assert "Machine tiny:" in out and "failed as expected" in out
     code, _, err = _run(capsys, "--workload", workload)  # its own machine: server
     assert code == 0, err
+
+
+COLD = """
+steps:
+  - create:
+      pod: a
+      annotations: {cold-start.resource-policy.nri.io/pod: "duration: 60s"}
+      containers: [{name: c, limits: {cpu: 1, memory: 1Gi}}]
+  - create:
+      pod: b
+      annotations: {cold-start.resource-policy.nri.io/pod: "duration: 60s"}
+      containers: [{name: c, limits: {cpu: 1, memory: 1Gi}}]
+  - wait: 30s
+  - remove: {pod: b}
+  - wait: 30s
+  - wait: 1h
+"""
+
+
+def test_cold_starts_end_when_their_time_has_come(
+    capsys: pytest.CaptureFixture[str], write: Any
+) -> None:
+    """Only a wait that reaches the deadline widens memory, once; removed containers never."""
+    code, out, err = _run(capsys, "--workload", write(COLD), "--json")
+    assert code == 0, err
+    steps = json.loads(out)["steps"]
+    start = steps[0]["containers"][0]
+    assert start["cold_start"]["delay_ns"] == 60 * 10**9
+    assert [u["id"] for u in steps[2]["updates"]] == []
+    assert [u["id"] for u in steps[4]["updates"]] == ["default/a/c"]
+    assert steps[4]["updates"][0]["mems"] == start["cold_start"]["then_mems"]
+    assert steps[5]["updates"] == []

@@ -210,7 +210,14 @@ def _create(pod: str = "p", **extra: Any) -> dict[str, Any]:
     ("steps", "message"),
     [
         ([], "steps: List should have at least 1 item"),
-        ([{"note": "nothing"}], "step 1: give exactly one of create, remove, resize (got none)"),
+        (
+            [{"note": "nothing"}],
+            "step 1: give exactly one of create, remove, resize, wait (got none)",
+        ),
+        ([{"wait": "soon"}], "step 1: wait: expected a positive duration such as '60s'"),
+        ([{"wait": "0s"}], "step 1: wait: expected a positive duration"),
+        ([{"wait": "-1m"}], "step 1: wait: expected a positive duration"),
+        ([{"wait": 60}], "step 1: wait: expected a positive duration"),
         ([{**_create(), "remove": {"pod": "p"}}], "step 1: give exactly one of"),
         (
             [{"create": {"pod": "p", "containers": [{"name": "c", "limits": {"cpu": "lots"}}]}}],
@@ -286,6 +293,12 @@ def test_bad_workloads_name_the_step_and_key(steps: list[dict[str, Any]], messag
     assert message in str(err.value)
 
 
+def test_wait_steps_measure_time() -> None:
+    wl = parse_workload(_one([{"wait": "1m30s"}, {"wait": "250ms"}]))
+    assert [s.wait_ns for s in wl.steps] == [90 * 10**9, 250 * 10**6]
+    assert [(s.action, s.target) for s in wl.steps] == [("wait", "1m30s"), ("wait", "250ms")]
+
+
 def test_remove_one_container_then_the_pod_is_fine() -> None:
     pod = {"create": {"pod": "p", "containers": [{"name": "a"}, {"name": "b"}]}}
     steps = [pod, {"remove": {"pod": "p", "container": "a"}}, {"remove": {"pod": "p"}}, pod]
@@ -310,7 +323,7 @@ def test_bundled_default_workload_is_valid_and_tells_the_story() -> None:
     wl = load_bundled_workload("default")
     assert wl.machine == "server"
     actions = [s.action for s in wl.steps]
-    assert {"create", "remove", "resize"} <= set(actions)
+    assert {"create", "remove", "resize", "wait"} <= set(actions)
     assert any(s.expect_error for s in wl.steps)
     annotations = {k for s in wl.steps if s.create for k in s.create.annotations}
     assert any(k.startswith("memory-type.") for k in annotations)

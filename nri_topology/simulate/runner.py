@@ -45,6 +45,8 @@ class Engine(Protocol):
 
     def release(self, container_id: str) -> tuple[Update, ...]: ...
 
+    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
+
 
 @dataclass(frozen=True, slots=True)
 class Assignment:
@@ -94,7 +96,7 @@ class Failure:
 @dataclass(frozen=True, slots=True)
 class StepResult:
     number: int  # 1-based, as in error messages
-    action: Literal["create", "remove", "resize"]
+    action: Literal["create", "remove", "resize", "wait"]
     target: str
     note: str
     expect_error: bool
@@ -142,6 +144,8 @@ class Runner:
         self._engine = engine
         self._capacity = sum(n.memory for n in machine.nodes.values())
         self._running: dict[str, RunningContainer] = {}
+        self._cold: dict[str, int] = {}  # container id -> when its cold start ends (ns)
+        self.clock_ns = 0  # simulated time: only wait steps move it
         self.assignments: dict[str, Assignment] = {}
 
     def run(self, workload: Workload) -> tuple[StepResult, ...]:
@@ -159,7 +163,8 @@ class Runner:
             if old is None:
                 return replace(base, errors=(Failure(cid, "container is not running"),))
             return self._place(base, [(resized(old, spec), old)])
-        assert step.remove is not None
+        if step.remove is None:
+            return self._wait(base, step.wait_ns)
         spec_r = step.remove
         if spec_r.container is not None:
             ids = [container_id(spec_r.namespace, spec_r.pod, spec_r.container)]
@@ -199,6 +204,10 @@ class Runner:
                 memory_tiers=decision.memory_tiers,
             )
             self.assignments[rc.info.id] = assignment
+            if decision.cold_start is not None:
+                self._cold[rc.info.id] = self.clock_ns + decision.cold_start.delay_ns
+            else:
+                self._cold.pop(rc.info.id, None)
             placed.append(
                 Placed(
                     assignment,
@@ -226,11 +235,28 @@ class Runner:
             released.append(cid)
             self._running.pop(cid, None)
             self.assignments.pop(cid, None)
+            self._cold.pop(cid, None)
             moved.pop(cid, None)
             self._apply(updates, moved)
         return replace(
             base, updates=self._ordered(moved), released=tuple(released), errors=tuple(errors)
         )
+
+    def _wait(self, base: StepResult, ns: int) -> StepResult:
+        """Let time pass; cold starts that come due widen their memory, earliest first."""
+        self.clock_ns += ns
+        moved: dict[str, Moved] = {}
+        errors: list[Failure] = []
+        due = sorted((t, cid) for cid, t in self._cold.items() if t <= self.clock_ns)
+        for _, cid in due:
+            del self._cold[cid]
+            try:
+                updates = self._engine.cold_start_done(cid)
+            except Exception as exc:
+                errors.append(_failure(cid, exc))
+                continue
+            self._apply(updates, moved)
+        return replace(base, updates=self._ordered(moved), errors=tuple(errors))
 
     def _apply(self, updates: tuple[Update, ...], moved: dict[str, Moved]) -> None:
         """Apply other containers' new placements; several in one step merge into one line."""

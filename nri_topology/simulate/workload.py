@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from nri_topology.policy.request import parse_duration
 from nri_topology.policy.types import ContainerInfo, PodInfo, QoS, Resources
 from nri_topology.simulate.quantity import byte_count, milli_cpu
 
@@ -130,31 +131,55 @@ class ResizeSpec(_Strict):
     limits: ResourceList = ResourceList()
 
 
+def _duration(value: object) -> str:
+    if isinstance(value, str):
+        ns = parse_duration(value)
+        if ns is not None and ns > 0:
+            return value.strip()
+    raise ValueError(f"expected a positive duration such as '60s' or '1m30s', got {value!r}")
+
+
+Duration = Annotated[str, BeforeValidator(_duration)]
+ACTIONS = ("create", "remove", "resize", "wait")
+
+
 class Step(_Strict):
     create: CreateSpec | None = None
     remove: RemoveSpec | None = None
     resize: ResizeSpec | None = None
+    wait: Duration | None = None  # simulated time passes: due cold starts finish
     note: str = ""
     expect_error: bool = False
 
     @model_validator(mode="after")
     def _one_action(self) -> Step:
-        given = [k for k in ("create", "remove", "resize") if getattr(self, k) is not None]
+        given = [k for k in ACTIONS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
-                f"give exactly one of create, remove, resize (got {', '.join(given) or 'none'})"
+                f"give exactly one of {', '.join(ACTIONS)} (got {', '.join(given) or 'none'})"
             )
         return self
 
     @property
-    def action(self) -> Literal["create", "remove", "resize"]:
+    def action(self) -> Literal["create", "remove", "resize", "wait"]:
         if self.create is not None:
             return "create"
-        return "remove" if self.remove is not None else "resize"
+        if self.remove is not None:
+            return "remove"
+        return "resize" if self.resize is not None else "wait"
+
+    @property
+    def wait_ns(self) -> int:
+        """How long a wait step lets pass, in nanoseconds (0 for other steps)."""
+        if self.wait is None:
+            return 0
+        return parse_duration(self.wait) or 0
 
     @property
     def target(self) -> str:
-        """`namespace/pod` or `namespace/pod/container`, for display."""
+        """`namespace/pod`, `namespace/pod/container` or the wait's duration, for display."""
+        if self.wait is not None:
+            return self.wait
         spec = self.create or self.remove or self.resize
         assert spec is not None
         base = f"{spec.namespace}/{spec.pod}"
@@ -328,7 +353,8 @@ def _check_sequence(workload: Workload) -> None:
             pods[key] = (number, step.create, {c.name for c in step.create.containers})
             continue
         spec = step.remove or step.resize
-        assert spec is not None
+        if spec is None:
+            continue  # a wait touches no pod
         key = pod_id(spec.namespace, spec.pod)
         if key not in pods:
             raise WorkloadError(f"step {number}: {step.action}.pod: no pod {key} at this step")
