@@ -1,0 +1,228 @@
+"""The facade end to end: requests from pod data, restore after a restart, reconfigure."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import (
+    ContainerInfo,
+    CpuKind,
+    PodInfo,
+    PolicyError,
+    Resources,
+    Update,
+)
+from nri_topology.topology import cpuset
+from tests import machines
+
+MiB = 1 << 20
+CGROUPS = {"g": "kubepods", "b": "kubepods-burstable", "be": "kubepods-besteffort"}
+
+
+def workload(i: int, qos: str, milli: int, ns: str = "default") -> tuple[PodInfo, ContainerInfo]:
+    pod = PodInfo(
+        id=f"pod{i}", name=f"pod{i}", namespace=ns, uid=f"u{i}", cgroup_parent=CGROUPS[qos]
+    )
+    shares = milli * 1024 // 1000 if milli else 2
+    res = Resources(
+        cpu_shares=shares,
+        cpu_quota=milli * 100 if qos == "g" else None,
+        cpu_period=100_000,
+        memory_limit=64 * MiB,
+    )
+    return pod, ContainerInfo(id=f"c{i}", pod_id=pod.id, name="main", resources=res, created_at=i)
+
+
+class Runtime:
+    """What the runtime knows: each container's current cpuset and memset."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, PodInfo] = {}
+        self.ctrs: dict[str, ContainerInfo] = {}
+
+    def pin(self, cid: str, cpus: frozenset[int] | None, mems: frozenset[int] | None) -> None:
+        c = self.ctrs[cid]
+        res = c.resources
+        if cpus is not None:
+            res = replace(res, cpuset_cpus=cpuset.format(cpus))
+        if mems is not None:
+            res = replace(res, cpuset_mems=cpuset.format(mems))
+        self.ctrs[cid] = replace(c, resources=res)
+
+    def apply(self, updates: tuple[Update, ...]) -> None:
+        for u in updates:
+            self.pin(u.container_id, u.placement.cpus, u.placement.mems)
+
+    def create(self, policy: Policy, pod: PodInfo, ctr: ContainerInfo) -> None:
+        self.pods[pod.id] = pod
+        self.ctrs[ctr.id] = ctr
+        d = policy.create(pod, ctr)
+        self.pin(ctr.id, d.placement.cpus, d.placement.mems)
+        self.apply(d.updates)
+
+    def cpus(self, cid: str) -> frozenset[int]:
+        return cpuset.parse(self.ctrs[cid].resources.cpuset_cpus)
+
+
+def populated(n: int, *, with_mixed: bool = True) -> tuple[Policy, Runtime]:
+    m = machines.load("4-socket")
+    policy = Policy(m, Options())
+    rt = Runtime()
+    for i in range(n):
+        kind = i % 10
+        if kind == 0:
+            pod, ctr = workload(i, "g", 2000)
+        elif kind == 1 and with_mixed:
+            pod, ctr = workload(i, "g", 1500)
+        elif kind in (2, 3):
+            pod, ctr = workload(i, "be", 0)
+        else:
+            pod, ctr = workload(i, "b", 100)
+        rt.create(policy, pod, ctr)
+    return policy, rt
+
+
+def exclusive_of(policy: Policy) -> dict[str, frozenset[int]]:
+    return {cid: a.exclusive for cid, a in policy.assignments().items() if a.exclusive}
+
+
+def test_restart_with_saved_state_adopts_all_300_and_moves_nothing() -> None:
+    policy, rt = populated(300)
+    saved = json.loads(json.dumps(policy.snapshot()))
+    before = policy.assignments()
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert sorted(report.adopted) == sorted(before)
+    assert report.replaced == {} and report.failed == {}
+    assert report.updates == ()
+    after = fresh.assignments()
+    assert {c: (a.pool, a.cpus, a.mems, a.exclusive) for c, a in after.items()} == {
+        c: (a.pool, a.cpus, a.mems, a.exclusive) for c, a in before.items()
+    }
+
+
+def policy_machine():  # the machine of `populated`
+    return machines.load("4-socket")
+
+
+def test_restart_without_saved_state_keeps_exclusive_cpus() -> None:
+    policy, rt = populated(300, with_mixed=False)
+    before = exclusive_of(policy)
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert report.failed == {}
+    assert exclusive_of(fresh) == before
+    assert set(report.adopted) == set(policy.assignments())
+
+
+def test_mixed_containers_without_saved_state_are_re_placed_with_a_reason() -> None:
+    policy, rt = populated(10)
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    mixed = {
+        cid
+        for cid, a in policy.assignments().items()
+        if a.kind in (CpuKind.MIXED, CpuKind.ISOLATED)
+    }
+    assert mixed and set(report.replaced) == mixed
+    assert all("saved state" in why for why in report.replaced.values())
+    assert set(report.decisions) == set(policy.assignments())
+
+
+def test_inconsistent_state_is_re_placed_deterministically() -> None:
+    policy, rt = populated(20)
+    saved = policy.snapshot()
+    # two containers claim the same exclusive CPUs: the first in restore order keeps them
+    ids = sorted(exclusive_of(policy), key=lambda c: int(c[1:]))
+    a, b = ids[0], ids[2]
+    saved["containers"][b]["exclusive"] = saved["containers"][a]["exclusive"]
+    saved["containers"][b]["pool"] = saved["containers"][a]["pool"]
+
+    def run() -> tuple[dict[str, str], dict[str, frozenset[int]]]:
+        fresh = Policy(policy_machine(), Options())
+        report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+        return dict(report.replaced), exclusive_of(fresh)
+
+    replaced, excl = run()
+    assert set(replaced) == {b}
+    assert "inconsistent" in replaced[b]
+    assert excl[a] == exclusive_of(policy)[a]
+    assert run() == (replaced, excl)
+
+
+def test_bad_saved_state_falls_back_to_runtime_view() -> None:
+    policy, rt = populated(10, with_mixed=False)
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), {"version": 99})
+    assert report.failed == {}
+    assert exclusive_of(fresh) == exclusive_of(policy)
+
+
+def test_unknown_pod_fails_that_container_only() -> None:
+    policy, rt = populated(5)
+    ctrs = [*rt.ctrs.values(), ContainerInfo(id="orphan", pod_id="nope", name="x")]
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), ctrs, policy.snapshot())
+    assert set(report.failed) == {"orphan"}
+    assert len(report.adopted) == 5
+
+
+def test_release_resize_and_cold_start_through_the_facade() -> None:
+    policy, rt = populated(6)
+    pod, ctr = rt.pods["pod0"], rt.ctrs["c0"]
+    d = policy.resize(pod, ctr, replace(ctr.resources, cpu_shares=3 * 1024, cpu_quota=300_000))
+    assert len(d.exclusive) == 3
+    policy.release("c0")
+    assert "c0" not in policy.assignments()
+    assert policy.release("c0") == ()
+    assert policy.cold_start_done("c1") == ()
+
+
+def test_reconfigure_keeps_valid_placements_and_moves_the_rest() -> None:
+    policy, _ = populated(30)
+    before = exclusive_of(policy)
+    reserved = CpuAmount(cpus=frozenset({0, 72}))
+    clash = {cid for cid, cpus in before.items() if cpus & {0, 72}}
+    updates = policy.reconfigure(Options(reserved_resources=reserved))
+    after = exclusive_of(policy)
+    for cid, cpus in before.items():
+        if cid not in clash:
+            assert after[cid] == cpus
+        assert not after[cid] & {0, 72}
+    assert policy.options.reserved_resources == reserved
+    for u in updates:
+        assert u.container_id in policy.assignments()
+
+
+def test_reconfigure_that_cannot_hold_everyone_changes_nothing() -> None:
+    policy, _ = populated(30)
+    before = policy.assignments()
+    tiny = CpuAmount(cpus=frozenset(range(4)))
+    with pytest.raises(PolicyError, match="cannot hold every container"):
+        policy.reconfigure(
+            Options(available_resources=tiny, reserved_resources=CpuAmount(cpus=frozenset({0})))
+        )
+    assert policy.assignments() == before
+
+
+def test_pool_views_account_capacity_and_memory() -> None:
+    policy, _ = populated(20)
+    views = {v.name: v for v in policy.pools()}
+    root = views["root"]
+    assert root.parent is None and root.depth == 0
+    assert root.capacity_milli == 144 * 1000 - 750
+    assert sum(v.containers for v in views.values()) == 20
+    assert root.assigned_milli == sum(
+        a.shared
+        for a in policy.assignments().values()
+        if a.kind is not CpuKind.EXCLUSIVE and a.kind is not CpuKind.RESERVED
+    )
+    for v in views.values():
+        assert 0 <= v.free_milli <= v.capacity_milli
+        for tier in v.memory.values():
+            assert tier.capacity == tier.assigned + tier.free
