@@ -123,7 +123,8 @@ def steps_table(sim: Simulation, *, explain: bool = False) -> str:
         for m in step.updates:
             lines.append(_moved(m))
         for e in step.errors:
-            lines.append(f"    error {e.container}: {e.message}")
+            message = e.message.removeprefix(f"{e.container}: ")  # the policy names it too
+            lines.append(f"    error {e.container}: {message}")
         if explain:
             lines.extend(_explain(step))
     failed = [s.number for s in sim.steps if not s.as_expected]
