@@ -424,3 +424,23 @@ def test_cold_starts_end_when_their_time_has_come(
     assert [u["id"] for u in steps[4]["updates"]] == ["default/a/c"]
     assert steps[4]["updates"][0]["mems"] == start["cold_start"]["then_mems"]
     assert steps[5]["updates"] == []
+
+
+def test_removing_what_never_started(capsys: pytest.CaptureFixture[str], write: Any) -> None:
+    """A pod whose creation failed can still be removed later; nothing is released."""
+    steps = """
+    steps:
+      - expect_error: true
+        create: {pod: x, containers: [{name: c, limits: {cpu: 500, memory: 1Gi}}]}
+      - remove: {pod: x, container: c}
+      - create: {pod: x2, containers: [{name: c, limits: {cpu: 500, memory: 1Gi}}, {name: d}]}
+        expect_error: true
+      - remove: {pod: x2}
+    """
+    code, out, err = _run(
+        capsys, "--machine", "desktop", "--workload", write(textwrap.dedent(steps)), "--json"
+    )
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [s["released"] for s in doc["steps"]] == [[], [], [], ["default/x2/d"]]
+    assert doc["final"]["containers"] == []

@@ -166,8 +166,10 @@ class Runner:
         if step.remove is None:
             return self._wait(base, step.wait_ns)
         spec_r = step.remove
+        # Containers whose creation failed are not running: there is nothing to release.
         if spec_r.container is not None:
-            ids = [container_id(spec_r.namespace, spec_r.pod, spec_r.container)]
+            cid = container_id(spec_r.namespace, spec_r.pod, spec_r.container)
+            ids = [cid] if cid in self._running else []
         else:
             pid = pod_id(spec_r.namespace, spec_r.pod)
             ids = [cid for cid, rc in self._running.items() if rc.pod.id == pid]
