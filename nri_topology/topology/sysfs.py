@@ -208,7 +208,7 @@ def _cmdline_isolcpus(proc_root: Path | None, warnings: list[str]) -> frozenset[
     try:
         cmdline = path.read_bytes().replace(b"\0", b" ").decode("utf-8", "replace")
     except OSError:
-        warnings.append(f"{path.name}: missing in the proc root")
+        warnings.append("proc/cmdline: missing")
         return frozenset()
     out: set[int] = set()
     for word in cmdline.split():

@@ -1,0 +1,55 @@
+"""`nri-topology topology`: show the machine as the plugin sees it, as a tree or as JSON.
+
+The JSON form is documented in `nri_topology.topology.render` (`JSON_SCHEMA`). Unreadable or
+inconsistent sysfs data exits with status 2 and the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from nri_topology.topology.render import machine_json, machine_text
+from nri_topology.topology.sysfs import ENV_SYSFS, TopologyError, default_sysfs_root, read_machine
+
+HELP = "show the discovered CPU, NUMA and memory topology (tree or JSON)"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sysfs",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help=f"sysfs root to read (default: ${ENV_SYSFS} or /sys)",
+    )
+    parser.add_argument(
+        "--proc",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="procfs root for the kernel command line (isolcpus=); not read unless given",
+    )
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a tree")
+    parser.add_argument(
+        "--windows-groups",
+        action="store_true",
+        help="show CPU sets as Windows processor groups (group:0xMASK, KEP-4885)",
+    )
+
+
+def main(args: argparse.Namespace) -> int:
+    root = args.sysfs if args.sysfs is not None else default_sysfs_root()
+    try:
+        machine = read_machine(root, proc_root=args.proc)
+    except (TopologyError, OSError) as err:
+        print(f"nri-topology topology: {err}", file=sys.stderr)
+        return 2
+    if args.json:
+        doc = machine_json(machine, windows_groups=args.windows_groups)
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        sys.stdout.write(machine_text(machine, windows_groups=args.windows_groups))
+    return 0
