@@ -57,7 +57,10 @@ class KubeletStatic:
     def take(self, available: frozenset[int], n: int) -> frozenset[int]:
         """`takeByTopologyNUMAPacked` without the uncore-cache option (kubelet-reference §1.5)."""
         if n > len(available):
-            raise ValueError(f"not enough cpus: requested={n}, available={len(available)}")
+            raise ValueError(
+                "not enough cpus available to satisfy request: "
+                f"requested={n}, available={len(available)}"
+            )
         m = self.machine
         free = set(available)
         result: set[int] = set()
