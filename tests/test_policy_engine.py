@@ -11,7 +11,7 @@ from nri_topology.policy.engine import Engine, milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, QoS, Request
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
 
 DRAM, PMEM = MemoryTier.DRAM, MemoryTier.PMEM
@@ -51,7 +51,7 @@ def req(
     return Request(**fields)  # type: ignore[arg-type]
 
 
-def cores_of(m, cpus: frozenset[int]) -> set[frozenset[int]]:
+def cores_of(m: Machine, cpus: frozenset[int]) -> set[frozenset[int]]:
     return {m.cpus[c].threads for c in cpus}
 
 
