@@ -270,8 +270,11 @@ class Engine:
         return min(t for t in self.machine.cpus[cpu].threads if t in within)
 
     def _mems(self, g: Grant) -> frozenset[int] | None:
+        """The memset a grant pins to: its zone, without DRAM while a cold start runs."""
         if not self.options.pin_memory or g.request.memory_preserve:
             return None
+        if g.cold_start is not None:
+            return frozenset(n for n in g.zone if self.machine.nodes[n].tier is not MemoryTier.DRAM)
         return g.zone
 
     def _shares(self, g: Grant) -> int | None:
@@ -667,12 +670,7 @@ class Engine:
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
         g.cpus = self.pin(g)
-        mems = self._mems(g)
-        if mems is not None and g.cold_start is not None:
-            mems = mems - frozenset(
-                n for n in mems if self.machine.nodes[n].tier is MemoryTier.DRAM
-            )
-        g.mems = mems
+        g.mems = self._mems(g)
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
@@ -799,12 +797,12 @@ class Engine:
         g = self.grants.get(container_id)
         if g is None or g.cold_start is None:
             return ()
-        then = g.cold_start.then_mems
         g.cold_start = None
-        if g.mems is None or g.mems == then:
+        mems = self._mems(g)
+        if mems is None or mems == g.mems:
             return ()
-        g.mems = then
-        return (Update(container_id, Placement(cpus=None, mems=then)),)
+        g.mems = mems
+        return (Update(container_id, Placement(cpus=None, mems=mems)),)
 
     def adopt(
         self,
@@ -897,10 +895,6 @@ class Engine:
             g = self.grants[cid]
             cpus = self.pin(g)
             mems = self._mems(g)
-            if mems is not None and g.cold_start is not None:
-                mems = mems - frozenset(
-                    n for n in mems if self.machine.nodes[n].tier is MemoryTier.DRAM
-                )
             changed_cpus = cpus is not None and cpus != g.cpus
             changed_mems = mems is not None and mems != g.mems
             g.cpus, g.mems = cpus, mems
