@@ -27,7 +27,11 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
   zone; containers that keep their memory pinning are not charged (their nodes are unknown);
 * a CPU node without memory stays a pool and borrows the memory of its closest nodes;
-* `cpu.preserve` containers keep their CPU shares (reference 14.19).
+* `cpu.preserve` containers keep their CPU shares (reference 14.19);
+* a resized container tries its old pool (and CPUs) first only when that pool still fits, else
+  it moves (the reference always reuses the old pool and fails, 14.6);
+* a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
+  (fewest nodes, then lowest average distance) when prefer_closest_numa is on.
 """
 
 from __future__ import annotations
