@@ -226,3 +226,15 @@ def test_pool_views_account_capacity_and_memory() -> None:
         assert 0 <= v.free_milli <= v.capacity_milli
         for tier in v.memory.values():
             assert tier.capacity == tier.assigned + tier.free
+
+
+def test_runtime_pinning_that_drifted_from_saved_state_gets_an_update() -> None:
+    policy, rt = populated(10, with_mixed=False)
+    saved = policy.snapshot()
+    cid = next(iter(exclusive_of(policy)))
+    want = policy.assignments()[cid].cpus
+    rt.pin(cid, frozenset(range(144)), None)
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert cid in report.adopted
+    assert [(u.container_id, u.placement.cpus) for u in report.updates] == [(cid, want)]
