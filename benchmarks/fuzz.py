@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import random
@@ -435,10 +436,17 @@ def run(total: int, seed: int, machine: Machine) -> dict[str, dict[str, object]]
     return {r.target: r.summary() for r in reports}
 
 
-def quiet() -> None:
+@contextlib.contextmanager
+def quiet() -> Iterator[None]:
     """Refusals are logged as warnings by design; the fuzz run only counts them."""
+    saved = structlog.get_config()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.CRITICAL))
     logging.disable(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logging.disable(logging.NOTSET)
+        structlog.configure(**saved)
 
 
 def main() -> int:
@@ -447,11 +455,12 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--machine", default="server", choices=MACHINES)
     args = parser.parse_args()
-    quiet()
     from benchmarks.workload import load_machine
 
+    machine = load_machine(args.machine)
     start = time.perf_counter()
-    results = run(args.inputs, args.seed, load_machine(args.machine))
+    with quiet():
+        results = run(args.inputs, args.seed, machine)
     crashes = sum(int(r["crashes"]) for r in results.values())  # type: ignore[call-overload]
     print(
         json.dumps(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import logging
 import random
 from collections.abc import Iterator
 
 import pytest
-import structlog
 
 from benchmarks import fuzz
 from nri_topology.topology.model import Machine
@@ -22,12 +20,8 @@ def machine() -> Machine:
 
 @pytest.fixture(autouse=True)
 def _quiet_logs() -> Iterator[None]:
-    """Refusals log warnings by design; silence them here and give other tests theirs back."""
-    saved = structlog.get_config()
-    fuzz.quiet()
-    yield
-    logging.disable(logging.NOTSET)
-    structlog.configure(**saved)
+    with fuzz.quiet():
+        yield
 
 
 @pytest.mark.parametrize(

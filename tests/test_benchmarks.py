@@ -1,0 +1,95 @@
+"""The benchmark command works end to end (tiny sizes), and its target table tells misses apart."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks import run
+from benchmarks.quality import Baseline, Ours, run_trace
+from benchmarks.workload import Event, Spec, churn
+from nri_topology.policy.types import QoS
+from tests import machines
+
+
+def test_quick_run_writes_json_and_markdown(tmp_path: Path) -> None:
+    assert run.main(["--quick", "--out", str(tmp_path), "--machines", "server", "4-socket"]) == 0
+    out = json.loads((tmp_path / "latest.json").read_text())
+    assert {r["machine"] for r in out["decision_latency"]} == {"server", "4-socket"}
+    assert out["synchronize"]["with_checkpoint_moved"] == 0
+    assert out["synchronize"]["synchronize_only_moved"] == 0
+    assert 0 < out["rss"]["after_startup_mb"] <= out["rss"]["with_containers_mb"] + 1
+    assert out["fuzz"]["crashes"] == 0
+    assert out["soak"]["invariant_violations"] == 0
+    assert set(out["quality"]) == {"server", "4-socket"}
+    md = (tmp_path / "latest.md").read_text()
+    for heading in ("Targets", "decision latency", "round trip", "Synchronize", "Resident"):
+        assert heading in md
+
+
+def _results(p99: float, rss: float, local: float) -> dict:
+    quality = {
+        "placer": "x",
+        "local_share": local,
+        "rejected": 0,
+        "spanning": 2,
+        "spanning_minimal_share": 1.0,
+    }
+    return {
+        "decision_latency": [{"cpus": 256, "live": 1000, "p99_ms": p99}],
+        "roundtrip": [{"machine": "m", "live_containers": 1, "p99_above_floor_ms": 0.5}],
+        "rss": {"after_startup_mb": rss, "with_containers_mb": rss, "containers": 1},
+        "quality": {
+            "m": {"nri-topology": quality, "kubelet-static": {**quality, "local_share": 0.5}}
+        },
+        "fuzz": {"crashes": 0},
+        "soak": {"invariant_violations": 0},
+    }
+
+
+@pytest.mark.parametrize(
+    ("p99", "rss", "local", "missed"),
+    [
+        (0.5, 40.0, 0.9, []),
+        (1.5, 40.0, 0.9, ["decision p99"]),
+        (0.5, 61.0, 0.9, ["RSS after startup", "RSS with"]),
+        (0.5, 40.0, 0.4, ["quality m: local share"]),
+    ],
+)
+def test_targets_flag_exactly_the_misses(p99: float, rss: float, local: float, missed) -> None:
+    rows = run.targets_met(_results(p99, rss, local))
+    misses = [r["target"] for r in rows if not r["met"]]
+    assert len(misses) == len(missed)
+    for prefix, target in zip(missed, misses, strict=True):
+        assert target.startswith(prefix)
+
+
+def test_traces_are_seeded_and_keep_within_the_budget() -> None:
+    m = machines.load("server")
+    first, second = list(churn(m, 5, 300)), list(churn(m, 5, 300))
+    assert first == second
+    live: dict[str, Spec] = {}
+    for ev in first:
+        if ev.spec is None:
+            live.pop(ev.container_id)
+        else:
+            live[ev.container_id] = ev.spec
+        assert sum(s.cpu for s in live.values()) <= 0.85 * (len(m.cpus) - 1) * 1000
+
+
+def test_both_placers_are_judged_alike() -> None:
+    """A trace of one exclusive container that fits a node: local for both, nothing spans."""
+    m = machines.load("4-socket")
+    trace = [Event("a", Spec(QoS.GUARANTEED, cpu=4000, memory=1 << 30)), Event("a", None)]
+    for placer in (Ours(m), Baseline(m)):
+        q = run_trace(m, placer, trace).summary()
+        assert (q["admitted"], q["local"], q["spanning"], q["rejected"]) == (1, 1, 0, 0)
+
+
+def test_shared_containers_of_the_baseline_span_every_node() -> None:
+    m = machines.load("4-socket")
+    trace = [Event("b", Spec(QoS.BURSTABLE, cpu=500, memory=1 << 20))]
+    q = run_trace(m, Baseline(m), trace).summary()
+    assert (q["local"], q["spanning"], q["spanning_minimal_share"]) == (0, 1, 1.0)
