@@ -444,3 +444,12 @@ def test_removing_what_never_started(capsys: pytest.CaptureFixture[str], write: 
     doc = json.loads(out)
     assert [s["released"] for s in doc["steps"]] == [[], [], [], ["default/x2/d"]]
     assert doc["final"]["containers"] == []
+
+
+def test_config_options_reach_the_policy(capsys: pytest.CaptureFixture[str], write: Any) -> None:
+    """With no reserved namespaces, kube-system pods are placed like any other."""
+    config = write("policy:\n  reserved_namespaces: []\n")
+    code, out, err = _run(capsys, "--config", config, "--json")
+    assert code == 0, err
+    first = json.loads(out)["steps"][0]["containers"][0]
+    assert first["id"] == "kube-system/coredns/coredns" and first["kind"] == "shared"
