@@ -355,6 +355,7 @@ def test_exit_code_follows_expectations(
         (["--workload", "@BAD"], "step 1: create.containers[0].limits.cpu: not a quantity"),
         (["--config", "@CONFIG"], "policy.reserved_resources.cpu"),
         (["--workload", "/nonexistent/w.yaml"], "/nonexistent/w.yaml"),
+        (["--until", "17"], "--until 17: the workload has steps 1 to 16"),
     ],
 )
 def test_bad_input_exits_2_with_a_clear_message(
@@ -453,3 +454,15 @@ def test_config_options_reach_the_policy(capsys: pytest.CaptureFixture[str], wri
     assert code == 0, err
     first = json.loads(out)["steps"][0]["containers"][0]
     assert first["id"] == "kube-system/coredns/coredns" and first["kind"] == "shared"
+
+
+def test_until_stops_after_a_step(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The picture and the final state show the node after step 10: the render job is there."""
+    svg = tmp_path / "at10.svg"
+    code, out, err = _run(capsys, "--until", "10", "--json", "--svg", str(svg))
+    assert code == 0, err
+    doc = json.loads(out)
+    assert [s["step"] for s in doc["steps"]] == list(range(1, 11))
+    assert "default/render/blender" in {c["id"] for c in doc["final"]["containers"]}
+    texts = {t.text for t in ET.parse(svg).getroot().iter(f"{SVG}text")}
+    assert any(t and "40 CPUs of its own" in t for t in texts)

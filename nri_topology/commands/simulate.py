@@ -47,6 +47,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--config", metavar="FILE", type=Path, help="policy options from a config file"
     )
+    parser.add_argument(
+        "--until",
+        metavar="STEP",
+        type=int,
+        help="stop after this step (1-based): the tree, picture and JSON show the node then",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument(
         "--json", action="store_true", help="print one JSON document instead of tables"
@@ -69,7 +75,11 @@ def main(args: argparse.Namespace) -> int:
         return 0
     try:
         inputs = load_inputs(
-            machine=args.machine, sysfs=args.sysfs, workload=args.workload, config=args.config
+            machine=args.machine,
+            sysfs=args.sysfs,
+            workload=args.workload,
+            config=args.config,
+            until=args.until,
         )
     except SimulationError as exc:
         print(f"nri-topology simulate: {exc}", file=sys.stderr)

@@ -25,6 +25,7 @@ CORES_PER_ROW = 8
 PAD = 10
 HEADER = 54  # pool name, CPU capacity and memory lines
 GAP = 12
+LEGEND_CPU_LIST = 12  # longer exclusive sets are counted in the legend (the cells show them)
 FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif'"
 
 RESERVED = "#c7c9cc"
@@ -206,7 +207,9 @@ class _Picture:
 def _legend_line(a: Assignment) -> str:
     """Kind, pool and what the container holds, short enough for one line."""
     parts = [f"{a.kind.value} in {a.pool}"]
-    if a.exclusive:
+    if len(a.exclusive) > LEGEND_CPU_LIST:
+        parts.append(f"{len(a.exclusive)} CPUs of its own")
+    elif a.exclusive:
         parts.append(f"own CPUs {cpuset.format(a.exclusive)}")
     if a.cpus is None:
         parts.append("pinning left alone")

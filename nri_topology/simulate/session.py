@@ -78,11 +78,13 @@ def load_inputs(
     sysfs: Path | None = None,
     workload: str = "default",
     config: Path | None = None,
+    until: int | None = None,
 ) -> Inputs:
     """Resolve the command-line choices; every failure is a SimulationError naming the input.
 
     With --config, the policy options come from the file, and so do the memory tier overrides
-    when the machine is read from sysfs.
+    when the machine is read from sysfs. `until` keeps only the first steps, so the tree and the
+    picture show the node at that point.
     """
     options = Options()
     tiers: dict[int, MemoryTier] = {}
@@ -103,6 +105,10 @@ def load_inputs(
             name, m = _machine(machine or wl.machine or DEFAULT_MACHINE)
     except (WorkloadError, MachineSpecError) as exc:
         raise SimulationError(str(exc)) from None
+    if until is not None:
+        if not 1 <= until <= len(wl.steps):
+            raise SimulationError(f"--until {until}: the workload has steps 1 to {len(wl.steps)}")
+        wl = wl.model_copy(update={"steps": wl.steps[:until]})
     return Inputs(m, name, wl, options)
 
 
