@@ -4,7 +4,7 @@ Amounts. The pod annotation `noderesource.dev/resources` (JSON, written by a res
 webhook) gives the exact requests and limits; a request left out there defaults to the limit, as
 the API server does. Without it (or for a container it does not list, or on resize, where the
 caller passes the new `resources`) they are estimated from the Linux resources:
-CPU request = round(shares * 1000 / 1024) with shares == 2 meaning 0, CPU limit from quota/period,
+CPU request = ceil(shares * 1000 / 1024) with shares == 2 meaning 0, CPU limit from quota/period,
 memory limit as given; Guaranteed containers get request = limit. For Burstable containers the
 memory request is estimated from `oom_score_adj` by inverting the kubelet formula
 `adj = 1000 - 1000 * request / capacity` (capacity = the machine's memory), used only when below
@@ -205,10 +205,15 @@ def who(pod: PodInfo, container: ContainerInfo) -> str:
 
 
 def shares_to_milli(shares: int | None) -> int:
-    """CPU request from cgroup shares; 2 (the minimum) means no request."""
+    """CPU request from cgroup shares; 2 (the minimum) means no request.
+
+    Rounds up: the exact inverse of the kubelet's floor(milli * 1024 / 1000), so a request read
+    back from shares we set ourselves stays the same across restarts (rounding to nearest drifts
+    25m -> 24m -> 23m ...).
+    """
     if not shares or shares <= 2:
         return 0
-    return round(shares * 1000 / 1024)
+    return -(-shares * 1000 // 1024)
 
 
 def _invalid(w: str, found: Found, accepted: str) -> PolicyError:
