@@ -127,6 +127,7 @@ def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
             memory=memory,
             memory_tiers=frozenset(chosen),
             hide_hyperthreads=draw(st.booleans()),
+            memory_preserve=draw(st.integers(0, 9)) == 0,
             cpu_limit=draw(st.none() | st.integers(shared, 4 * ncpu * 1000)) if shared else None,
         )
 
@@ -201,6 +202,7 @@ CASES: list[tuple[str, Options]] = [
     ("4-socket", Options(distribute_across_numa=True, reserved_resources=CpuAmount(milli=2500))),
     ("snc-synthetic", Options(reserved_resources=CpuAmount(milli=0))),
     ("eight-nodes", Options(prefer_closest_numa=True)),
+    ("desktop", Options(pin_cpu=False, pin_memory=False)),
 ]
 SYNTHETIC = {"snc-synthetic": dual_socket_snc, "eight-nodes": eight_nodes}
 

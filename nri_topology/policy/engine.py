@@ -780,7 +780,8 @@ class Engine:
         if old is None:
             return self.place(req)
         if _same_amounts(old.request, req):
-            old.request = req
+            old.request = req  # pinning details (hyperthreads, memory) may still change
+            old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
         self._validate(req)
         op = _Op()
@@ -931,6 +932,8 @@ def _same_amounts(a: Request, b: Request) -> bool:
         and a.cpu_limit == b.cpu_limit
         and memory_size(a) == memory_size(b)
         and a.memory_tiers == b.memory_tiers
+        and a.memory_preserve == b.memory_preserve
+        and a.require_isolated == b.require_isolated
     )
 
 
