@@ -75,9 +75,13 @@ class _Reader:
     root: Path
     warnings: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        self._base = str(self.root) + os.sep  # plain strings: thousands of small reads
+
     def text(self, rel: str, *, optional: bool = False) -> str | None:
         try:
-            raw = (self.root / rel).read_bytes()
+            with open(self._base + rel, "rb", buffering=0) as f:
+                raw = f.read()
         except (FileNotFoundError, NotADirectoryError):
             if not optional:
                 self.warnings.append(f"{rel}: missing")
@@ -119,7 +123,7 @@ class _Reader:
     def numbered(self, rel: str, prefix: str) -> dict[int, str]:
         """Entries `<prefix>N` of a directory, by N."""
         try:
-            names = os.listdir(self.root / rel)
+            names = os.listdir(self._base + rel)
         except (FileNotFoundError, NotADirectoryError):
             return {}
         out: dict[int, str] = {}
@@ -281,8 +285,12 @@ def _read_cpus(r: _Reader, online: frozenset[int], cpu_node: Mapping[int, int]) 
             core,
             (threads & online) | {cpu},
         )
+        if cpu in l2 and cpu in l3:
+            continue  # both groups already known from a sibling's shared_cpu_list
         for level, shared in _caches(r, base, online):
-            (l2 if level == 2 else l3)[cpu] = shared | {cpu}
+            group = shared | {cpu}
+            for member in group:
+                (l2 if level == 2 else l3).setdefault(member, group)
     for rel, cpus in missing.items():
         r.warnings.append(f"{_CPU_DIR}/cpu*/{rel}: missing for CPUs {cpuset.format(cpus)}")
     _reconcile_cores(r, raw)
