@@ -49,7 +49,7 @@ class NumaNode:
     cpus: frozenset[int]  # online CPUs of the node
     memory: int  # MemTotal in bytes (0 for CPU-only nodes without memory)
     tier: MemoryTier
-    tier_source: str  # how the tier was decided: "cpu", "hmat", "heuristic" or "config"
+    tier_source: str  # how the tier was decided: "cpu", "hmat", "kernel", "heuristic" or "config"
     distances: Mapping[int, int]  # node id -> distance (self included, usually 10)
     hugepages: Mapping[int, int] = field(default_factory=dict)  # page size kB -> total pages
 

@@ -382,13 +382,13 @@ def _read_nodes(r: _Reader, online: frozenset[int], proc_root: Path | None) -> l
         if cpus is None:
             r.warnings.append(f"{rel}/cpulist: missing (and no cpumap)")
             cpus = frozenset()
-        cpus &= online
-        for cpu in cpus:
+        for cpu in cpus:  # offline CPUs too: a double claim is wrong either way
             if cpu in owner:
                 raise TopologyError(
                     f"{r.root / rel}/cpulist: CPU {cpu} is already claimed by node {owner[cpu]}"
                 )
             owner[cpu] = node
+        cpus &= online
         row = r.text(f"{rel}/distance")
         try:
             distance_row = None if row is None else tuple(int(x) for x in row.split())
