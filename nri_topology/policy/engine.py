@@ -451,6 +451,11 @@ class Engine:
         trace.sort(key=lambda s: self.by_name[s.pool])
         if chosen is None:
             raise PolicyError(self._nothing_fits(req, size, tiers, trace))
+        runner_up = next((v for v in verdicts.values() if v.startswith("lost to ")), "")
+        if runner_up:
+            loser = next(n for n, v in verdicts.items() if v == runner_up)
+            criterion = runner_up.rsplit(" on ", 1)[1]
+            chosen[0].reason += f"; beat {loser} on {criterion}"
         return chosen[0], tuple(trace)
 
     def _root_zone(
