@@ -60,9 +60,9 @@ class Sizes:
 
 FULL = Sizes(
     live=(0, 100, 500, 1000),
-    decision_samples=3000,
+    decision_samples=1500,
     roundtrip=(("server", 100), ("synthetic-256", 1000)),
-    roundtrip_samples=2000,
+    roundtrip_samples=1000,
     sync_containers=1000,
     rss_containers=1000,
     trace_steps=3000,
@@ -72,9 +72,9 @@ FULL = Sizes(
 )
 QUICK = Sizes(
     live=(0, 20),
-    decision_samples=40,
+    decision_samples=15,
     roundtrip=(("server", 5),),
-    roundtrip_samples=20,
+    roundtrip_samples=10,
     sync_containers=30,
     rss_containers=20,
     trace_steps=80,

@@ -4,7 +4,8 @@
   socket to our plugin (real policy, checkpoint written after every change, as in production),
   with `live` containers already running; the same requests to the no-op plugin of
   `bench_roundtrip.py` give the protocol floor. Probe containers are stopped and removed between
-  samples (not timed), so every sample sees the same fill.
+  samples (not timed), so every sample sees the same fill. The time includes the test peer
+  applying the updates of other containers that ride on the reply, as a runtime must.
 * Synchronize: a plugin (re)starting with 1000 running containers, from registration to ready,
   with and without its checkpoint; counts the containers whose pinning it changed.
 * Resident memory: the real `nri-topology run` process, read from /proc/PID/status after it
@@ -23,7 +24,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_roundtrip import NoOp
-from benchmarks.latency import quantiles
+from benchmarks.latency import median_quantiles
 from benchmarks.workload import fill_spec, nri_pair, policy_pair, probe_specs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
@@ -39,9 +40,11 @@ from nri_topology.topology.model import Machine
 ROOT = Path(__file__).resolve().parents[1]
 
 
-async def _roundtrips(plugin: Plugin, machine: Machine, live: int, samples: int) -> list[int]:
+async def _roundtrips(
+    plugin: Plugin, machine: Machine, live: int, samples: int, blocks: int
+) -> list[list[int]]:
     peer = RuntimePeer(request_timeout=30)
-    times: list[int] = []
+    measured: list[list[int]] = [[] for _ in range(blocks)]
     async with connected(plugin, peer) as (peer, _):
         for i in range(live):
             pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
@@ -50,25 +53,25 @@ async def _roundtrips(plugin: Plugin, machine: Machine, live: int, samples: int)
         probes = [nri_pair(f"probe{k}", s) for k, s in enumerate(probe_specs(machine))]
         for pod, _ in probes:
             await peer.run_pod_sandbox(pod)
-        for n in range(samples + 50):
+        for n in range(samples * blocks + 50):
             pod, ctr = probes[n % len(probes)]
             start = time.perf_counter_ns()
             await peer.create_container(pod, ctr)
             if n >= 50:  # warm-up
-                times.append(time.perf_counter_ns() - start)
+                measured[(n - 50) // samples].append(time.perf_counter_ns() - start)
             await peer.stop_container(pod, ctr)
             await peer.remove_container(pod, ctr)
-    return times
+    return measured
 
 
-def roundtrip(machine: Machine, live: int, samples: int) -> dict[str, object]:
-    """Ours vs the no-op floor; p50/p99 of each and the difference."""
+def roundtrip(machine: Machine, live: int, samples: int, blocks: int = 3) -> dict[str, object]:
+    """Ours vs the no-op floor; p50/p99 of each (medians over blocks) and the difference."""
     with tempfile.TemporaryDirectory() as tmp:
         ours = TopologyPlugin(
             Policy(machine, Options()), checkpoint=Checkpoint(Path(tmp) / "state.json")
         )
-        mine = quantiles(asyncio.run(_roundtrips(ours, machine, live, samples)))
-    floor = quantiles(asyncio.run(_roundtrips(NoOp(), machine, live, samples)))
+        mine = median_quantiles(asyncio.run(_roundtrips(ours, machine, live, samples, blocks)))
+    floor = median_quantiles(asyncio.run(_roundtrips(NoOp(), machine, live, samples, blocks)))
     return {
         "live_containers": live,
         "policy": mine,
