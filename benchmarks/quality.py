@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Protocol
 
@@ -124,7 +124,6 @@ class Quality:
     minimal_distance_sum: float = 0.0
     exclusive_cpus_moved: int = 0
     cpuset_cpus_changed: int = 0
-    rejected_ids: list[str] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         spanning = max(self.spanning, 1)
@@ -201,7 +200,6 @@ def run_trace(machine: Machine, placer: Placer, events: Iterable[Event]) -> Qual
         if ev.spec is not None:
             if not placer.admit(ev.container_id, ev.spec):
                 q.rejected += 1
-                q.rejected_ids.append(ev.container_id)
                 continue
             q.admitted += 1
             after = placer.pinning()
