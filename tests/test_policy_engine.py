@@ -391,3 +391,13 @@ def test_available_cpus_bound_every_placement() -> None:
     assert d.exclusive <= allowed
     assert s.placement.cpus is not None and s.placement.cpus <= allowed
     assert cpuset.format(e.pools[0].cpus) == cpuset.format(allowed)
+
+
+def test_reference_worked_example_three_cpus_on_server() -> None:
+    # reference section 2.6: 750m reserved on CPU 0; NUMA node #2 has the most sliceable CPUs
+    e = Engine(machines.load("server"), Options())
+    assert e.reserved_all == {0}
+    d = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=3))
+    assert d.pool == "NUMA node #2"
+    assert d.placement.mems == {2, 5}
+    assert d.memory_tiers == {DRAM, PMEM}
