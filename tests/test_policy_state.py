@@ -18,8 +18,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.engine import Engine, snapshot
 from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.restore import Found, restore
 from nri_topology.policy.types import CpuKind, Decision, PolicyError, QoS, Request, Update
 from nri_topology.topology.model import Machine
 from tests import machines
@@ -178,6 +179,22 @@ def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
             self.live.remove(cid)
             del self.runtime[cid]
             apply(self.runtime, self.e.release(cid))
+
+        @rule()
+        def restart(self) -> None:
+            """A restart with the snapshot adopts everything: nothing moves, nothing updates."""
+            found = [
+                Found(g.request, *self.runtime[cid]) for cid, g in sorted(self.e.grants.items())
+            ]
+            held = {cid: (g.pool, g.exclusive, g.zone) for cid, g in self.e.grants.items()}
+            counted = accounting(self.e)
+            fresh = Engine(machine, options)
+            report = restore(fresh, found, snapshot(self.e))
+            assert report.failed == {} and report.replaced == {}
+            assert report.updates == ()
+            assert {cid: (g.pool, g.exclusive, g.zone) for cid, g in fresh.grants.items()} == held
+            assert accounting(fresh) == counted
+            self.e = fresh
 
         @invariant()
         def holds(self) -> None:

@@ -867,8 +867,6 @@ class Engine:
             if not self.book.fits(zone, size):
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
-        if req.memory_preserve:
-            zone = frozenset()
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
         g = self._grant(req, pool, kind, exclusive, isolated, shared, zone, relaxed, size)
         self._check_fits(g)

@@ -19,6 +19,7 @@ Updates are returned for every container whose reported pinning differs from the
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,15 @@ from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
 
 _QOS_RANK = {QoS.GUARANTEED: 0, QoS.BURSTABLE: 1, QoS.BEST_EFFORT: 2}
+
+# (requested kind, kind actually granted) pairs the engine produces when it falls back
+_FALLBACKS = frozenset(
+    {
+        (CpuKind.RESERVED, CpuKind.SHARED),
+        (CpuKind.ISOLATED, CpuKind.EXCLUSIVE),
+        (CpuKind.ISOLATED, CpuKind.MIXED),
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +87,11 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
         zone = cpuset.parse(str(entry["zone"]))
     except (KeyError, ValueError) as e:
         raise PolicyError(f"saved entry unusable: {e}") from None
-    if kind != req.kind and not (req.kind is CpuKind.ISOLATED and not isolated):
-        raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
+    if kind != req.kind:
+        if (req.kind, kind) not in _FALLBACKS or isolated:
+            raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
+        if req.kind is CpuKind.RESERVED:  # it had spilled over to shared CPUs
+            f = Found(dataclasses.replace(req, kind=CpuKind.SHARED), f.cpus, f.mems)
     return _Plan(f, pool, exclusive, isolated, zone or None)
 
 
@@ -114,7 +127,7 @@ def restore(
     """Adopt or re-place every found container into an empty engine."""
     entries, no_saved = saved_entries(saved)
     plans: list[_Plan] = []
-    replace: list[Found] = []
+    again: list[Found] = []
     reasons: dict[str, str] = {}
     for f in sorted(found, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
@@ -122,7 +135,7 @@ def restore(
             entry = entries.get(cid)
             plans.append(_from_saved(engine, f, entry) if entry else _from_runtime(engine, f))
         except PolicyError as e:
-            replace.append(f)
+            again.append(f)
             reasons[cid] = str(e) if entries or not no_saved else f"{no_saved}; {e}"
     adopted: list[str] = []
     plans.sort(key=lambda p: not p.exclusive)  # stable: exclusive holders first, order kept
@@ -133,7 +146,7 @@ def restore(
                 f.request, plan.pool, plan.exclusive, plan.isolated, plan.zone, f.cpus, f.mems
             )
         except PolicyError as e:
-            replace.append(f)
+            again.append(f)
             reasons[f.request.container_id] = f"inconsistent: {e}"
             continue
         entry = entries.get(f.request.container_id)
@@ -145,7 +158,7 @@ def restore(
         adopted.append(f.request.container_id)
     failed: dict[str, str] = {}
     replaced: dict[str, str] = {}
-    for f in sorted(replace, key=lambda f: order_key(f.request)):
+    for f in sorted(again, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
         try:
             engine.place(f.request)
