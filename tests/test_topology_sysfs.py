@@ -15,6 +15,7 @@ from nri_topology.topology.model import MemoryTier
 from nri_topology.topology.sysfs import (
     ENV_SYSFS,
     TopologyError,
+    _kernel_cpulist,
     default_sysfs_root,
     read_machine,
 )
@@ -323,3 +324,36 @@ def test_regular_machines_round_trip(spec: SyntheticSpec) -> None:
     per_socket = {"node": spec.dies * spec.nodes, "die": spec.dies, "socket": 1}[spec.l3]
     assert len({c.l3 for c in m.cpus.values()}) == spec.sockets * per_socket
     assert not m.warnings
+
+
+@given(
+    st.integers(0, 200),
+    st.integers(0, 200),
+    st.integers(1, 16).flatmap(lambda g: st.tuples(st.integers(1, g), st.just(g))),
+)
+def test_isolcpus_stride_selects_used_of_each_group(
+    first: int, length: int, stride: tuple[int, int]
+) -> None:
+    used, group = stride
+    want = {c for c in range(first, first + length + 1) if (c - first) % group < used}
+    assert _kernel_cpulist(f"{first}-{first + length}:{used}/{group},999") == want | {999}
+
+
+def test_nul_padding_and_cpumap_fallback(tmp_path: Path) -> None:
+    root = write_sysfs(tmp_path, SyntheticSpec(sockets=2, cores=2, threads=1))
+    (root / NODE / "node0/distance").write_bytes(b"10 21\n\0\0\0")
+    (root / NODE / "node1/cpulist").unlink()
+    (root / NODE / "node1/cpumap").write_text("00000000,0000000c\n")
+    m = read_machine(root)
+    assert m.distance(0, 1) == 21
+    assert m.nodes[1].cpus == {2, 3} and m.cpus[3].node == 1
+    assert not m.warnings
+
+
+def test_node_without_cpulist_or_cpumap_warns(tmp_path: Path) -> None:
+    root = write_sysfs(tmp_path, SyntheticSpec(sockets=2, cores=1, threads=1))
+    (root / NODE / "node1/cpulist").unlink()
+    m = read_machine(root)
+    assert m.nodes[1].cpus == frozenset() and m.cpus[1].node == -1
+    assert any("node1/cpulist: missing (and no cpumap)" in w for w in m.warnings)
+    assert any("no online node lists CPUs 1" in w for w in m.warnings)

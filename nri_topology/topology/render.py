@@ -221,6 +221,10 @@ def machine_json(machine: Machine, *, windows_groups: bool = False) -> dict[str,
     return doc
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def _size(n: int) -> str:
     for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
         if n >= 1 << shift:
@@ -241,10 +245,10 @@ def machine_text(machine: Machine, *, windows_groups: bool = False) -> str:
     dies = _dies(machine)
     counts = machine_json(machine)["counts"]
     lines = [
-        f"machine: {counts['cpus']} CPUs, {counts['cores']} cores "
-        f"({machine.threads_per_core} threads per core), {counts['sockets']} sockets, "
-        f"{counts['dies']} dies, {counts['numa_nodes']} NUMA nodes "
-        f"({counts['memory_only_nodes']} memory-only)",
+        f"machine: {_n(counts['cpus'], 'CPU')}, {_n(counts['cores'], 'core')} "
+        f"({_n(machine.threads_per_core, 'thread')} per core), "
+        f"{_n(counts['sockets'], 'socket')}, {_n(counts['dies'], 'die')}, "
+        f"{_n(counts['numa_nodes'], 'NUMA node')} ({counts['memory_only_nodes']} memory-only)",
         f"root: CPUs {cpus(machine.cpus)}",
     ]
     for p_idx, (pkg, per_die) in enumerate(dies.items()):
