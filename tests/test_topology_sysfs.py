@@ -357,3 +357,28 @@ def test_node_without_cpulist_or_cpumap_warns(tmp_path: Path) -> None:
     assert m.nodes[1].cpus == frozenset() and m.cpus[1].node == -1
     assert any("node1/cpulist: missing (and no cpumap)" in w for w in m.warnings)
     assert any("no online node lists CPUs 1" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize(
+    ("core_ids", "siblings", "cores"),
+    [
+        # core ids repeat per node inside a package (old AMD kernels)
+        ((0, 1, 0, 1), ("0", "1", "2", "3"), [{0}, {1}, {2}, {3}]),
+        # compute-unit pairs reported as thread siblings with distinct core ids
+        ((0, 1, 2, 3), ("0-1", "0-1", "2-3", "2-3"), [{0, 1}, {2, 3}]),
+        # sibling lists that disagree: their closure is the core
+        ((0, 0, 1, 1), ("0-1", "1", "2", "2-3"), [{0, 1}, {2, 3}]),
+    ],
+)
+def test_core_ids_reconciled_with_siblings(
+    tmp_path: Path, core_ids: tuple[int, ...], siblings: tuple[str, ...], cores: list[set[int]]
+) -> None:
+    root = write_sysfs(tmp_path, SyntheticSpec(cores=4, threads=1))
+    for cpu, (core, sib) in enumerate(zip(core_ids, siblings, strict=True)):
+        top = root / CPU / f"cpu{cpu}/topology"
+        (top / "core_id").write_text(f"{core}\n")
+        (top / "core_cpus_list").write_text(f"{sib}\n")
+    m = read_machine(root)
+    assert [set(c) for c in m.cores] == cores
+    assert all(m.cpus[t].core_key == c.core_key for c in m.cpus.values() for t in c.threads)
+    assert any("core_id: does not match" in w for w in m.warnings)

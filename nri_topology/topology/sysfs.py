@@ -329,11 +329,29 @@ def _reconcile_cores(r: _Reader, raw: dict[int, tuple[int, int, int, int, frozen
     }
     if not bad:
         return
+    # Sibling lists may also disagree with each other; their transitive closure is the core.
+    parent = {cpu: cpu for cpu in raw}
+
+    def find(c: int) -> int:
+        while parent[c] != c:
+            parent[c] = parent[parent[c]]
+            c = parent[c]
+        return c
+
+    for cpu, (package, die, _cluster, _core, threads) in raw.items():
+        for t in threads:
+            if t in raw and raw[t][:2] == (package, die):
+                a, b = find(cpu), find(t)
+                parent[max(a, b)] = min(a, b)
+    members: dict[int, set[int]] = {}
+    for cpu in raw:
+        members.setdefault(find(cpu), set()).add(cpu)
     fixed: set[int] = set()
-    for cpu, (package, die, cluster, core, threads) in raw.items():
+    for cpu, (package, die, cluster, core, _threads) in raw.items():
         if (package, die) in bad:
-            new = min(threads)
-            raw[cpu] = (package, die, new if cluster == core else cluster, new, threads)
+            new = find(cpu)  # union by lowest id: the root is the lowest sibling
+            group = frozenset(members[new])
+            raw[cpu] = (package, die, new if cluster == core else cluster, new, group)
             fixed.add(cpu)
     r.warnings.append(
         f"{_CPU_DIR}/cpu*/topology/core_id: does not match the thread siblings of CPUs "
