@@ -457,10 +457,11 @@ def _distance_matrix(r: _Reader, nodes: list[_RawNode]) -> dict[int, dict[int, i
     (an offline node) the row may still span `online` or `possible`, so those lists are tried too.
     """
     ids = [n.id for n in nodes]
+    id_set = set(ids)
     candidates = [ids]
     for name in ("online", "possible"):
         listed = r.ids(f"{_NODE_DIR}/{name}", optional=True)
-        if listed and set(ids) <= listed:
+        if listed and id_set <= listed:
             candidates.append(sorted(listed))
     known: dict[tuple[int, int], int] = {}
     for n in nodes:
@@ -472,7 +473,7 @@ def _distance_matrix(r: _Reader, nodes: list[_RawNode]) -> dict[int, dict[int, i
                 f"{r.root / n.rel}/distance: {len(n.distance_row)} entries for {len(ids)} nodes"
             )
         for other, d in zip(columns, n.distance_row, strict=True):
-            if other in ids:
+            if other in id_set:
                 known[n.id, other] = d
     out: dict[int, dict[int, int]] = {a: {} for a in ids}
     asymmetric: list[str] = []
