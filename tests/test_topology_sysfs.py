@@ -382,3 +382,26 @@ def test_core_ids_reconciled_with_siblings(
     assert [set(c) for c in m.cores] == cores
     assert all(m.cpus[t].core_key == c.core_key for c in m.cpus.values() for t in c.threads)
     assert any("core_id: does not match" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize(
+    ("tiers", "want"),
+    [
+        ({4: "0,2-3", 5: "1"}, {1: MemoryTier.PMEM, 2: MemoryTier.DRAM, 3: MemoryTier.DRAM}),
+        ({3: "1", 4: "0", 6: "2-3"}, {1: MemoryTier.HBM, 2: MemoryTier.PMEM, 3: MemoryTier.PMEM}),
+    ],
+)
+def test_kernel_memory_tiers(
+    tmp_path: Path, tiers: dict[int, str], want: dict[int, MemoryTier]
+) -> None:
+    # three 1 GiB CPU-less nodes: the size heuristic alone would call every one HBM
+    mem = tuple(MemoryOnlyNode(GiB, near=0) for _ in range(3))
+    root = write_sysfs(tmp_path, SyntheticSpec(memory=4 * GiB, memory_only=mem))
+    for tier, nodes in tiers.items():
+        d = root / f"devices/virtual/memory_tiering/memory_tier{tier}"
+        d.mkdir(parents=True)
+        (d / "nodelist").write_text(nodes + "\n")
+    m = read_machine(root)
+    assert {n: m.nodes[n].tier for n in want} == want
+    assert {m.nodes[n].tier_source for n in want} == {"kernel"}
+    assert m.nodes[0].tier_source == "cpu"

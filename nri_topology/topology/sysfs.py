@@ -23,8 +23,11 @@ Memory tier of a node, first rule that applies:
 
 1. `tier_overrides` from the config ("config").
 2. A node with online CPUs is DRAM ("cpu").
-3. Kernel device hints ("kernel"): the node is the target of a DAX device below an NVDIMM bus
-   (`ndbus`) -> PMEM; below a CXL port or region (`cxl`, `ACPI0017`) -> CXL.
+3. Kernel hints ("kernel"): the node is the target of a DAX device below an NVDIMM bus
+   (`ndbus`) -> PMEM; below a CXL port or region (`cxl`, `ACPI0017`) -> CXL. Otherwise the
+   kernel's memory tiers (`devices/virtual/memory_tiering/memory_tierN/nodelist`, N growing
+   with abstract distance): a CPU-less node in a faster tier than the CPU nodes' -> HBM, the
+   same tier -> DRAM, a slower one -> PMEM.
 4. HMAT ("hmat"): the node's bandwidth and latency from its CPU initiators (`access1`, else
    `access0`) compared with the reference DRAM, which is the initiators' own memory when they
    have memory and attributes, else the median over all nodes with attributes. Bandwidth at least
@@ -520,6 +523,9 @@ def _classify(
     for node, tier in _dax_hints(r).items():
         if node in by_id and node not in out:
             out[node] = (tier, "kernel")
+    for node, tier in _memory_tier_hints(r, [n.id for n in nodes if n.cpus]).items():
+        if node in by_id and node not in out and by_id[node].memory:
+            out[node] = (tier, "kernel")
     hmat = {n.id: a for n in nodes if (a := _hmat(r, n)) is not None}
     if hmat:
         _classify_hmat(r, nodes, hmat, out)
@@ -557,6 +563,27 @@ def _dax_hints(r: _Reader) -> dict[int, MemoryTier]:
         elif any(p.startswith("ndbus") for p in parts):
             out[target] = MemoryTier.PMEM
     return out
+
+
+def _memory_tier_hints(r: _Reader, cpu_nodes: list[int]) -> dict[int, MemoryTier]:
+    """Tier of each node relative to the CPU nodes' in the kernel's memory tiering."""
+    tiers = r.numbered("devices/virtual/memory_tiering", "memory_tier")
+    rank: dict[int, int] = {}
+    for tier, rel in tiers.items():
+        for node in r.ids(f"{rel}/nodelist", optional=True) or ():
+            rank[node] = tier
+    dram = [rank[n] for n in cpu_nodes if n in rank]
+    if not dram:
+        return {}
+    reference = min(dram)
+    return {
+        node: MemoryTier.HBM
+        if tier < reference
+        else MemoryTier.DRAM
+        if tier == reference
+        else MemoryTier.PMEM
+        for node, tier in rank.items()
+    }
 
 
 @dataclass(frozen=True)
