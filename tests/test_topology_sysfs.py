@@ -278,6 +278,8 @@ def test_tier_overrides(tmp_path: Path) -> None:
     m = read_machine(root, tier_overrides={1: MemoryTier.CXL, 9: MemoryTier.HBM})
     assert (m.nodes[1].tier, m.nodes[1].tier_source) == (MemoryTier.CXL, "config")
     assert any("node 9: no such node" in w for w in m.warnings)
+    with pytest.raises(TopologyError, match="unknown tier 'nvm' \\(one of dram, pmem, hbm, cxl\\)"):
+        read_machine(root, tier_overrides={1: "nvm"})  # type: ignore[dict-item]
 
 
 def test_dozens_of_cpu_less_nodes(tmp_path: Path) -> None:

@@ -534,8 +534,15 @@ def _classify(
             out[n.id] = (MemoryTier.PMEM, "hmat")
     _classify_heuristic(nodes, distances, out)
     for node, tier in overrides.items():
+        try:
+            chosen = MemoryTier(tier)
+        except ValueError:
+            names = ", ".join(t.value for t in MemoryTier)
+            raise TopologyError(
+                f"tier override for node {node}: unknown tier {tier!r} (one of {names})"
+            ) from None
         if node in by_id:
-            out[node] = (MemoryTier(tier), "config")
+            out[node] = (chosen, "config")
         else:
             r.warnings.append(f"tier override for node {node}: no such node, ignored")
     return out
