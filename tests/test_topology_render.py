@@ -73,6 +73,7 @@ def test_server_tree() -> None:
 
 def test_tree_shows_dies_l3_groups_and_unplaced_cpus() -> None:
     assert "die 1: CPUs 8-15" in machine_text(load("cpuid1f"))
+    assert "NUMA nodes without online CPUs or memory: 4\n" in machine_text(load("meminitiators"))
     assert "L3 groups: 0-31 | 32-63" in machine_text(load("arm128"))
     text = machine_text(load("offline-cpu0"), windows_groups=True)
     assert "no NUMA node: CPUs 0:0x0000000000155550" in text

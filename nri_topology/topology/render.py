@@ -286,6 +286,9 @@ def machine_text(machine: Machine, *, windows_groups: bool = False) -> str:
                 f"  node {n.id}: {_size(n.memory)} {tier}{where}; "
                 f"hugepages {_hugepages(n.hugepages)}"
             )
+    empty = [n for n in sorted(machine.nodes) if not machine.nodes[n].cpus and n not in memory_only]
+    if empty:  # e.g. generic initiators (accelerators) or nodes whose CPUs are all offline
+        lines.append(f"NUMA nodes without online CPUs or memory: {cpuset.format(empty)}")
     lines.append(
         "memory per tier: "
         + (", ".join(f"{t} {_size(v)}" for t, v in memory_per_tier(machine).items()) or "none")
