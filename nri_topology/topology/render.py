@@ -286,7 +286,11 @@ def machine_text(machine: Machine, *, windows_groups: bool = False) -> str:
                 f"  node {n.id}: {_size(n.memory)} {tier}{where}; "
                 f"hugepages {_hugepages(n.hugepages)}"
             )
-    empty = [n for n in sorted(machine.nodes) if not machine.nodes[n].cpus and n not in memory_only]
+    empty = [
+        n
+        for n in sorted(machine.nodes)
+        if not machine.nodes[n].cpus and n not in machine.memory_only_nodes
+    ]
     if empty:  # e.g. generic initiators (accelerators) or nodes whose CPUs are all offline
         lines.append(f"NUMA nodes without online CPUs or memory: {cpuset.format(empty)}")
     lines.append(
