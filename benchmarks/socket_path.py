@@ -15,17 +15,34 @@
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import cProfile
+import json
+import logging
 import os
+import pstats
 import signal
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import structlog
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 from benchmarks.bench_roundtrip import NoOp
 from benchmarks.latency import median_quantiles
-from benchmarks.workload import fill_spec, nri_pair, policy_pair, probe_specs
+from benchmarks.workload import (
+    MACHINES,
+    fill_spec,
+    load_machine,
+    nri_pair,
+    policy_pair,
+    probe_specs,
+)
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri import api_pb2
@@ -64,13 +81,25 @@ async def _roundtrips(
     return measured
 
 
-def roundtrip(machine: Machine, live: int, samples: int, blocks: int = 3) -> dict[str, object]:
-    """Ours vs the no-op floor; p50/p99 of each (medians over blocks) and the difference."""
+def roundtrip(
+    machine: Machine, live: int, samples: int, blocks: int = 3, profile: Path | None = None
+) -> dict[str, object]:
+    """Ours vs the no-op floor; p50/p99 of each (medians over blocks) and the difference.
+
+    With `profile`, our plugin's run is profiled (cProfile) and the statistics saved there.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         ours = TopologyPlugin(
             Policy(machine, Options()), checkpoint=Checkpoint(Path(tmp) / "state.json")
         )
-        mine = median_quantiles(asyncio.run(_roundtrips(ours, machine, live, samples, blocks)))
+        profiler = cProfile.Profile() if profile else None
+        if profiler is not None:
+            profiler.enable()
+        runs = asyncio.run(_roundtrips(ours, machine, live, samples, blocks))
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(profile)
+        mine = median_quantiles(runs)
     floor = median_quantiles(asyncio.run(_roundtrips(NoOp(), machine, live, samples, blocks)))
     return {
         "live_containers": live,
@@ -185,3 +214,26 @@ async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
 
 def daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
     return asyncio.run(_daemon_rss(sysfs, count))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--machine", choices=MACHINES, default="synthetic-256")
+    parser.add_argument("--live", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--samples", type=int, default=1000, help="per block; three blocks")
+    parser.add_argument("--profile", type=Path, help="save cProfile statistics of our plugin")
+    args = parser.parse_args(argv)
+    # As run.py does: errors only, so the figures do not include writing logs to a terminal.
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
+    with tempfile.TemporaryDirectory() as tmp:
+        machine = load_machine(args.machine, Path(tmp))
+        for live in args.live:
+            out = roundtrip(machine, live, args.samples, profile=args.profile)
+            print(json.dumps({"machine": args.machine} | out), flush=True)
+            if args.profile:
+                pstats.Stats(str(args.profile)).sort_stats("cumulative").print_stats(30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
