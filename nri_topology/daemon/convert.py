@@ -16,6 +16,21 @@ from nri_topology.topology import cpuset
 ENV_PREFIX = "NRI_TOPOLOGY_"
 """Environment variables describing the placement, given to each new container unless disabled."""
 
+_FORMATTED_MAX = 4096
+_formatted: dict[frozenset[int], str] = {}
+
+
+def cpus_text(ids: frozenset[int]) -> str:
+    """`cpuset.format(ids)`, remembered: an exclusive grant re-pins every shared container of its
+    pools, so one reply carries the same few sets many times (71 updates at 1000 containers), and
+    formatting each anew took most of the time spent building the reply."""
+    text = _formatted.get(ids)
+    if text is None:
+        if len(_formatted) >= _FORMATTED_MAX:
+            _formatted.clear()  # sets seen long ago are unlikely to come back; start afresh
+        text = _formatted[ids] = cpuset.format(ids)
+    return text
+
 
 def _optional(message: Any, name: str) -> int | None:
     """The value of an NRI Optional* wrapper field, or None when the wrapper is absent."""
@@ -63,15 +78,20 @@ def container_info(
     )
 
 
+def _fill(out: api_pb2.LinuxResources, placement: Placement) -> None:
+    """Set the fields of `placement` in `out`; unset fields are left to the runtime."""
+    if placement.cpus:
+        out.cpu.cpus = cpus_text(placement.cpus)
+    if placement.mems:
+        out.cpu.mems = cpus_text(placement.mems)
+    if placement.cpu_shares is not None:
+        out.cpu.shares.value = placement.cpu_shares
+
+
 def linux_resources(placement: Placement) -> api_pb2.LinuxResources:
     """The LinuxResources carrying a placement; unset fields are left to the runtime."""
     out = api_pb2.LinuxResources()
-    if placement.cpus:
-        out.cpu.cpus = cpuset.format(placement.cpus)
-    if placement.mems:
-        out.cpu.mems = cpuset.format(placement.mems)
-    if placement.cpu_shares is not None:
-        out.cpu.shares.value = placement.cpu_shares
+    _fill(out, placement)
     return out
 
 
@@ -79,7 +99,7 @@ def container_update(
     container_id: str, placement: Placement, ignore_failure: bool = False
 ) -> api_pb2.ContainerUpdate:
     update = api_pb2.ContainerUpdate(container_id=container_id, ignore_failure=ignore_failure)
-    update.linux.resources.CopyFrom(linux_resources(placement))
+    _fill(update.linux.resources, placement)  # in place: no message built and copied
     return update
 
 
@@ -98,9 +118,9 @@ def exposure(decision: Decision, prefix: str = ENV_PREFIX) -> dict[str, str]:
     placement = decision.placement
     env = {f"{prefix}POOL": decision.pool, f"{prefix}KIND": str(decision.kind)}
     if placement.cpus:
-        env[f"{prefix}CPUS"] = cpuset.format(placement.cpus)
+        env[f"{prefix}CPUS"] = cpus_text(placement.cpus)
     if placement.mems:
-        env[f"{prefix}MEMS"] = cpuset.format(placement.mems)
+        env[f"{prefix}MEMS"] = cpus_text(placement.mems)
     if decision.exclusive:
         env[f"{prefix}EXCLUSIVE_CPUS"] = cpuset.format(decision.exclusive)
     return env
@@ -109,7 +129,7 @@ def exposure(decision: Decision, prefix: str = ENV_PREFIX) -> dict[str, str]:
 def adjustment(decision: Decision, env: Mapping[str, str]) -> api_pb2.ContainerAdjustment:
     """The creation adjustment: cpuset (and shares) of the new container, plus `env`."""
     adjust = api_pb2.ContainerAdjustment()
-    adjust.linux.resources.CopyFrom(linux_resources(decision.placement))
+    _fill(adjust.linux.resources, decision.placement)
     for key, value in env.items():
         adjust.env.add(key=key, value=value)
     return adjust
