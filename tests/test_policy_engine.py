@@ -271,11 +271,13 @@ def test_affinity_pulls_and_memory_relaxes_instead_of_failing() -> None:
 def test_fallback_to_next_pool_when_the_grant_fails() -> None:
     m = machines.load("server")
     e = Engine(m, Options())
+    # PMEM sits next to socket #0 only, so asking for it ranks socket #0's pools first.
+    pmem = frozenset({DRAM, PMEM})
     # one small shared container in each NUMA node of socket #0: each node keeps a CPU
-    e.place(req("s0", shared=100))
-    e.place(req("s1", shared=100))
+    e.place(req("s0", shared=100, memory_tiers=pmem))
+    e.place(req("s1", shared=100, memory_tiers=pmem))
     assert {e.pools[g.pool].name for g in e.grants.values()} == {"NUMA node #0", "NUMA node #2"}
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=51))
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=51, memory_tiers=pmem))
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts["socket #0"].startswith("grant failed")
     assert d.pool == "root"
@@ -395,9 +397,10 @@ def test_available_cpus_bound_every_placement() -> None:
 
 def test_reference_worked_example_three_cpus_on_server() -> None:
     # reference section 2.6: 750m reserved on CPU 0; NUMA node #2 has the most sliceable CPUs
+    # (with the reference's default tiers, DRAM and PMEM)
     e = Engine(machines.load("server"), Options())
     assert e.reserved_all == {0}
-    d = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=3))
+    d = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=3, memory_tiers=frozenset({DRAM, PMEM})))
     assert d.pool == "NUMA node #2"
     assert d.placement.mems == {2, 5}
     assert d.memory_tiers == {DRAM, PMEM}

@@ -446,8 +446,14 @@ TIERED = make_machine(tiers=(MemoryTier.DRAM, MemoryTier.PMEM, MemoryTier.CXL))
 @pytest.mark.parametrize(
     ("value", "machine", "options", "expected"),
     [
-        (None, TIERED, None, {MemoryTier.DRAM, MemoryTier.PMEM}),
+        (None, TIERED, None, {MemoryTier.DRAM}),  # default: DRAM only, PMEM when asked
         (None, MACHINE, None, {MemoryTier.DRAM}),
+        (
+            None,
+            TIERED,
+            Options(default_memory_tiers=frozenset({MemoryTier.DRAM, MemoryTier.PMEM})),
+            {MemoryTier.DRAM, MemoryTier.PMEM},
+        ),
         ("CXL", TIERED, None, {MemoryTier.CXL}),
         ("dram, pmem", TIERED, None, {MemoryTier.DRAM, MemoryTier.PMEM}),
         ("mixed", TIERED, None, {MemoryTier.DRAM, MemoryTier.PMEM, MemoryTier.CXL}),
@@ -467,7 +473,7 @@ def test_memory_tiers(value, machine, options, expected):
         ("duration: 60s", TIERED, 60 * 10**9, {MemoryTier.PMEM}),
         ("duration: 1m30s", TIERED, 90 * 10**9, {MemoryTier.PMEM}),
         ("duration: 1h", TIERED, 3600 * 10**9, {MemoryTier.PMEM}),
-        ("duration: 0s", TIERED, 0, {MemoryTier.DRAM, MemoryTier.PMEM}),
+        ("duration: 0s", TIERED, 0, {MemoryTier.DRAM}),
         ("duration: 60s", MACHINE, 0, {MemoryTier.DRAM}),  # nothing else to start on
     ],
 )

@@ -116,7 +116,7 @@ class PolicySection(_Section):
     full_pcpus_only: StrictBool = False
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
-    ] = ["dram", "pmem"]
+    ] = ["dram"]
 
 
 def _node_id(value: object) -> object:

@@ -32,10 +32,10 @@ CPU classification, first match wins:
    may carry a shared fraction like MIXED. `require-isolated-cpus` on a container without
    exclusive CPUs has nothing to require and is ignored.
 
-Memory tiers come from `memory-type`, else `Options.default_memory_tiers`, masked to the tiers
-the machine has memory in; when none remains the request falls back to DRAM. A cold start > 0
-removes DRAM from the tiers (the engine restores it later); when no other tier remains the cold
-start is dropped, since there is nothing else to start on.
+Memory tiers come from `memory-type`, else `Options.default_memory_tiers` (plus PMEM when a cold
+start is annotated), masked to the tiers the machine has memory in; when none remains the request
+falls back to DRAM. A cold start > 0 removes DRAM from the tiers (the engine restores it later);
+when no other tier remains the cold start is dropped, since there is nothing else to start on.
 
 Every annotation is validated; an invalid value raises `PolicyError` naming the container, the
 annotation key, the value and what is accepted.
@@ -467,9 +467,13 @@ def build_request(
 
     preserve_mem = a.boolean("memory.preserve")
     memory_preserve = preserve_mem is not None and preserve_mem[0]
-    wanted = _memory_tiers(a) or options.default_memory_tiers
-    tiers = wanted & _machine_tiers(machine) or frozenset({MemoryTier.DRAM})
     cold_start_ns = _cold_start_ns(a)
+    asked = _memory_tiers(a)
+    wanted = asked or options.default_memory_tiers
+    if cold_start_ns and not asked:
+        # A cold start means "start on PMEM, add DRAM later", whatever the default tiers are.
+        wanted |= {MemoryTier.PMEM}
+    tiers = wanted & _machine_tiers(machine) or frozenset({MemoryTier.DRAM})
     if memory_preserve:
         cold_start_ns = 0
     elif cold_start_ns:

@@ -139,7 +139,7 @@ class Request:
     exclusive: int = 0  # whole CPUs of its own (EXCLUSIVE, MIXED, ISOLATED)
     shared: int = 0  # milli-CPU from the pool's shared CPUs (or the reserved CPUs for RESERVED)
     require_isolated: bool = False  # fail unless all exclusive CPUs are isolated
-    memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM, MemoryTier.PMEM})
+    memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
     memory_preserve: bool = False  # leave cpuset.mems untouched
     hide_hyperthreads: bool = False  # pin one thread per physical core
     cold_start_ns: int = 0  # > 0: start without DRAM, add it after this long
