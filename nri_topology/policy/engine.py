@@ -752,19 +752,20 @@ class Engine:
             range(len(self.pools)), key=lambda p: (len(self.free[p] - self.partial), -p)
         )
         root_zone = self.pools[0].nodes_of(tiers)
-        wanted = f"{req.kind}"
+        parts = []
         if req.exclusive:
-            wanted += f" {req.exclusive} exclusive CPUs"
+            parts.append(f"{req.exclusive} exclusive CPUs")
         if req.shared or req.kind is CpuKind.SHARED:
-            wanted += f" + {req.shared}m shared"
+            parts.append(f"{req.shared}m shared CPU")
         if size:
-            wanted += f", {size} bytes of {','.join(sorted(tiers))} memory"
+            parts.append(f"{_size(size)} of {','.join(sorted(tiers))} memory")
+        wanted = f"{' + '.join(parts)} ({req.kind})"
         why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
         return (
             f"{_who(req)}: no pool can hold {wanted}. Largest free: "
             f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
             f"{len(self.free[best_slice] - self.partial)} CPUs to slice in "
-            f"{self.pools[best_slice].name}, {max(self.book.free(root_zone), 0)} bytes of "
+            f"{self.pools[best_slice].name}, {_size(max(self.book.free(root_zone), 0))} of "
             f"memory. ({why})"
         )
 
@@ -978,3 +979,12 @@ def snapshot(engine: Engine) -> dict[str, Any]:
             "cold_start": g.cold_start is not None,
         }
     return {"version": SNAPSHOT_VERSION, "containers": out}
+
+
+def _size(n: int) -> str:
+    """Bytes in the largest binary unit that keeps one decimal readable (as in error messages)."""
+    for unit, shift in (("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)):
+        if n >= 1 << shift:
+            value = n / (1 << shift)
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return f"{n}B"
