@@ -237,7 +237,10 @@ def test_svg_is_well_formed_with_a_cell_per_cpu(
     cells = [t for t in titles if t.startswith("CPU ")]
     assert len(cells) == 112
     assert "CPU 0: reserved" in cells
-    assert any(t.startswith("CPU 6: default/trader/engine") for t in cells)
+    # the latency pod holds kernel-isolated CPUs (4-7,60-63 on this machine)
+    trader = [t for t in cells if ": default/trader/engine" in t]
+    assert trader
+    assert {int(t.split()[1].rstrip(":")) for t in trader} <= {4, 5, 6, 7, 60, 61, 62, 63}
     legend = {t.text for t in root.iter(f"{SVG}text")}
     assert "default/web/nginx" in legend
 
