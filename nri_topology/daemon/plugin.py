@@ -6,8 +6,10 @@ Rules it keeps (docs/nri-protocol.md §6):
   event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
   task of their own, never awaited by a handler and never while holding the lock, because the
   runtime holds its own lock while it waits for our reply;
-* after every change the state is checkpointed (snapshot under the lock, written in a thread once
-  the reply is out), so a restart finds the latest committed state;
+* after every change the state is checkpointed, off the request path: `CheckpointWriter` takes
+  the snapshot under the lock once the policy is idle (at most about a second later) and writes
+  it; shutdown writes the latest state. A crash in between loses no placement, because the
+  runtime's Synchronize reports every container's cpuset and the policy adopts it;
 * a request the policy refuses fails with the policy's message; the state stays as it was.
 """
 
@@ -24,6 +26,7 @@ import structlog
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
+from nri_topology.daemon.writer import CheckpointWriter
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
 from nri_topology.policy.options import Options
@@ -122,11 +125,15 @@ class TopologyPlugin(Plugin):
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
-        self._pending: dict[str, Any] | None = None  # state not yet handed to the writer
-        self._writer: asyncio.Task[None] | None = None
-        self._retry: asyncio.TimerHandle | None = None
-        self._unsaved: dict[str, Any] | None = None
-        self._retry_s = checkpoint_retry_s
+        self._writer: CheckpointWriter | None = None
+        if checkpoint is not None:
+            self._writer = CheckpointWriter(
+                checkpoint,
+                self._body,
+                self._lock,
+                self.metrics.errors.labels("checkpoint_write").inc,
+                retry_s=checkpoint_retry_s,
+            )
 
     # --- views for metrics and health ----------------------------------------------------------
 
@@ -300,8 +307,8 @@ class TopologyPlugin(Plugin):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
         await self.flush()
-        if self._retry is not None:
-            self._retry.cancel()
+        if self._writer is not None:
+            self._writer.close()
         self.metrics.registered.set(0)
         _log.info("shut down", checkpoint=str(self.checkpoint.path) if self.checkpoint else None)
 
@@ -326,46 +333,14 @@ class TopologyPlugin(Plugin):
         return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
 
     def _commit(self) -> None:
-        """Checkpoint the state as of now, off the request path.
-
-        The snapshot is taken here, under the lock, so it is consistent; encoding and the fsync'd
-        write run in a thread after the reply has gone out. Changes made while a write is in
-        progress are coalesced into the next one, so the file always ends at the latest state.
-        """
-        if self.checkpoint is None:
-            return
-        self._pending = self._body()
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.get_running_loop().create_task(self._write_pending())
-
-    async def _write_pending(self) -> None:
-        assert self.checkpoint is not None
-        while self._pending is not None:
-            body, self._pending = self._pending, None
-            if await asyncio.to_thread(self.checkpoint.save, body):
-                self._unsaved = None
-                continue
-            self.metrics.errors.labels("checkpoint_write").inc()
-            self._unsaved = body  # the newest state that did not reach the disk
-            if self._retry is None:
-                # Try again later even if nothing changes, so a quiet node's checkpoint
-                # recovers without waiting for the next container event.
-                loop = asyncio.get_running_loop()
-                self._retry = loop.call_later(self._retry_s, self._retry_write)
-
-    def _retry_write(self) -> None:
-        self._retry = None
-        if self._writer is not None and not self._writer.done():
-            return  # a write of newer state is under way; it reschedules if it fails
-        if self._pending is None:
-            self._pending = self._unsaved
-        if self._pending is not None:
-            self._writer = asyncio.get_running_loop().create_task(self._write_pending())
+        """Note a change of state; the writer checkpoints it soon, off the request path."""
+        if self._writer is not None:
+            self._writer.changed()
 
     async def flush(self) -> None:
-        """Wait until the latest state is on disk (or its write has failed)."""
-        while self._writer is not None and not self._writer.done():
-            await asyncio.shield(self._writer)
+        """Write the latest state now and wait until it is on disk (or its write has failed)."""
+        if self._writer is not None:
+            await self._writer.flush()
 
     def _observe(self, operation: str, started: float) -> None:
         self.metrics.decision_latency.labels(operation).observe(time.perf_counter() - started)
