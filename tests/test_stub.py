@@ -623,3 +623,29 @@ async def test_late_answers_are_logged(offset: float | None, warned: bool) -> No
     with structlog.testing.capture_logs() as logs:
         assert await stub._watch_deadline(handler)(b"x", ctx) == b"x"
     assert any("deadline" in entry["event"] for entry in logs) is warned
+
+
+@pytest.mark.parametrize("nri_version", ["v0.12.2", "v0.11.0"])
+async def test_every_event_is_logged(nri_version: str) -> None:
+    """Dedicated RPCs and StateChange alike: one debug line per event, naming pod and container."""
+    plugin = Recorder()
+    async with connected(plugin, RuntimePeer(nri_version=nri_version)) as (peer, _):
+        with structlog.testing.capture_logs() as logs:
+            await peer.start_container(pod(), ctr())
+            await peer.create_container(pod(), ctr(1))
+            await peer.remove_pod_sandbox(pod())
+    seen = [e for e in logs if e["event"] == "NRI event"]
+    assert [e.get("container") for e in seen] == [ctr().name, ctr(1).name, None]
+    assert {e["pod"] for e in seen} == {f"{pod().namespace}/{pod().name}"}
+    if nri_version == "v0.11.0":  # notifications arrive as StateChange, named by their event
+        assert [e["method"] for e in seen] == [
+            "START_CONTAINER",
+            "CreateContainer",
+            "REMOVE_POD_SANDBOX",
+        ]
+    else:
+        assert [e["method"] for e in seen] == [
+            "StartContainer",
+            "CreateContainer",
+            "RemovePodSandbox",
+        ]

@@ -454,6 +454,14 @@ def _socket_from_env(value: str) -> socket.socket:
         raise StubError(f"{SOCKET_ENV}={fd} is not a usable socket: {exc}") from exc
 
 
+def _log_event(method: str, pod: Any, ctr: Any = None) -> None:
+    """One debug line per event the runtime sends, whatever the plugin does with it."""
+    if ctr is None:
+        log.debug("NRI event", method=method, pod=f"{pod.namespace}/{pod.name}")
+    else:
+        log.debug("NRI event", method=method, pod=f"{pod.namespace}/{pod.name}", container=ctr.name)
+
+
 def _parse(cls: type[Message], payload: bytes) -> Any:
     try:
         return cls.FromString(payload)
@@ -525,12 +533,14 @@ class _PluginService:
         if target is None:
             raise TtrpcError(Code.INVALID_ARGUMENT, f"StateChange for unexpected event {req.event}")
         handler, with_ctr = target
+        _log_event(api_pb2.Event.Name(req.event), req.pod, req.container if with_ctr else None)
         method = getattr(self.plugin, handler)
         await (method(req.pod, req.container) if with_ctr else method(req.pod))
         return b""
 
     async def create_container(self, payload: bytes, ctx: CallContext) -> bytes:
         req = _parse(api_pb2.CreateContainerRequest, payload)
+        _log_event(ctx.method, req.pod, req.container)
         adjust, updates = await self.plugin.create_container(req.pod, req.container)
         reply = api_pb2.CreateContainerResponse(update=updates)
         if adjust is not None:
@@ -539,11 +549,13 @@ class _PluginService:
 
     async def update_container(self, payload: bytes, ctx: CallContext) -> bytes:
         req = _parse(api_pb2.UpdateContainerRequest, payload)
+        _log_event(ctx.method, req.pod, req.container)
         updates = await self.plugin.update_container(req.pod, req.container, req.linux_resources)
         return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
 
     async def stop_container(self, payload: bytes, ctx: CallContext) -> bytes:
         req = _parse(api_pb2.StopContainerRequest, payload)
+        _log_event(ctx.method, req.pod, req.container)
         updates = await self.plugin.stop_container(req.pod, req.container)
         return api_pb2.StopContainerResponse(update=updates).SerializeToString()
 
@@ -568,6 +580,7 @@ class _PluginService:
     ) -> Handler:
         async def handle(payload: bytes, ctx: CallContext) -> bytes:
             req: Any = _parse(request, payload)
+            _log_event(ctx.method, req.pod, req.container if with_ctr else None)
             method = getattr(self.plugin, handler)
             await (method(req.pod, req.container) if with_ctr else method(req.pod))
             return response().SerializeToString()
