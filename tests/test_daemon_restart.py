@@ -1,5 +1,6 @@
 """Restart with the real policy: 300 running containers survive a plugin restart unmoved, whether
-the checkpoint is there or the state is rebuilt from Synchronize alone."""
+the checkpoint is there, is older than the last creations (a crash before the next write), or the
+state is rebuilt from Synchronize alone."""
 
 from __future__ import annotations
 
@@ -103,6 +104,37 @@ async def test_restart_moves_no_exclusive_cpu(
             assert peer.applied_updates == []
         await second.flush()
         assert Checkpoint(path).load().body is not None  # rewritten after the restore
+
+
+async def test_crash_before_the_next_checkpoint_moves_no_exclusive_cpu(
+    machine: Machine, tmp_path: Path
+) -> None:
+    state = tmp_path / "state.json"
+    stale = tmp_path / "stale.json"
+    workload = _workload()
+    first = _plugin(machine, state)
+    async with connected(first) as (peer, _):
+        for pod, ctr in workload[:150]:
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        await first.flush()
+        stale.write_bytes(state.read_bytes())  # the last write before the crash
+        for pod, ctr in workload[150:]:
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        pods, containers = list(peer.pods.values()), list(peer.containers.values())
+    before = _exclusive(first)
+    saved = Checkpoint(stale).load().body
+    assert saved is not None
+    late = set(before) - set(saved["policy"]["containers"])
+    assert late  # exclusive containers the checkpoint does not know
+    second = _plugin(machine, stale)
+    peer = RuntimePeer(pods=pods, containers=containers)
+    async with connected(second, peer):
+        assert _exclusive(second) == before
+        assert len(second.policy.assignments()) == EXCLUSIVE + SHARED
+        moved = {u.container_id for u in peer.applied_updates if u.container_id in before}
+        assert moved == set()
 
 
 def test_metrics_match_the_real_policy_views(running) -> None:
