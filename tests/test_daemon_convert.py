@@ -145,3 +145,30 @@ def test_one_update_per_container_last_wins() -> None:
     ]
     out = convert.updates(items)
     assert [(u.container_id, u.linux.resources.cpu.cpus) for u in out] == [("a", "3"), ("b", "2")]
+
+
+placements = st.builds(
+    Placement,
+    st.none() | st.frozensets(st.integers(0, 300), max_size=40),
+    st.none() | st.frozensets(st.integers(0, 7), max_size=4),
+    st.none() | st.integers(2, 262144),
+)
+
+
+@settings(max_examples=60)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c"]), placements, st.booleans()), max_size=12)
+)
+def test_remembered_updates_equal_fresh_ones(calls: list[tuple[str, Placement, bool]]) -> None:
+    for cid, placement, ignore in calls:
+        (got,) = convert.updates([Update(cid, placement)], ignore_failure=ignore)
+        assert got == convert.container_update(cid, placement, ignore)
+        if placement.cpus:
+            assert got.linux.resources.cpu.cpus == cpuset.format(placement.cpus)
+
+
+def test_remembered_messages_and_texts_stay_bounded() -> None:
+    for n in range(convert._UPDATES_MAX + 10):
+        convert.updates([Update(f"c{n}", Placement(frozenset({n}), None))])
+    assert 0 < len(convert._updates) <= convert._UPDATES_MAX
+    assert 0 < len(convert._formatted) <= convert._FORMATTED_MAX
