@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog.testing
 import yaml
 
 from nri_topology.daemon.checkpoint import Checkpoint
@@ -522,3 +523,15 @@ async def test_shutdown_answers_the_request_in_flight_first(tmp_path: Path) -> N
         assert reply.adjust.linux.resources.cpu.cpus == "0"
     body = Checkpoint(tmp_path / "state.json").load().body
     assert body is not None and body["policy"] == {"cpus": {"a": 0}}
+
+
+async def test_a_decision_is_logged_after_its_reply_under_the_names_it_had(tmp_path: Path) -> None:
+    plugin = make_plugin(tmp_path)
+    async with connected(plugin) as (peer, _):
+        with structlog.testing.capture_logs() as logged:
+            await peer.create_container(pod(), ctr("a", bump="b"))
+            await peer.remove_container(pod(), ctr("a"))  # gone before the line is written
+            await asyncio.sleep(0)
+    (created,) = [e for e in logged if e["event"] == "container created"]
+    assert created["container"] == "default/web/n-a" and created["pod"] == "default/web"
+    assert created["cpus"] == "0" and created["updated_ids"] == ["b"]

@@ -457,8 +457,14 @@ class TopologyPlugin(Plugin):
             _log.warning("runtime refused updates", why=why, error=str(exc))
 
     def _log_decision(self, decision: Decision, what: str) -> None:
+        """Log a decision once the reply carrying it is out: its fields (cpusets of ~70 updated
+        containers at 1000 containers) took 0.03-0.1 ms of every reply."""
         info = self._containers.get(decision.container_id)
         pod = self._pods.get(info.pod_id) if info else None
         pod_name = f"{pod.namespace}/{pod.name}" if pod else ""
         name = f"{pod_name}/{info.name}" if info else decision.container_id
+        asyncio.get_running_loop().call_soon(self._emit_decision, decision, what, name, pod_name)
+
+    @staticmethod
+    def _emit_decision(decision: Decision, what: str, name: str, pod_name: str) -> None:
         _log.info(f"container {what}", **logs.decision_fields(decision, name, pod_name))
