@@ -4,9 +4,10 @@ Run: ``.venv/bin/python benchmarks/bench_daemon.py [--containers N] [--machine N
 
 The test runtime creates `--containers` pods of one container each (every tenth one Guaranteed
 with 2 whole CPUs, the rest Burstable with 100m) on a bundled machine, through the unix socket into
-`TopologyPlugin` backed by the real `Policy`, with the checkpoint written after every change (to a
-temporary directory). Reported: CreateContainer round trip p50/p99 over all creations and over the
-last 50 (the fullest node), the time of one checkpoint write at the end, and the Synchronize time
+`TopologyPlugin` backed by the real `Policy`, checkpointing as in production (to a temporary
+directory). Reported: CreateContainer round trip p50/p99 over all creations and over the last 50
+(the fullest node), the time of one whole checkpoint write at the end and of one by the daemon's
+incremental encoder after one container changed, and the Synchronize time
 of a restart with all containers running, with and without the checkpoint. Compare round trips and
 Synchronize with the runtime's request timeout (2 s by default).
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import structlog
 
-from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.checkpoint import Checkpoint, Encoder
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
@@ -68,17 +69,26 @@ async def fill(machine: Machine, state: Path, containers: int) -> dict[str, obje
             start = time.perf_counter()
             await peer.create_container(pod, ctr)
             latencies.append(time.perf_counter() - start)
-        writes = []
+        writes, incremental = [], []
         body = {"policy": plugin.policy.snapshot(), "cold_starts": {}}
-        for _ in range(20):
+        encoder = Encoder()
+        encoder.encode(body)
+        entries = body["policy"]["containers"]
+        for n in range(20):
             start = time.perf_counter()
             Checkpoint(state).save(body)
             writes.append(time.perf_counter() - start)
+            changed = next(iter(entries))
+            entries[changed] = {**entries[changed], "memory": n}  # one container changed
+            start = time.perf_counter()
+            Checkpoint(state).save_encoded(encoder.encode(body))
+            incremental.append(time.perf_counter() - start)
         pods, ctrs = list(peer.pods.values()), list(peer.containers.values())
     return {
         "create_all": _quantiles(latencies),
         "create_last_50": _quantiles(latencies[-50:]),
         "checkpoint_write_ms": statistics.median(writes) * 1e3,
+        "checkpoint_incremental_write_ms": statistics.median(incremental) * 1e3,
         "checkpoint_bytes": state.stat().st_size,
         "pods": pods,
         "containers": ctrs,
