@@ -19,7 +19,8 @@ ENV_PREFIX = "NRI_TOPOLOGY_"
 _FORMATTED_MAX = 4096
 _formatted: dict[frozenset[int], str] = {}
 _UPDATES_MAX = 4096
-_updates: dict[tuple[str, Placement, bool], api_pb2.ContainerUpdate] = {}
+_UpdateKey = tuple[str, frozenset[int] | None, frozenset[int] | None, int | None, bool]
+_updates: dict[_UpdateKey, api_pb2.ContainerUpdate] = {}
 
 
 def cpus_text(ids: frozenset[int]) -> str:
@@ -118,7 +119,8 @@ def updates(items: Iterable[Update], ignore_failure: bool = False) -> list[api_p
     latest = {u.container_id: u.placement for u in items}
     out = []
     for cid, placement in latest.items():
-        key = (cid, placement, ignore_failure)
+        # The fields, not the Placement: its generated __hash__/__eq__ run in Python.
+        key = (cid, placement.cpus, placement.mems, placement.cpu_shares, ignore_failure)
         message = _updates.get(key)
         if message is None:
             if len(_updates) >= _UPDATES_MAX:
