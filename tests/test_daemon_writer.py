@@ -143,3 +143,26 @@ async def test_a_failed_write_is_counted_and_retried_without_a_new_change(tmp_pa
             await asyncio.sleep(0.01)
     assert [b["n"] for b in checkpoint.written] == [4] and not checkpoint.failing
     w.close()
+
+
+async def test_a_failing_snapshot_is_counted_and_retried(tmp_path: Path) -> None:
+    state = State()
+    broken = [True]
+
+    def snapshot() -> dict[str, Any]:
+        if broken[0]:
+            raise ValueError("policy bug")
+        return state.body()
+
+    checkpoint = Recording(tmp_path / "state.json")
+    w = CheckpointWriter(checkpoint, snapshot, state.lock, state.failed, retry_s=0.05)
+    state.n = 2
+    w.changed()
+    await w.flush()
+    assert state.failures == 1 and checkpoint.written == []
+    broken[0] = False
+    async with asyncio.timeout(5):
+        while not checkpoint.written:
+            await asyncio.sleep(0.01)
+    assert checkpoint.written == [state.expected()]
+    w.close()

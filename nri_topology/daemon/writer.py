@@ -20,7 +20,11 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import structlog
+
 from nri_topology.daemon.checkpoint import Checkpoint, Encoder
+
+_log = structlog.get_logger("nri_topology.checkpoint")
 
 
 class CheckpointWriter:
@@ -88,25 +92,35 @@ class CheckpointWriter:
     async def _run(self) -> None:
         while self._dirty_since is not None:
             await self._due()
-            async with self._lock:
-                self._dirty_since = None
-                body = self._snapshot()
-            steps = self._encoder.steps(body)
-            while True:
-                try:
-                    next(steps)
-                except StopIteration as done:
-                    data: bytes = done.value
-                    break
-                await asyncio.sleep(0)  # let requests in between slices of encoding
+            try:
+                data = await self._encoded_snapshot()
+            except Exception as exc:  # a faulty snapshot must not end checkpointing for good
+                _log.error("checkpoint snapshot failed, retrying later", error=repr(exc))
+                self._failed()
+                continue
             if await asyncio.to_thread(self.checkpoint.save_encoded, data):
                 self.close()  # a pending retry has nothing left to do
-                continue
-            self._on_failure()
-            if self._retry is None:
-                # Try again later even if nothing changes, so a quiet node's checkpoint
-                # recovers without waiting for the next container event.
-                self._retry = asyncio.get_running_loop().call_later(self._retry_s, self._again)
+            else:
+                self._failed()
+
+    async def _encoded_snapshot(self) -> bytes:
+        async with self._lock:
+            self._dirty_since = None
+            body = self._snapshot()
+        steps = self._encoder.steps(body)
+        while True:
+            try:
+                next(steps)
+            except StopIteration as done:
+                return done.value
+            await asyncio.sleep(0)  # let requests in between slices of encoding
+
+    def _failed(self) -> None:
+        self._on_failure()
+        if self._retry is None:
+            # Try again later even if nothing changes, so a quiet node's checkpoint
+            # recovers without waiting for the next container event.
+            self._retry = asyncio.get_running_loop().call_later(self._retry_s, self._again)
 
     async def _due(self) -> None:
         """Return once the state was quiet for `quiet_s`, is `max_delay_s` old, or on flush."""
@@ -121,5 +135,4 @@ class CheckpointWriter:
 
     def _again(self) -> None:
         self._retry = None
-        if self.checkpoint.failing:
-            self.changed()
+        self.changed()
