@@ -53,7 +53,7 @@ class CheckpointWriter:
         self._encoder = Encoder()
         self._dirty_since: float | None = None  # first change not in a snapshot yet
         self._last_change = 0.0
-        self._urgent = False  # a flush is waiting: no quiet period
+        self._flushing = 0  # flushes waiting: no quiet period while any does
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._retry: asyncio.TimerHandle | None = None
@@ -70,14 +70,14 @@ class CheckpointWriter:
         """Write the latest state now and wait until it is on disk (or its write failed)."""
         if self._dirty_since is None and (self._task is None or self._task.done()):
             return
-        self._urgent = True
+        self._flushing += 1
         self._wake.set()
         self._start()
         try:
             while self._task is not None and not self._task.done():
                 await asyncio.shield(self._task)
         finally:
-            self._urgent = False
+            self._flushing -= 1
 
     def close(self) -> None:
         """Cancel a scheduled retry of a failed write (after the final `flush`)."""
@@ -124,7 +124,7 @@ class CheckpointWriter:
 
     async def _due(self) -> None:
         """Return once the state was quiet for `quiet_s`, is `max_delay_s` old, or on flush."""
-        while not self._urgent and self._dirty_since is not None:
+        while not self._flushing and self._dirty_since is not None:
             due = min(self._last_change + self._quiet_s, self._dirty_since + self._max_delay_s)
             delay = due - self._clock()
             if delay <= 0:
