@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
@@ -12,14 +11,9 @@ from hypothesis import strategies as st
 
 from nri_topology.policy.options import Options
 from nri_topology.policy.request import (
-    QuantityError,
     build_request,
-    cpu_milli,
-    format_milli,
-    memory_bytes,
     parse_bool,
     parse_duration,
-    parse_quantity,
     shares_to_milli,
 )
 from nri_topology.policy.types import (
@@ -570,97 +564,6 @@ def test_parse_duration(text, ns):
 @pytest.mark.parametrize("text", ["", "10", "1d", "s", "1s2", "--1s", "1 s"])
 def test_parse_duration_rejects(text):
     assert parse_duration(text) is None
-
-
-# --- quantities ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "value"),
-    [
-        ("0", Fraction(0)),
-        ("1500m", Fraction(3, 2)),
-        ("1.5", Fraction(3, 2)),
-        (".5", Fraction(1, 2)),
-        ("2.", Fraction(2)),
-        ("+1k", Fraction(1000)),
-        ("-1Ki", Fraction(-1024)),
-        ("1M", Fraction(10**6)),
-        ("1Mi", Fraction(2**20)),
-        ("1.5Gi", Fraction(3 * 2**29)),
-        ("1G", Fraction(10**9)),
-        ("2T", Fraction(2 * 10**12)),
-        ("1Ti", Fraction(2**40)),
-        ("1P", Fraction(10**15)),
-        ("1Pi", Fraction(2**50)),
-        ("1E", Fraction(10**18)),
-        ("1Ei", Fraction(2**60)),
-        ("1e3", Fraction(1000)),
-        ("1E3", Fraction(1000)),
-        ("12e-3", Fraction(12, 1000)),
-        ("1.5e+2", Fraction(150)),
-    ],
-)
-def test_parse_quantity(text, value):
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize(
-    "text", ["", "m", "1.2.3", "1 Gi", "1gi", "1Kb", "1ki", "1e", "0x10", "1e500"]
-)
-def test_parse_quantity_rejects(text):
-    with pytest.raises(QuantityError):
-        parse_quantity(text)
-
-
-def test_cpu_and_memory_round_up():
-    assert cpu_milli("0.0001") == 1
-    assert cpu_milli("100m") == 100
-    assert memory_bytes("0.5") == 1
-    assert memory_bytes("1Ki") == 1024
-
-
-_SUFFIX_VALUES = {
-    "": 1,
-    "k": 10**3,
-    "M": 10**6,
-    "G": 10**9,
-    "T": 10**12,
-    "P": 10**15,
-    "E": 10**18,
-    "Ki": 2**10,
-    "Mi": 2**20,
-    "Gi": 2**30,
-    "Ti": 2**40,
-    "Pi": 2**50,
-    "Ei": 2**60,
-}
-
-
-@settings(max_examples=200)
-@given(
-    whole=st.integers(min_value=0, max_value=10**6),
-    decimals=st.text("0123456789", max_size=4),
-    suffix=st.sampled_from(sorted(_SUFFIX_VALUES)),
-)
-def test_quantity_matches_its_decimal_meaning(whole, decimals, suffix):
-    text = f"{whole}.{decimals}{suffix}" if decimals else f"{whole}{suffix}"
-    expected = (Fraction(f"{whole}.{decimals}") if decimals else whole) * _SUFFIX_VALUES[suffix]
-    assert parse_quantity(text) == expected
-
-
-@settings(max_examples=200)
-@given(st.integers(min_value=0, max_value=10**9))
-def test_milli_round_trip(milli):
-    assert cpu_milli(format_milli(milli)) == milli
-    whole, frac = divmod(milli, 1000)
-    assert cpu_milli(f"{whole}.{frac:03d}") == milli  # the decimal spelling of the same amount
-
-
-@settings(max_examples=100)
-@given(st.integers(min_value=0, max_value=2**50), st.integers(min_value=-3, max_value=6))
-def test_exponent_form(mantissa, exponent):
-    assert parse_quantity(f"{mantissa}e{exponent}") == mantissa * Fraction(10) ** exponent
 
 
 @pytest.mark.parametrize(

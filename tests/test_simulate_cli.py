@@ -355,7 +355,10 @@ def test_exit_code_follows_expectations(
         (["--workload", "no-such-workload"], "no such file and no bundled workload"),
         (["--machine", "mainframe"], "no bundled machine 'mainframe'"),
         (["--sysfs", "/nonexistent-sysfs"], "--sysfs /nonexistent-sysfs"),
-        (["--workload", "@BAD"], "step 1: create.containers[0].limits.cpu: not a quantity"),
+        (
+            ["--workload", "@BAD"],
+            "step 1: create.containers[0].limits.cpu: 'lots' is not a Kubernetes quantity",
+        ),
         (["--config", "@CONFIG"], "policy.reserved_resources.cpu"),
         (["--workload", "/nonexistent/w.yaml"], "/nonexistent/w.yaml"),
         (["--until", "17"], "--until 17: the workload has steps 1 to 16"),

@@ -14,7 +14,7 @@ import yaml
 
 from nri_topology.config.load import ConfigError, read_config
 from nri_topology.policy.options import CpuAmount
-from nri_topology.policy.request import format_milli
+from nri_topology.quantity import format_milli
 from nri_topology.topology import cpuset
 
 HELP = "check a configuration file and show the effective settings"

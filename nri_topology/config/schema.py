@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.request import QuantityError, cpu_milli
+from nri_topology.quantity import QuantityError, cpu_milli
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import MemoryTier
 

@@ -56,6 +56,7 @@ from nri_topology.policy.types import (
     Request,
     Update,
 )
+from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -758,14 +759,14 @@ class Engine:
         if req.shared or req.kind is CpuKind.SHARED:
             parts.append(f"{req.shared}m shared CPU")
         if size:
-            parts.append(f"{_size(size)} of {','.join(sorted(tiers))} memory")
+            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
         wanted = f"{' + '.join(parts)} ({req.kind})"
         why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
         return (
             f"{_who(req)}: no pool can hold {wanted}. Largest free: "
             f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
             f"{len(self.free[best_slice] - self.partial)} CPUs to slice in "
-            f"{self.pools[best_slice].name}, {_size(max(self.book.free(root_zone), 0))} of "
+            f"{self.pools[best_slice].name}, {format_bytes(max(self.book.free(root_zone), 0))} of "
             f"memory. ({why})"
         )
 
@@ -979,12 +980,3 @@ def snapshot(engine: Engine) -> dict[str, Any]:
             "cold_start": g.cold_start is not None,
         }
     return {"version": SNAPSHOT_VERSION, "containers": out}
-
-
-def _size(n: int) -> str:
-    """Bytes in the largest binary unit that keeps one decimal readable (as in error messages)."""
-    for unit, shift in (("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10)):
-        if n >= 1 << shift:
-            value = n / (1 << shift)
-            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
-    return f"{n}B"

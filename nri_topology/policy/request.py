@@ -44,7 +44,6 @@ annotation key, the value and what is accepted.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
@@ -67,73 +66,8 @@ from nri_topology.policy.types import (
     Request,
     Resources,
 )
+from nri_topology.quantity import QUANTITY_HELP, QuantityError, cpu_milli, memory_bytes
 from nri_topology.topology.model import Machine, MemoryTier
-
-# ---------------------------------------------------------------------------------------------
-# Kubernetes quantities
-
-_SUFFIXES: Mapping[str, Fraction] = {
-    "": Fraction(1),
-    "m": Fraction(1, 1000),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
-}
-_QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])?)")
-QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 1e3, 512Mi or 1G"
-
-
-class QuantityError(ValueError):
-    """Text that is not a Kubernetes quantity."""
-
-
-@lru_cache(maxsize=1024)
-def parse_quantity(text: str) -> Fraction:
-    """The exact value of a Kubernetes quantity ("1500m" → 3/2, "1Ki" → 1024, "1e3" → 1000)."""
-    m = _QUANTITY.fullmatch(text.strip()) if isinstance(text, str) else None
-    if m is None:
-        raise QuantityError(f"{text!r} is not {QUANTITY_HELP}")
-    sign, number, exponent, suffix = m.groups()
-    value = Fraction(number)
-    if exponent:
-        exp = int(exponent[1:])
-        if abs(exp) > 100:
-            raise QuantityError(f"{text!r}: exponent out of range")
-        value *= Fraction(10) ** exp
-    else:
-        value *= _SUFFIXES[suffix or ""]
-    return -value if sign == "-" else value
-
-
-def cpu_milli(value: str | int | float) -> int:
-    """A CPU quantity in milli-CPU, rounded up as Kubernetes does; negative is an error."""
-    q = parse_quantity(str(value))
-    if q < 0:
-        raise QuantityError(f"{value!r} is negative")
-    return math.ceil(q * 1000)
-
-
-def memory_bytes(value: str | int | float) -> int:
-    """A memory quantity in bytes, rounded up as Kubernetes does; negative is an error."""
-    q = parse_quantity(str(value))
-    if q < 0:
-        raise QuantityError(f"{value!r} is negative")
-    return math.ceil(q)
-
-
-def format_milli(milli: int) -> str:
-    """Milli-CPU as the shortest quantity: 2000 → "2", 1500 → "1500m"."""
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
 
 # ---------------------------------------------------------------------------------------------
 # Go values: booleans (strconv.ParseBool) and durations (time.ParseDuration)

@@ -19,7 +19,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from nri_topology.simulate.quantity import byte_count
+from nri_topology.quantity import memory_bytes
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
 
@@ -42,7 +42,7 @@ def _cpu_list(value: object) -> frozenset[int]:
 
 def _bytes(value: object) -> int:
     if isinstance(value, str | int | float):
-        return byte_count(value)
+        return memory_bytes(value)
     raise ValueError(f"expected a memory quantity such as '32Gi', got {value!r}")
 
 

@@ -14,7 +14,7 @@ from xml.sax.saxutils import escape
 
 from nri_topology.policy.types import CpuKind
 from nri_topology.policy.views import PoolView
-from nri_topology.simulate.quantity import format_bytes, format_milli
+from nri_topology.quantity import format_bytes, format_milli
 from nri_topology.simulate.render_text import children, describe_machine
 from nri_topology.simulate.runner import Assignment, Simulation
 from nri_topology.topology import cpuset

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nri_topology.policy.views import PoolView
-from nri_topology.simulate.quantity import format_bytes, format_milli
+from nri_topology.quantity import format_bytes, format_milli
 from nri_topology.simulate.runner import Assignment, Moved, Simulation, StepResult
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine

@@ -27,7 +27,7 @@ from pydantic import (
 
 from nri_topology.policy.request import parse_duration
 from nri_topology.policy.types import ContainerInfo, PodInfo, QoS, Resources
-from nri_topology.simulate.quantity import byte_count, milli_cpu
+from nri_topology.quantity import cpu_milli, memory_bytes
 
 # Kubelet constants for CPU shares and CFS quota (cgroup v1 units, as NRI reports them).
 MIN_SHARES = 2
@@ -45,13 +45,13 @@ class WorkloadError(ValueError):
 
 def _cpu(value: object) -> int:
     if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return milli_cpu(value)
+        return cpu_milli(value)
     raise ValueError(f"expected a CPU quantity such as '500m' or 2, got {value!r}")
 
 
 def _memory(value: object) -> int:
     if isinstance(value, str | int | float) and not isinstance(value, bool):
-        return byte_count(value)
+        return memory_bytes(value)
     raise ValueError(f"expected a memory quantity such as '512Mi', got {value!r}")
 
 
