@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import structlog
 
+from nri_topology.config.load import ConfigError
 from nri_topology.config.schema import Config
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.service import Daemon, Overrides, StartupError, effective
@@ -205,3 +206,39 @@ def test_command_line_overrides_win_over_the_file() -> None:
     assert out.nri.socket == "/b" and not out.metrics.enabled and out.metrics.port == 9000
     assert out.logging.level == "debug"
     assert effective(base, Overrides()) == base
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ", "expected"),
+    [
+        ([], {}, None),
+        ([], {"NRI_TOPOLOGY_SYSFS": "/env/sys"}, "/env/sys"),
+        (["--sysfs", "/cli/sys"], {"NRI_TOPOLOGY_SYSFS": "/env/sys"}, "/cli/sys"),
+    ],
+)
+def test_sysfs_root_from_option_then_environment(argv, environ, expected) -> None:
+    import argparse
+
+    from nri_topology.commands import run
+
+    parser = argparse.ArgumentParser()
+    run.configure(parser)
+    assert run.overrides_of(parser.parse_args(argv), environ).sysfs == expected
+
+
+def test_command_line_overrides_are_validated_like_the_file() -> None:
+    assert effective(Config(), Overrides(plugin_index="07")).nri.plugin_index == "07"
+    with pytest.raises(ConfigError, match=r"command line: nri\.plugin_index: expected two digits"):
+        effective(Config(), Overrides(plugin_index="7"))
+
+
+def test_invalid_command_line_option_stops_start_up(tmp_path) -> None:
+    (tmp_path / "config.yaml").write_text("")
+    daemon = Daemon(
+        tmp_path / "config.yaml",
+        Overrides(log_level="loud"),
+        log_stream=io.StringIO(),
+        policy_factory=lambda m, c: None,  # type: ignore[arg-type,return-value]
+    )
+    with pytest.raises(StartupError, match="invalid command-line option"):
+        daemon.setup()

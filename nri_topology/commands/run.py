@@ -10,10 +10,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nri_topology.daemon.logs import LEVELS, LogFormat
+
+if TYPE_CHECKING:
+    from nri_topology.daemon.service import Overrides
 
 HELP = "run the NRI plugin (connects to the runtime's NRI socket, or fd 3 when launched by it)"
 
@@ -31,7 +37,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--plugin-index", metavar="NN", help="NRI plugin index, two digits (external plugins)"
     )
-    parser.add_argument("--sysfs", metavar="DIR", help="sysfs root to read the topology from")
+    parser.add_argument(
+        "--sysfs",
+        metavar="DIR",
+        help="sysfs root to read the topology from (default: $NRI_TOPOLOGY_SYSFS, else the "
+        "configuration's topology.sysfs_root, else /sys)",
+    )
     parser.add_argument("--state", metavar="FILE", help="checkpoint file")
     parser.add_argument(
         "--metrics-host", metavar="ADDR", help="metrics/health address (default 127.0.0.1)"
@@ -51,20 +62,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    from nri_topology.daemon.service import Daemon, Overrides, StartupError
+def overrides_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Overrides:
+    """Command-line values over the config file; `NRI_TOPOLOGY_SYSFS` when --sysfs is absent."""
+    from nri_topology.daemon.service import Overrides
 
-    overrides = Overrides(
+    return Overrides(
         socket=args.socket,
         plugin_name=args.plugin_name,
         plugin_index=args.plugin_index,
-        sysfs=args.sysfs,
+        sysfs=args.sysfs or environ.get("NRI_TOPOLOGY_SYSFS") or None,
         state=args.state,
         metrics_host=args.metrics_host,
         metrics_port=args.metrics_port,
         log_format=args.log_format,
         log_level=args.log_level,
     )
+
+
+def main(args: argparse.Namespace) -> int:
+    from nri_topology.daemon.service import Daemon, StartupError
+
+    overrides = overrides_of(args, os.environ)
     if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
         print(f"--metrics-port must be 0-65535, not {args.metrics_port}", file=sys.stderr)
         return 2

@@ -7,6 +7,7 @@ from nri_topology.config.load import (
     load_config,
     parse_config,
     read_config,
+    with_overrides,
 )
 from nri_topology.config.schema import Config
 
@@ -18,4 +19,5 @@ __all__ = [
     "load_config",
     "parse_config",
     "read_config",
+    "with_overrides",
 ]

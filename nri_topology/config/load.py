@@ -7,6 +7,7 @@ refuse an invalid new file and keep the configuration it already has.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NamedTuple, get_args, get_origin
 
@@ -154,6 +155,23 @@ def parse_config(text: str, source: str) -> Config:
         raise ConfigError(
             [f"{source}: expected a mapping with sections {sections}, got {_shown(data)}"]
         )
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        raise ConfigError(_lines(source, e)) from None
+
+
+def with_overrides(config: Config, updates: Mapping[str, Mapping[str, Any]], source: str) -> Config:
+    """`config` with some keys of some sections replaced, validated like the file itself.
+
+    Command-line options go through here, so `--plugin-index 7` is checked (and zero-padded)
+    exactly as `nri: {plugin_index: 7}` would be; errors name `source` and the dotted key.
+    """
+    if not any(updates.values()):
+        return config
+    data = config.model_dump()
+    for section, values in updates.items():
+        data[section] = {**data[section], **values}
     try:
         return Config.model_validate(data)
     except ValidationError as e:

@@ -20,7 +20,13 @@ from typing import IO, Any
 
 import structlog
 
-from nri_topology.config.load import DEFAULT_PATH, ConfigError, parse_config, read_config
+from nri_topology.config.load import (
+    DEFAULT_PATH,
+    ConfigError,
+    parse_config,
+    read_config,
+    with_overrides,
+)
 from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
@@ -55,26 +61,22 @@ class StartupError(Exception):
 
 
 def effective(config: Config, o: Overrides) -> Config:
-    """`config` with the command-line overrides applied."""
+    """`config` with the command-line overrides applied and validated (ConfigError if invalid)."""
 
-    def section(current: Any, **values: Any) -> Any:
-        changed = {k: v for k, v in values.items() if v is not None}
-        return current.model_copy(update=changed) if changed else current
+    def given(**values: Any) -> dict[str, Any]:
+        return {k: v for k, v in values.items() if v is not None}
 
-    metrics = section(config.metrics, address=o.metrics_host, port=o.metrics_port or None)
+    metrics = given(address=o.metrics_host, port=o.metrics_port or None)
     if o.metrics_port == 0:
-        metrics = metrics.model_copy(update={"enabled": False})
-    return config.model_copy(
-        update={
-            "nri": section(
-                config.nri, socket=o.socket, plugin_name=o.plugin_name, plugin_index=o.plugin_index
-            ),
-            "topology": section(config.topology, sysfs_root=o.sysfs),
-            "state": section(config.state, path=o.state),
-            "metrics": metrics,
-            "logging": section(config.logging, format=o.log_format, level=o.log_level),
-        }
-    )
+        metrics["enabled"] = False
+    updates = {
+        "nri": given(socket=o.socket, plugin_name=o.plugin_name, plugin_index=o.plugin_index),
+        "topology": given(sysfs_root=o.sysfs),
+        "state": given(path=o.state),
+        "metrics": metrics,
+        "logging": given(format=o.log_format, level=o.log_level),
+    }
+    return with_overrides(config, updates, "command line")
 
 
 def settings_of(config: Config) -> Settings:
@@ -121,7 +123,10 @@ class Daemon:
             loaded = read_config(self.config_path)
         except ConfigError as exc:
             raise StartupError(f"invalid configuration:\n{exc}") from None
-        self.config = effective(loaded.config, self.overrides)
+        try:
+            self.config = effective(loaded.config, self.overrides)
+        except ConfigError as exc:
+            raise StartupError(f"invalid command-line option:\n{exc}") from None
         logs.configure(
             self.config.logging.format, self.config.logging.level, self._log_stream or sys.stderr
         )
