@@ -5,16 +5,29 @@ kind of request: BestEffort, Burstable, fractional and whole-CPU Guaranteed, PME
 that have it) is created and released again in turns, so every sample sees the same fill. Only
 `create` is timed: request building, pool choice, CPU slicing, memory and the update diff.
 Samples come in blocks; the reported p50/p99 are the medians over the blocks.
+
+Run alone: ``.venv/bin/python benchmarks/latency.py --machine synthetic-256 4-socket --live 1000
+[--samples 1000] [--profile FILE]`` (the profile covers the timed creates and releases).
 """
 
 from __future__ import annotations
 
+import argparse
+import cProfile
 import gc
+import json
+import pstats
 import statistics
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from benchmarks.workload import fill_spec, policy_pair, probe_specs
+if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.workload import MACHINES, fill_spec, load_machine, policy_pair, probe_specs
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.topology.model import Machine
@@ -42,7 +55,13 @@ def median_quantiles(blocks: list[list[int]]) -> dict[str, Any]:
     }
 
 
-def decision_latency(machine: Machine, live: int, samples: int, blocks: int = 3) -> dict[str, Any]:
+def decision_latency(
+    machine: Machine,
+    live: int,
+    samples: int,
+    blocks: int = 3,
+    profile: cProfile.Profile | None = None,
+) -> dict[str, Any]:
     policy = Policy(machine, Options())
     for i in range(live):
         policy.create(*policy_pair(f"fill{i:04}", fill_spec(i)))
@@ -51,6 +70,8 @@ def decision_latency(machine: Machine, live: int, samples: int, blocks: int = 3)
         policy.create(pod, ctr)
         policy.release(ctr.id)
     gc.collect()
+    if profile is not None:
+        profile.enable()
     clock = time.perf_counter_ns
     measured: list[list[int]] = []
     for _ in range(blocks):
@@ -62,4 +83,31 @@ def decision_latency(machine: Machine, live: int, samples: int, blocks: int = 3)
             times.append(clock() - start)
             policy.release(ctr.id)
         measured.append(times)
+    if profile is not None:
+        profile.disable()
     return median_quantiles(measured)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--machine", choices=MACHINES, nargs="+", default=["synthetic-256"])
+    parser.add_argument("--live", type=int, nargs="+", default=[0, 100, 500, 1000])
+    parser.add_argument("--samples", type=int, default=1000, help="per block; three blocks")
+    parser.add_argument("--profile", type=Path, help="save cProfile statistics of the timed part")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.machine:
+            machine = load_machine(name, Path(tmp) / name)
+            for live in args.live:
+                prof = cProfile.Profile() if args.profile else None
+                row = decision_latency(machine, live, args.samples, profile=prof)
+                row.pop("p99_ms_per_block")
+                print(json.dumps({"machine": name, "live": live} | row), flush=True)
+                if prof is not None and args.profile is not None:
+                    prof.dump_stats(args.profile)
+                    pstats.Stats(str(args.profile)).sort_stats("tottime").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

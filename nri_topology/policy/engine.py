@@ -265,7 +265,9 @@ class Engine:
         if g.kind is CpuKind.RESERVED:
             cpus = self.reserved_all
         elif g.uses_shared:
-            cpus = g.exclusive | self.free[g.pool]
+            # No exclusive part: the pool's shared set itself, so that every such container of
+            # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
+            cpus = g.exclusive | self.free[g.pool] if g.exclusive else self.free[g.pool]
         else:
             cpus = g.exclusive
         if g.request.hide_hyperthreads:
@@ -711,19 +713,41 @@ class Engine:
         return sorted(seen)
 
     def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
-        """Updates for shared containers in touched pools whose cpuset really changed."""
-        updates: list[Update] = []
-        for x in sorted(op.touched):
-            for cid in self.users[x]:
+        """Updates for shared containers in touched pools whose cpuset really changed.
+
+        Containers on nothing but their pool's shared CPUs are handled per pool: they all get the
+        pool's shared set object and one Placement, and an unchanged one is seen by identity.
+        """
+        changed: list[tuple[str, Placement]] = []
+        plain_ok = self.options.pin_cpu
+        grants = self.grants
+        for x in op.touched:
+            users = self.users[x]
+            if not users:
+                continue
+            shared = self.free[x]
+            same: Placement | None = None
+            for cid in users:
                 if cid == skip:
                     continue
-                g = self.grants[cid]
+                g = grants[cid]
+                if plain_ok and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads:
+                    old = g.cpus
+                    if old is shared:
+                        continue
+                    g.cpus = shared
+                    if old == shared:
+                        continue
+                    if same is None:
+                        same = Placement(cpus=shared, mems=None)
+                    changed.append((cid, same))
+                    continue
                 cpus = self.pin(g)
                 if cpus != g.cpus:
                     g.cpus = cpus
-                    updates.append(Update(cid, Placement(cpus=cpus, mems=None)))
-        updates.sort(key=lambda u: u.container_id)
-        return tuple(updates)
+                    changed.append((cid, Placement(cpus=cpus, mems=None)))
+        changed.sort(key=_first)
+        return tuple([Update(cid, placement) for cid, placement in changed])
 
     def _decision(
         self, g: Grant, trace: tuple[PoolScore, ...], updates: tuple[Update, ...]
@@ -924,6 +948,10 @@ class Engine:
 
 class _GrantFailed(Exception):
     """A pool that looked feasible could not produce the grant; the next pool is tried."""
+
+
+def _first(pair: tuple[str, Placement]) -> str:
+    return pair[0]
 
 
 def _who(req: Request) -> str:
