@@ -1,0 +1,106 @@
+"""The update diff: exactly the containers whose pinning changed, with plain shared containers
+holding their pool's shared set object (the fast path compares by identity)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_topology.policy.engine import Engine
+from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.types import CpuKind, PolicyError, Update
+from tests import machines
+from tests.test_policy_engine import req
+
+MACHINE = machines.load("server")
+OPTIONS = (Options(), Options(reserved_resources=CpuAmount(milli=1500)))
+
+# (kind, exclusive, shared, hide hyperthreads)
+SHAPES = (
+    (CpuKind.SHARED, 0, 100, False),
+    (CpuKind.SHARED, 0, 0, False),
+    (CpuKind.SHARED, 0, 200, True),
+    (CpuKind.EXCLUSIVE, 2, 0, False),
+    (CpuKind.MIXED, 1, 500, False),
+    (CpuKind.RESERVED, 0, 100, False),
+)
+
+steps = st.lists(
+    st.tuples(st.booleans(), st.integers(0, len(SHAPES) - 1), st.integers(0, 11)),
+    min_size=1,
+    max_size=40,
+)
+
+
+def plain_shared(e: Engine, cid: str) -> bool:
+    g = e.grants[cid]
+    return g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
+
+
+def check_updates(
+    e: Engine, before: dict[str, frozenset[int] | None], ups: tuple[Update, ...], new: str
+) -> None:
+    """Updates name exactly the surviving other containers whose pinning moved, in id order."""
+    expected = {
+        cid: g.cpus
+        for cid, g in e.grants.items()
+        if cid != new and cid in before and before[cid] != g.cpus
+    }
+    assert [u.container_id for u in ups] == sorted(expected)
+    for u in ups:
+        assert u.placement.cpus == expected[u.container_id] and u.placement.mems is None
+    for cid, g in e.grants.items():
+        assert g.cpus == e.pin(g), f"{cid}: stale pinning"
+        if plain_shared(e, cid):
+            assert g.cpus is e.free[g.pool], f"{cid}: not the pool's shared set object"
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=steps, reserve=st.integers(0, len(OPTIONS) - 1))
+def test_diff_names_exactly_the_changed_containers(
+    steps: list[tuple[bool, int, int]], reserve: int
+) -> None:
+    e = Engine(MACHINE, OPTIONS[reserve])
+    for n, (create, shape, slot) in enumerate(steps):
+        before = {cid: g.cpus for cid, g in e.grants.items()}
+        cid = f"c{slot}"
+        if create and cid not in e.grants:
+            kind, excl, shared, hide = SHAPES[shape]
+            try:
+                d = e.place(req(cid, kind, exclusive=excl, shared=shared, hide_hyperthreads=hide))
+            except PolicyError:
+                assert {c: g.cpus for c, g in e.grants.items()} == before, f"step {n}"
+                continue
+            check_updates(e, before, d.updates, cid)
+        else:
+            check_updates(e, before, e.release(cid), cid)
+
+
+def test_adopted_shared_cpuset_equal_to_the_new_shared_set_gets_no_update() -> None:
+    """A runtime cpuset that is equal but not the same object is taken over without an update."""
+    e = Engine(MACHINE, Options(reserved_resources=CpuAmount(milli=0)))
+    probe = e.place(req("probe", CpuKind.EXCLUSIVE, exclusive=2))
+    pool = e.by_name[probe.pool]
+    after = frozenset(set(e.free[pool]))  # an equal copy of the shared set to come
+    e.release("probe")
+    g = e.adopt(req("s", shared=100), pool, frozenset(), False, None, after, None)
+    assert g.cpus is not e.free[pool] and g.cpus != e.free[pool]
+    d = e.place(req("probe", CpuKind.EXCLUSIVE, exclusive=2), hint=pool, keep=probe.exclusive)
+    assert d.pool == probe.pool and d.exclusive == probe.exclusive
+    assert d.updates == ()
+    assert e.grants["s"].cpus is e.free[pool]
+    moved = e.release("probe")
+    assert [u.container_id for u in moved] == ["s"]
+    assert moved[0].placement.cpus is e.free[pool]
+
+
+def test_one_placement_object_per_pool_in_an_update_list() -> None:
+    e = Engine(MACHINE, Options(reserved_resources=CpuAmount(milli=0)))
+    first = e.place(req("s0", shared=100))
+    for i in range(1, 4):
+        assert e.place(req(f"s{i}", shared=100), hint=e.by_name[first.pool]).pool == first.pool
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=e.by_name[first.pool])
+    assert d.pool == first.pool
+    assert [u.container_id for u in d.updates] == ["s0", "s1", "s2", "s3"]
+    assert len({id(u.placement) for u in d.updates}) == 1
+    assert d.updates[0].placement.cpus is e.free[e.by_name[first.pool]]
