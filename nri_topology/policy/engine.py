@@ -157,7 +157,8 @@ class Engine:
                 self._pools_of_cpu[c] += (p.index,)
         self._cut = tuple(cut if partial & p.cpus else 0 for p in self.pools)
         self._numa = tuple(self._numa_measure(p) for p in self.pools)
-        self._core_lowest = {c.id: min(c.threads) for c in machine.cpus.values()}
+        self._pool_tiers = tuple(p.tiers for p in self.pools)
+        self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
 
         self.free: list[frozenset[int]] = [p.sharable for p in self.pools]
         self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
@@ -246,7 +247,14 @@ class Engine:
 
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
-        return min(self.capacity(a) - self.sub_shared[a] for a in self._chain[p])
+        free, cut, sub = self.free, self._cut, self.sub_shared
+        least: int | None = None
+        for a in self._chain[p]:
+            left = 1000 * len(free[a]) - cut[a] - sub[a]
+            if least is None or left < least:
+                least = left
+        assert least is not None  # a chain holds at least the pool itself
+        return least
 
     def _need_cpus(self, p: int, extra_milli: int = 0, extra_users: int = 0) -> int:
         """CPUs the pool must keep shared for the containers in its subtree."""
@@ -307,6 +315,14 @@ class Engine:
             tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
         return tiers
 
+    def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
+        """The pool's memory nodes of the tiers, kept: every decision asks for every pool."""
+        key = (p, tiers)
+        nodes = self._nodes_cache.get(key)
+        if nodes is None:
+            nodes = self._nodes_cache[key] = self.pools[p].nodes_of(tiers)
+        return nodes
+
     def _zone(self, p: int, tiers: frozenset[MemoryTier], size: int) -> tuple[frozenset[int], bool]:
         """Memory zone for a pool: its nodes of the tiers, widened up the tree when full.
 
@@ -315,7 +331,7 @@ class Engine:
         first = True
         last: frozenset[int] = frozenset()
         for a in self._chain[p]:
-            zone = self.pools[a].nodes_of(tiers)
+            zone = self._nodes_of(a, tiers)
             if not zone or zone == last:
                 continue
             last = zone
@@ -403,7 +419,7 @@ class Engine:
             cand = scoring.Candidate(
                 pool=p,
                 affinity=weights[p.index],
-                tier_miss=not tiers <= p.tiers,
+                tier_miss=not tiers <= self._pool_tiers[p.index],
                 relaxed=relaxed,
                 burst_short=(
                     req.qos is QoS.BURSTABLE
@@ -484,11 +500,16 @@ class Engine:
             k = 0  # the exclusive part comes from isolated CPUs
         elif req.require_isolated:
             return f"{len(self.free_iso[p])} free isolated CPUs, {req.exclusive} required"
-        if k and len(self.free[p] - self.partial) < k:
-            return f"{len(self.free[p] - self.partial)} CPUs free to slice, {k} needed"
-        for a in self._chain[p]:
-            need = self._need_cpus(a, shared_part, new_user)
-            if len(self.free[a]) - k < need:
+        if k:
+            to_slice = len(self.free[p] - self.partial) if self.partial else len(self.free[p])
+            if to_slice < k:
+                return f"{to_slice} CPUs free to slice, {k} needed"
+        free, sub_shared, sub_users, cut = self.free, self.sub_shared, self.sub_users, self._cut
+        for a in self._chain[p]:  # _need_cpus inlined: this runs for every pool of a decision
+            need = -(-(sub_shared[a] + shared_part + cut[a]) // 1000)
+            if need < 1 and sub_users[a] + new_user > 0:
+                need = 1
+            if len(free[a]) - k < need:
                 name = self.pools[a].name
                 if a == p:
                     return (

@@ -16,12 +16,14 @@ from nri_topology.topology.model import Machine
 class MemoryBook:
     """Bytes charged per zone, with the capacity check above."""
 
-    __slots__ = ("_capacity", "_charged", "_node_memory")
+    __slots__ = ("_capacity", "_charged", "_node_memory", "_used")
 
     def __init__(self, machine: Machine) -> None:
         self._node_memory: Mapping[int, int] = {n.id: n.memory for n in machine.nodes.values()}
         self._charged: dict[frozenset[int], int] = {}  # zone -> bytes charged to exactly it
         self._capacity: dict[frozenset[int], int] = {}
+        # used() per zone since the last charge or refund: a decision asks it for every pool.
+        self._used: dict[frozenset[int], int] = {}
 
     def capacity(self, zone: frozenset[int]) -> int:
         cap = self._capacity.get(zone)
@@ -32,7 +34,10 @@ class MemoryBook:
 
     def used(self, zone: frozenset[int]) -> int:
         """Bytes charged to zones inside `zone` (what must live in it)."""
-        return sum(b for z, b in self._charged.items() if z <= zone)
+        used = self._used.get(zone)
+        if used is None:
+            used = self._used[zone] = sum(b for z, b in self._charged.items() if z <= zone)
+        return used
 
     def free(self, zone: frozenset[int]) -> int:
         return self.capacity(zone) - self.used(zone)
@@ -51,6 +56,7 @@ class MemoryBook:
     def charge(self, zone: frozenset[int], size: int) -> None:
         if size > 0:
             self._charged[zone] = self._charged.get(zone, 0) + size
+            self._used.clear()
 
     def refund(self, zone: frozenset[int], size: int) -> None:
         if size <= 0:
@@ -62,6 +68,7 @@ class MemoryBook:
             self._charged[zone] = left
         else:
             del self._charged[zone]
+        self._used.clear()
 
     def zones(self) -> Mapping[frozenset[int], int]:
         """Bytes charged per zone (a copy)."""
