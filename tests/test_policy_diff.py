@@ -3,9 +3,12 @@ holding their pool's shared set object (the fast path compares by identity)."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_topology.policy import engine as engine_module
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, Update
@@ -55,12 +58,8 @@ def check_updates(
             assert g.cpus is e.free[g.pool], f"{cid}: not the pool's shared set object"
 
 
-@settings(max_examples=40, deadline=None)
-@given(steps=steps, reserve=st.integers(0, len(OPTIONS) - 1))
-def test_diff_names_exactly_the_changed_containers(
-    steps: list[tuple[bool, int, int]], reserve: int
-) -> None:
-    e = Engine(MACHINE, OPTIONS[reserve])
+def run_steps(e: Engine, steps: list[tuple[bool, int, int]]) -> None:
+    """Create or release containers by slot, checking every step's updates."""
     for n, (create, shape, slot) in enumerate(steps):
         before = {cid: g.cpus for cid, g in e.grants.items()}
         cid = f"c{slot}"
@@ -74,6 +73,14 @@ def test_diff_names_exactly_the_changed_containers(
             check_updates(e, before, d.updates, cid)
         else:
             check_updates(e, before, e.release(cid), cid)
+
+
+@settings(max_examples=40, deadline=None)
+@given(steps=steps, reserve=st.integers(0, len(OPTIONS) - 1))
+def test_diff_names_exactly_the_changed_containers(
+    steps: list[tuple[bool, int, int]], reserve: int
+) -> None:
+    run_steps(Engine(MACHINE, OPTIONS[reserve]), steps)
 
 
 def test_adopted_shared_cpuset_equal_to_the_new_shared_set_gets_no_update() -> None:
@@ -104,3 +111,30 @@ def test_one_placement_object_per_pool_in_an_update_list() -> None:
     assert [u.container_id for u in d.updates] == ["s0", "s1", "s2", "s3"]
     assert len({id(u.placement) for u in d.updates}) == 1
     assert d.updates[0].placement.cpus is e.free[e.by_name[first.pool]]
+
+
+def test_a_pool_back_at_an_earlier_shared_set_reuses_its_object_and_updates() -> None:
+    e = Engine(MACHINE, Options(reserved_resources=CpuAmount(milli=0)))
+    e.place(req("s0", shared=100))
+    pool = e.grants["s0"].pool
+    e.place(req("s1", shared=100), hint=pool)
+    first = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=pool)
+    before = e.release("x")
+    back = e.free[pool]
+    again = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=pool, keep=first.exclusive)
+    assert again.exclusive == first.exclusive
+    assert [u is v for u, v in zip(again.updates, first.updates, strict=True)] == [True, True]
+    after = e.release("x")
+    assert e.free[pool] is back
+    assert [u is v for u, v in zip(after, before, strict=True)] == [True, True]
+
+
+@settings(max_examples=20, deadline=None)
+@given(steps=steps)
+def test_forgetting_kept_shared_sets_changes_no_update(steps: list[tuple[bool, int, int]]) -> None:
+    """With room for only two shared sets, kept sets are forgotten all the time; updates stay
+    exactly the changed containers."""
+    e = Engine(MACHINE, Options())
+    with mock.patch.object(engine_module, "_SHARED_SETS_KEPT", 2):
+        run_steps(e, steps)
+        assert len(e._shared_sets) <= 2

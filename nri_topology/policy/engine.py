@@ -65,6 +65,10 @@ MAX_SHARES = 262144
 
 _EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
+# Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
+# pool cover containers coming and going; the Updates kept are at most this many per container.
+_SHARED_SETS_KEPT = 64
+
 
 def milli_to_shares(milli: int) -> int:
     """CPU shares for a milli-CPU request, as kubelet computes them (clamped to 2..262144)."""
@@ -159,6 +163,10 @@ class Engine:
         self._numa = tuple(self._numa_measure(p) for p in self.pools)
         self._pool_tiers = tuple(p.tiers for p in self.pools)
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
+        # Shared sets seen lately, one object per value: a pool's shared set returns to an
+        # earlier value when a container leaves, and its containers and updates are compared
+        # and cached by identity. Per set: its Placement and the Update of each container.
+        self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
 
         self.free: list[frozenset[int]] = [p.sharable for p in self.pools]
         self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
@@ -694,7 +702,7 @@ class Engine:
                 if g.isolated:
                     self.free_iso[x] -= g.exclusive
                 else:
-                    self.free[x] -= g.exclusive
+                    self.free[x] = self._interned(self.free[x] - g.exclusive)
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted += g.shared
@@ -718,7 +726,7 @@ class Engine:
                 if g.isolated:
                     self.free_iso[x] |= g.exclusive & pool.isolated
                 else:
-                    self.free[x] |= g.exclusive & pool.sharable
+                    self.free[x] = self._interned(self.free[x] | g.exclusive & pool.sharable)
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted -= g.shared
@@ -728,6 +736,18 @@ class Engine:
                 self.sub_users[a] -= 1
             del self.users[g.pool][cid]
         self.book.refund(g.zone, g.memory)
+
+    def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
+        """The one object kept for a shared set of this value (bounded: forgotten in bulk)."""
+        hit = self._shared_sets.get(cpus)
+        if hit is not None:
+            same = hit[0].cpus
+            assert same is not None
+            return same
+        if len(self._shared_sets) >= _SHARED_SETS_KEPT:
+            self._shared_sets.clear()
+        self._shared_sets[cpus] = (Placement(cpus=cpus, mems=None), {})
+        return cpus
 
     def _pools_touching(self, cpus: Iterable[int]) -> list[int]:
         seen: set[int] = set()
@@ -739,9 +759,10 @@ class Engine:
         """Updates for shared containers in touched pools whose cpuset really changed.
 
         Containers on nothing but their pool's shared CPUs are handled per pool: they all get the
-        pool's shared set object and one Placement, and an unchanged one is seen by identity.
+        pool's shared set object, an unchanged one is seen by identity, and their Updates are
+        kept per shared set and container (shared containers move among a few sets).
         """
-        changed: list[tuple[str, Placement]] = []
+        changed: dict[str, Update] = {}
         plain_ok = self.options.pin_cpu
         grants = self.grants
         for x in op.touched:
@@ -749,7 +770,7 @@ class Engine:
             if not users:
                 continue
             shared = self.free[x]
-            same: Placement | None = None
+            kept: tuple[Placement, dict[str, Update]] | None = None
             for cid in users:
                 if cid == skip:
                     continue
@@ -761,16 +782,18 @@ class Engine:
                     g.cpus = shared
                     if old == shared:
                         continue
-                    if same is None:
-                        same = Placement(cpus=shared, mems=None)
-                    changed.append((cid, same))
+                    if kept is None:  # a set not interned (a pool's initial one) gets its own
+                        kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
+                    u = kept[1].get(cid)
+                    if u is None:
+                        u = kept[1][cid] = Update(cid, kept[0])
+                    changed[cid] = u
                     continue
                 cpus = self.pin(g)
                 if cpus != g.cpus:
                     g.cpus = cpus
-                    changed.append((cid, Placement(cpus=cpus, mems=None)))
-        changed.sort(key=_first)
-        return tuple([Update(cid, placement) for cid, placement in changed])
+                    changed[cid] = Update(cid, Placement(cpus=cpus, mems=None))
+        return tuple([changed[cid] for cid in sorted(changed)])
 
     def _decision(
         self, g: Grant, trace: tuple[PoolScore, ...], updates: tuple[Update, ...]
@@ -971,10 +994,6 @@ class Engine:
 
 class _GrantFailed(Exception):
     """A pool that looked feasible could not produce the grant; the next pool is tried."""
-
-
-def _first(pair: tuple[str, Placement]) -> str:
-    return pair[0]
 
 
 def _who(req: Request) -> str:
