@@ -22,7 +22,8 @@ class MemoryBook:
         self._node_memory: Mapping[int, int] = {n.id: n.memory for n in machine.nodes.values()}
         self._charged: dict[frozenset[int], int] = {}  # zone -> bytes charged to exactly it
         self._capacity: dict[frozenset[int], int] = {}
-        # used() per zone since the last charge or refund: a decision asks it for every pool.
+        # used() per zone asked for, kept up to date by charge and refund: every decision asks
+        # it for the zones of every pool, and summing the charged zones each time cost 0.1 ms.
         self._used: dict[frozenset[int], int] = {}
 
     def capacity(self, zone: frozenset[int]) -> int:
@@ -56,7 +57,7 @@ class MemoryBook:
     def charge(self, zone: frozenset[int], size: int) -> None:
         if size > 0:
             self._charged[zone] = self._charged.get(zone, 0) + size
-            self._used.clear()
+            self._count(zone, size)
 
     def refund(self, zone: frozenset[int], size: int) -> None:
         if size <= 0:
@@ -68,7 +69,13 @@ class MemoryBook:
             self._charged[zone] = left
         else:
             del self._charged[zone]
-        self._used.clear()
+        self._count(zone, -size)
+
+    def _count(self, zone: frozenset[int], size: int) -> None:
+        used = self._used
+        for outer in used:
+            if zone <= outer:
+                used[outer] += size
 
     def zones(self) -> Mapping[frozenset[int], int]:
         """Bytes charged per zone (a copy)."""
