@@ -67,7 +67,7 @@ _EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED
 
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
-_SHARED_SETS_KEPT = 64
+_SHARED_SETS_KEPT = 32
 
 
 def milli_to_shares(milli: int) -> int:
