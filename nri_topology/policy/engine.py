@@ -172,7 +172,7 @@ class Engine:
         self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
         self.sub_shared = [0] * n
         self.sub_users = [0] * n
-        self.users: list[dict[str, None]] = [{} for _ in range(n)]  # shared users, direct
+        self.users: list[dict[str, Grant]] = [{} for _ in range(n)]  # shared users, direct
         self.taken: frozenset[int] = frozenset()
         self.reserved_granted = 0
         self.grants: dict[str, Grant] = {}
@@ -710,7 +710,7 @@ class Engine:
             for a in self._chain[g.pool]:
                 self.sub_shared[a] += g.shared
                 self.sub_users[a] += 1
-            self.users[g.pool][cid] = None
+            self.users[g.pool][cid] = g
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
         g.cpus = self.pin(g)
@@ -764,18 +764,17 @@ class Engine:
         """
         changed: dict[str, Update] = {}
         plain_ok = self.options.pin_cpu
-        grants = self.grants
+        shared_kind = CpuKind.SHARED
         for x in op.touched:
             users = self.users[x]
             if not users:
                 continue
             shared = self.free[x]
             kept: tuple[Placement, dict[str, Update]] | None = None
-            for cid in users:
+            for cid, g in users.items():
                 if cid == skip:
                     continue
-                g = grants[cid]
-                if plain_ok and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads:
+                if plain_ok and g.kind is shared_kind and not g.request.hide_hyperthreads:
                     old = g.cpus
                     if old is shared:
                         continue
