@@ -270,14 +270,15 @@ async def test_cold_start_widening_arrives_through_update_containers(tmp_path: P
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         p = pod()
-        await peer.create_container(p, ctr("a", cold="0.05"))
+        # long enough that the checkpoint is flushed before the timer fires, even on a busy machine
+        await peer.create_container(p, ctr("a", cold="0.5"))
         await asyncio.sleep(0.1)
         assert plugin.policy.calls[-1] == "create a"  # the timer starts at StartContainer
         await peer.start_container(p, ctr("a"))
         await plugin.flush()
         body = Checkpoint(tmp_path / "state.json").load().body
         assert body is not None and "a" in body["cold_starts"]["deadline_ns"]
-        async with asyncio.timeout(2):
+        async with asyncio.timeout(5):
             while not peer.unsolicited_updates:
                 await asyncio.sleep(0.01)
         await plugin.settle()
@@ -295,10 +296,10 @@ async def test_cold_start_of_a_stopped_container_never_fires(tmp_path: Path) -> 
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         p = pod()
-        await peer.create_container(p, ctr("a", cold="0.05"))
+        await peer.create_container(p, ctr("a", cold="0.3"))
         await peer.start_container(p, ctr("a"))
         await peer.stop_container(p, ctr("a"))
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.45)  # past the deadline the stop cancelled
         await plugin.settle()
         assert "cold a" not in plugin.policy.calls and peer.unsolicited_updates == []
 
