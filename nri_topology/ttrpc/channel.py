@@ -8,7 +8,13 @@ frame it the way the Go peer expects; over a plain socket it is a stream pair.
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import AsyncIterator
 from typing import Protocol
+
+from nri_topology.ttrpc.codec import Frame, FrameDecoder, Oversized, ProtocolError
+
+_log = logging.getLogger(__name__)
 
 READ_SIZE = 64 * 1024
 
@@ -52,3 +58,27 @@ class StreamChannel:
 
     def close(self) -> None:
         self._writer.close()
+
+
+async def incoming(channel: Channel, side: str) -> AsyncIterator[Frame | Oversized]:
+    """Decoded frames of `channel` until EOF, a lost connection or a protocol error.
+
+    The end is logged (`side` is "client" or "server"), never raised: either way the connection
+    is over and the caller closes its side.
+    """
+    decoder = FrameDecoder()
+    while True:
+        try:
+            data = await channel.recv()
+        except Exception as exc:
+            _log.info("ttrpc %s: connection lost: %s", side, exc)
+            return
+        if not data:
+            return
+        try:
+            items = decoder.feed(data)
+        except ProtocolError as exc:
+            _log.warning("ttrpc %s: closing on protocol error: %s", side, exc)
+            return
+        for item in items:
+            yield item

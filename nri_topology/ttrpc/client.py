@@ -13,13 +13,12 @@ import logging
 from collections.abc import Sequence
 
 from nri_topology.ttrpc import codec
-from nri_topology.ttrpc.channel import Channel
+from nri_topology.ttrpc.channel import Channel, incoming
 from nri_topology.ttrpc.codec import (
     TYPE_REQUEST,
     TYPE_RESPONSE,
     Code,
     Frame,
-    FrameDecoder,
     Oversized,
     ProtocolError,
     ResponseEnvelope,
@@ -138,23 +137,9 @@ class TtrpcClient:
                 raise closed_error() from exc
 
     async def _read_loop(self) -> None:
-        decoder = FrameDecoder()
         try:
-            while True:
-                try:
-                    data = await self._channel.recv()
-                except Exception as exc:
-                    _log.info("ttrpc client: connection lost: %s", exc)
-                    return
-                if not data:
-                    return
-                try:
-                    items = decoder.feed(data)
-                except ProtocolError as exc:
-                    _log.warning("ttrpc client: closing on protocol error: %s", exc)
-                    return
-                for item in items:
-                    self._dispatch(item)
+            async for item in incoming(self._channel, "client"):
+                self._dispatch(item)
         finally:
             self._shutdown()
 

@@ -15,14 +15,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 
 from nri_topology.ttrpc import codec
-from nri_topology.ttrpc.channel import Channel
+from nri_topology.ttrpc.channel import Channel, incoming
 from nri_topology.ttrpc.codec import (
     MAX_DATA,
     TYPE_DATA,
     TYPE_RESPONSE,
     Code,
     Frame,
-    FrameDecoder,
     Oversized,
     ProtocolError,
     RequestEnvelope,
@@ -64,23 +63,9 @@ class TtrpcServer:
 
     async def serve(self) -> None:
         """Serve until the peer closes or breaks the protocol; in-flight handlers are cancelled."""
-        decoder = FrameDecoder()
         try:
-            while True:
-                try:
-                    data = await self._channel.recv()
-                except Exception as exc:
-                    _log.info("ttrpc server: connection lost: %s", exc)
-                    return
-                if not data:
-                    return
-                try:
-                    items = decoder.feed(data)
-                except ProtocolError as exc:
-                    _log.warning("ttrpc server: closing on protocol error: %s", exc)
-                    return
-                for item in items:
-                    self._dispatch(item)
+            async for item in incoming(self._channel, "server"):
+                self._dispatch(item)
         finally:
             for task in list(self._handlers):
                 task.cancel()
