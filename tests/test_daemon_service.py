@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import logging
 import os
 import signal
 import socket
@@ -13,7 +12,6 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-import structlog
 
 from nri_topology.config.load import ConfigError
 from nri_topology.config.schema import Config
@@ -24,16 +22,7 @@ from nri_topology.topology.model import Machine
 from tests import machines
 from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod
 
-
-@pytest.fixture(autouse=True)
-def _restore_logging() -> Iterator[None]:
-    """The daemon configures process-wide logging; give the next test what it had."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    yield
-    structlog.reset_defaults()
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 @pytest.fixture
