@@ -1,0 +1,97 @@
+"""Fixtures for the end-to-end tests on a real containerd (see harness.py).
+
+Without root or without a containerd >= 1.7 that can be had, the tests skip and say why; with
+NRI_TOPOLOGY_E2E=require (as .ci/run sets) the same reasons fail them instead, so CI cannot
+pass by skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e import harness, ociimage
+
+REQUIRED = os.environ.get("NRI_TOPOLOGY_E2E") == "require"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/e2e/" in str(item.path).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.timeout(600))
+
+
+def _unavailable(why: str) -> None:
+    if REQUIRED:
+        pytest.fail(f"e2e required (NRI_TOPOLOGY_E2E=require) but {why}", pytrace=False)
+    pytest.skip(f"e2e: {why}")
+
+
+@pytest.fixture(scope="session")
+def tools() -> harness.Tools:
+    if os.environ.get("NRI_TOPOLOGY_E2E") == "skip":
+        pytest.skip("e2e: NRI_TOPOLOGY_E2E=skip")
+    if os.geteuid() != 0:
+        _unavailable("not root (containerd and cgroups need it)")
+    try:
+        return harness.prepare()
+    except harness.SetupError as exc:
+        _unavailable(str(exc))
+        raise
+
+
+@pytest.fixture(scope="session")
+def base_dir() -> Iterator[Path]:
+    # Short: unix socket paths under it must stay within 108 bytes.
+    with tempfile.TemporaryDirectory(prefix="nri-e2e-", dir="/tmp") as d:
+        yield Path(d)
+
+
+@pytest.fixture(scope="session")
+def image(tools: harness.Tools, base_dir: Path) -> Path:
+    out = base_dir / "busybox.tar"
+    layer = ociimage.layer(ociimage.busybox_entries(tools.busybox))
+    out.write_bytes(ociimage.image_archive(harness.IMAGE, [layer], cmd=harness.SLEEP))
+    return out
+
+
+def _run(tools: harness.Tools, base_dir: Path, image: Path, **kwargs) -> Iterator[harness.Run]:
+    run = harness.Run(tools, base_dir, **kwargs)
+    try:
+        try:
+            run.start_containerd()
+            run.import_image(image)
+        except harness.SetupError as exc:
+            _unavailable(str(exc))
+        yield run
+    finally:
+        run.cleanup()
+        left = run.leftovers()
+        assert not left, f"cleanup left {left}"
+
+
+@pytest.fixture
+def run(tools: harness.Tools, base_dir: Path, image: Path) -> Iterator[harness.Run]:
+    """A fresh containerd with NRI (no plugin yet)."""
+    yield from _run(tools, base_dir, image)
+
+
+@pytest.fixture
+def make_run(tools: harness.Tools, base_dir: Path, image: Path):
+    """A factory for runs with other containerd settings (NRI timeout); all cleaned up."""
+    made: list[Iterator[harness.Run]] = []
+
+    def make(**kwargs) -> harness.Run:
+        gen = _run(tools, base_dir, image, **kwargs)
+        made.append(gen)
+        return next(gen)
+
+    yield make
+    for gen in made:
+        for _ in gen:
+            pass

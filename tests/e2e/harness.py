@@ -1,0 +1,633 @@
+"""A real containerd with NRI, driven through the CRI as a kubelet drives it, for the e2e tests.
+
+Every `Run` owns a directory (containerd's root, state, sockets, NRI plugin directories, runc
+state, logs), a cgroup parent (`/kubepods-e2e-<id>/...`) and an NRI socket, so runs on one machine
+never share anything, and `Run.cleanup()` removes the pods, the processes it started (containerd,
+its shims, the plugin), mounts under the directory and the cgroups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from nri_topology.testing import cri_pb2 as cri
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+IMAGE = "e2e.local/busybox:1"
+SLEEP = ["/bin/sleep", "1000000"]
+
+
+class SetupError(Exception):
+    """The runtime cannot be had here; the tests skip (or fail, when e2e is required)."""
+
+
+@dataclass(frozen=True)
+class Tools:
+    containerd_bin: Path
+    runc: Path
+    busybox: Path
+
+
+def prepare() -> Tools:
+    """Run prepare.sh (finds or fetches containerd, runc, busybox)."""
+    proc = subprocess.run(
+        ["bash", str(HERE / "prepare.sh")], capture_output=True, text=True, check=False
+    )
+    if proc.returncode != 0:
+        raise SetupError(f"prepare.sh failed: {proc.stderr.strip()[-2000:]}")
+    found = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+    return Tools(Path(found["CONTAINERD_BIN"]), Path(found["RUNC"]), Path(found["BUSYBOX"]))
+
+
+def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
+    """Poll `check` until it returns something true; its last exception or value in the error."""
+    deadline = time.monotonic() + timeout
+    last: object = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+            last = value
+        except Exception as exc:
+            last = exc
+        time.sleep(0.1)
+    raise TimeoutError(f"{what}: not within {timeout}s (last: {last!r})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def cgroup_v2() -> bool:
+    return (CGROUP_ROOT / "cgroup.controllers").exists()
+
+
+# --- cgroups ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cpuset:
+    cpus: str
+    mems: str
+
+
+def cgroup_dir(pid: int) -> Path:
+    """The cpuset cgroup directory of a process, read from /proc/PID/cgroup (v1 or v2)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if cgroup_v2() and controllers == "":
+            return CGROUP_ROOT / path.lstrip("/")
+        if "cpuset" in controllers.split(","):
+            return CGROUP_ROOT / "cpuset" / path.lstrip("/")
+    raise LookupError(f"process {pid} has no cpuset cgroup")
+
+
+def read_cpuset(pid: int) -> Cpuset:
+    d = cgroup_dir(pid)
+    return Cpuset((d / "cpuset.cpus").read_text().strip(), (d / "cpuset.mems").read_text().strip())
+
+
+def affinity(pid: int) -> str:
+    """The CPUs the kernel lets the process run on (follows its cpuset)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return line.split(":", 1)[1].strip()
+    raise LookupError(pid)
+
+
+def parse_cpus(text: str) -> set[int]:
+    out: set[int] = set()
+    for part in filter(None, text.strip().split(",")):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+# --- CRI ----------------------------------------------------------------------------------
+
+
+class Cri:
+    """The CRI over containerd's gRPC socket: one method per RPC the tests use."""
+
+    def __init__(self, sock: Path) -> None:
+        self._channel = grpc.insecure_channel(
+            f"unix://{sock}", options=[("grpc.max_receive_message_length", 64 << 20)]
+        )
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def call(self, service: str, method: str, request, response_type, timeout: float = 60.0):
+        rpc = self._channel.unary_unary(
+            f"/runtime.v1.{service}/{method}",
+            request_serializer=lambda m: m.SerializeToString(),
+            response_deserializer=response_type.FromString,
+        )
+        return rpc(request, timeout=timeout)
+
+    def runtime(self, method: str, request, timeout: float = 60.0):
+        return self.call(
+            "RuntimeService", method, request, getattr(cri, method + "Response"), timeout
+        )
+
+    def version(self) -> cri.VersionResponse:
+        return self.runtime("Version", cri.VersionRequest(version="v1"), timeout=5)
+
+    def image_present(self, name: str) -> bool:
+        resp = self.call(
+            "ImageService",
+            "ImageStatus",
+            cri.ImageStatusRequest(image=cri.ImageSpec(image=name)),
+            cri.ImageStatusResponse,
+        )
+        return bool(resp.image.id)
+
+
+# --- pods ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Container:
+    id: str
+    name: str
+
+    def __repr__(self) -> str:
+        return f"Container({self.name}, {self.id[:12]})"
+
+
+@dataclass
+class Pod:
+    id: str
+    name: str
+    namespace: str
+    qos: str
+    config: cri.PodSandboxConfig
+    containers: list[Container] = field(default_factory=list)
+
+
+def resources(qos: str, cpu_milli: int, memory: int) -> cri.LinuxContainerResources:
+    """Linux resources as the kubelet computes them from requests and limits."""
+    if qos == "besteffort":
+        return cri.LinuxContainerResources(cpu_shares=2, cpu_period=100000, oom_score_adj=1000)
+    shares = max(2, cpu_milli * 1024 // 1000)
+    if qos == "guaranteed":
+        return cri.LinuxContainerResources(
+            cpu_shares=shares,
+            cpu_period=100000,
+            cpu_quota=cpu_milli * 100,
+            memory_limit_in_bytes=memory,
+            oom_score_adj=-997,
+        )
+    return cri.LinuxContainerResources(cpu_shares=shares, cpu_period=100000, oom_score_adj=500)
+
+
+# --- processes ------------------------------------------------------------------------------
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids whose command line mentions `marker` (our run directory): our shims and plugins."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if marker in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
+                errors="replace"
+            ):
+                pids.append(int(entry.name))
+    return pids
+
+
+def _stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(proc.pid, signal.SIGCONT)
+        os.kill(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(10)
+
+
+class Run:
+    """One containerd with NRI, its pods and (optionally) the plugin, in a directory of its own."""
+
+    def __init__(self, tools: Tools, base: Path, *, nri_timeout: str = "2s") -> None:
+        self.tools = tools
+        self.id = uuid.uuid4().hex[:10]
+        # Unix socket paths are limited to 108 bytes: keep the directory short.
+        self.dir = base / f"nri-e2e-{self.id}"
+        self.dir.mkdir(parents=True)
+        self.kubepods = f"/kubepods-e2e-{self.id}"
+        self.nri_socket = self.dir / "nri.sock"
+        self.sock = self.dir / "containerd.sock"
+        self.nri_timeout = nri_timeout
+        self.containerd: subprocess.Popen | None = None
+        self.plugin: subprocess.Popen | None = None
+        self.plugin_port = free_port()
+        self.cri: Cri | None = None
+        self.pods: dict[str, Pod] = {}
+        self.state = self.dir / "plugin-state.json"
+        self.plugin_log = self.dir / "plugin.log"
+        self.plugin_config = self.dir / "plugin-config.yaml"
+        self._fake_proc: Path | None = None
+        for d in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf", "images"):
+            (self.dir / d).mkdir(parents=True, exist_ok=True)
+
+    # --- containerd ---------------------------------------------------------------------
+
+    def config_text(self) -> str:
+        text = (HERE / "containerd.toml.in").read_text()
+        for key, value in {
+            "@RUN@": str(self.dir),
+            "@RUNC@": str(self.tools.runc),
+            "@PAUSE@": IMAGE,
+            "@NRI_TIMEOUT@": self.nri_timeout,
+            "@SNAPSHOTTER@": os.environ.get("NRI_TOPOLOGY_E2E_SNAPSHOTTER", "overlayfs"),
+        }.items():
+            text = text.replace(key, value)
+        return text
+
+    def start_containerd(self) -> None:
+        config = self.dir / "containerd.toml"
+        config.write_text(self.config_text())
+        env = dict(os.environ)
+        env["PATH"] = f"{self.tools.containerd_bin}:{env.get('PATH', '/usr/bin:/bin')}"
+        log = (self.dir / "containerd.log").open("ab")
+        self.containerd = subprocess.Popen(
+            [str(self.tools.containerd_bin / "containerd"), "--config", str(config)],
+            stdout=log,
+            stderr=log,
+            env=env,
+            start_new_session=True,
+        )
+        log.close()
+        if self.cri is None:
+            self.cri = Cri(self.sock)
+
+        def up() -> bool:
+            if self.containerd is not None and self.containerd.poll() is not None:
+                raise SetupError(f"containerd exited: {self.containerd_log_tail()}")
+            return bool(self.cri and self.cri.version().runtime_version)
+
+        try:
+            wait_for("containerd's CRI", up, timeout=60)
+        except TimeoutError as exc:
+            raise SetupError(f"{exc}\n{self.containerd_log_tail()}") from None
+
+    def stop_containerd(self, sig: int = signal.SIGTERM) -> None:
+        if self.containerd is not None:
+            _stop_process(self.containerd, sig)
+            self.containerd = None
+
+    def containerd_log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(
+                (self.dir / "containerd.log").read_text(errors="replace").splitlines()[-lines:]
+            )
+        return ""
+
+    def ctr(self, *args: str) -> str:
+        cmd = [str(self.tools.containerd_bin / "ctr"), "-a", str(self.sock), "-n", "k8s.io", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
+    def import_image(self, archive: Path) -> None:
+        self.ctr("images", "import", "--no-unpack", str(archive))
+
+    # --- the plugin ---------------------------------------------------------------------
+
+    def write_plugin_config(self, text: str = "", proc_isolcpus: str | None = None) -> None:
+        """The plugin's YAML config; with `proc_isolcpus` a proc root whose command line
+        isolates those CPUs (this machine's /proc/meminfo copied), to test isolated placement."""
+        if proc_isolcpus is not None:
+            proc = self.dir / "proc"
+            proc.mkdir(exist_ok=True)
+            (proc / "cmdline").write_text(f"BOOT_IMAGE=/vmlinuz isolcpus={proc_isolcpus}\n")
+            shutil.copyfile("/proc/meminfo", proc / "meminfo")
+            text += f"\ntopology:\n  proc_root: {proc}\n"
+        self.plugin_config.write_text(text)
+
+    def plugin_args(self) -> list[str]:
+        return [
+            "--socket", str(self.nri_socket),
+            "--state", str(self.state),
+            "--metrics-port", str(self.plugin_port),
+            "--log-format", "json",
+            "--log-level", "debug",
+        ]  # fmt: skip
+
+    def start_plugin(self, extra: list[str] | None = None, wait: bool = True) -> None:
+        """`nri-topology run` as the systemd unit starts it: connects to the NRI socket."""
+        if not self.plugin_config.exists():
+            self.write_plugin_config()
+        cmd = [sys.executable, "-m", "nri_topology.cli", "run", "--config", str(self.plugin_config)]
+        log = self.plugin_log.open("ab")
+        self.plugin = subprocess.Popen(
+            [*cmd, *self.plugin_args(), *(extra or [])],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            cwd=REPO,
+        )
+        log.close()
+        if wait:
+            self.wait_plugin_ready()
+
+    def install_plugin(self) -> None:
+        """Install the shipped launcher (packaging/nri/90-nri-topology) for containerd to start,
+        with this checkout's Python and this run's paths in place of the installed ones."""
+        launcher = (REPO / "packaging/nri/90-nri-topology").read_text()
+        launcher = launcher.replace("/opt/nri-topology/venv/bin/python", sys.executable)
+        args = " ".join(self.plugin_args()[2:8])  # state, metrics port, log format (no socket)
+        launcher = launcher.replace(
+            "--log-file /var/log/nri-topology.log",
+            f"--log-file {self.plugin_log} {args} --log-level debug",
+        )
+        if not self.plugin_config.exists():
+            self.write_plugin_config()
+        launcher = launcher.replace(
+            "-m nri_topology.cli run", f"-m nri_topology.cli run --config {self.plugin_config}"
+        )
+        path = self.dir / "nri/plugins/90-nri-topology"
+        path.write_text(f"#!/bin/sh\ncd {REPO}\n" + launcher.split("\n", 1)[1])
+        path.chmod(0o755)
+        shutil.copyfile(
+            REPO / "packaging/nri/90-nri-topology.conf",
+            self.dir / "nri/conf.d/90-nri-topology.conf",
+        )
+
+    def launched_plugin_pid(self) -> int | None:
+        for pid in _processes_with(f"--log-file {self.plugin_log}"):
+            return pid
+        return None
+
+    def stop_plugin(self, sig: int = signal.SIGTERM) -> None:
+        if self.plugin is not None:
+            _stop_process(self.plugin, sig)
+            self.plugin = None
+
+    def plugin_http(self, path: str) -> tuple[int, str]:
+        conn = http.client.HTTPConnection("127.0.0.1", self.plugin_port, timeout=5)
+        try:
+            conn.request("GET", path)
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode()
+        finally:
+            conn.close()
+
+    def wait_plugin_ready(self, timeout: float = 30) -> None:
+        def ready() -> bool:
+            if self.plugin is not None and self.plugin.poll() is not None:
+                raise SetupError(
+                    f"plugin exited {self.plugin.returncode}: {self.plugin_log_tail()}"
+                )
+            return self.plugin_http("/readyz")[0] == 200
+
+        wait_for("plugin ready", ready, timeout)
+
+    def plugin_log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.plugin_log.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+    def plugin_events(self) -> list[dict]:
+        out = []
+        with contextlib.suppress(OSError):
+            for line in self.plugin_log.read_text(errors="replace").splitlines():
+                with contextlib.suppress(ValueError):
+                    out.append(json.loads(line))
+        return out
+
+    def metric(self, name: str, **labels: str) -> float:
+        """One sample of the plugin's /metrics (0 when absent)."""
+        _, text = self.plugin_http("/metrics")
+        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+        for line in text.splitlines():
+            m = re.match(r"^([a-zA-Z_:]+)(?:\{(.*)\})? (\S+)$", line)
+            if m and m.group(1) == name:
+                got = ",".join(sorted(filter(None, (m.group(2) or "").split(","))))
+                if got == want:
+                    return float(m.group(3))
+        return 0.0
+
+    def checkpoint(self) -> dict:
+        """The plugin's placements by container id, as its checkpoint holds them."""
+        doc = json.loads(self.state.read_text())
+        return doc["body"]["policy"]["containers"]
+
+    # --- pods -------------------------------------------------------------------------
+
+    def pod_config(
+        self, name: str, qos: str, namespace: str = "e2e", annotations: dict | None = None
+    ) -> cri.PodSandboxConfig:
+        uid = str(uuid.uuid4())
+        parent = (
+            f"{self.kubepods}/pod{uid}"
+            if qos == "guaranteed"
+            else (f"{self.kubepods}/{qos}/pod{uid}")
+        )
+        return cri.PodSandboxConfig(
+            metadata=cri.PodSandboxMetadata(name=name, uid=uid, namespace=namespace),
+            log_directory=str(self.dir / "logs" / uid),
+            labels={"e2e-run": self.id},
+            annotations=annotations or {},
+            linux=cri.LinuxPodSandboxConfig(
+                cgroup_parent=parent,
+                security_context=cri.LinuxSandboxSecurityContext(
+                    namespace_options=cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER)
+                ),
+            ),
+        )
+
+    def run_pod(
+        self,
+        name: str,
+        qos: str = "besteffort",
+        cpu_milli: int = 0,
+        memory: int = 64 << 20,
+        namespace: str = "e2e",
+        annotations: dict | None = None,
+        containers: int = 1,
+        start: bool = True,
+    ) -> Pod:
+        """A pod as the kubelet makes it: sandbox, then each container created and started."""
+        assert self.cri is not None
+        config = self.pod_config(name, qos, namespace, annotations)
+        sandbox = self.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
+        pod = Pod(sandbox.pod_sandbox_id, name, namespace, qos, config)
+        self.pods[pod.id] = pod
+        for i in range(containers):
+            self.add_container(
+                pod, f"c{i}", cpu_milli, memory, annotations=annotations, start=start
+            )
+        return pod
+
+    def create_container(
+        self,
+        pod: Pod,
+        name: str,
+        cpu_milli: int = 0,
+        memory: int = 64 << 20,
+        annotations: dict | None = None,
+    ) -> str:
+        assert self.cri is not None
+        config = cri.ContainerConfig(
+            metadata=cri.ContainerMetadata(name=name),
+            image=cri.ImageSpec(image=IMAGE),
+            command=SLEEP,
+            annotations=annotations or {},
+            log_path=f"{name}.log",
+            linux=cri.LinuxContainerConfig(resources=resources(pod.qos, cpu_milli, memory)),
+        )
+        return self.cri.runtime(
+            "CreateContainer",
+            cri.CreateContainerRequest(
+                pod_sandbox_id=pod.id, config=config, sandbox_config=pod.config
+            ),
+        ).container_id
+
+    def add_container(
+        self,
+        pod: Pod,
+        name: str,
+        cpu_milli: int = 0,
+        memory: int = 64 << 20,
+        annotations: dict | None = None,
+        start: bool = True,
+    ) -> Container:
+        assert self.cri is not None
+        cid = self.create_container(pod, name, cpu_milli, memory, annotations)
+        container = Container(cid, name)
+        pod.containers.append(container)
+        if start:
+            self.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=cid))
+        return container
+
+    def remove_pod(self, pod: Pod) -> None:
+        assert self.cri is not None
+        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id))
+        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id))
+        self.pods.pop(pod.id, None)
+
+    def pid(self, container_id: str) -> int:
+        assert self.cri is not None
+        resp = self.cri.runtime(
+            "ContainerStatus", cri.ContainerStatusRequest(container_id=container_id, verbose=True)
+        )
+        return int(json.loads(resp.info["info"])["pid"])
+
+    def cpuset(self, container: Container | str) -> Cpuset:
+        """The container's real cpuset, read from its cgroup."""
+        cid = container if isinstance(container, str) else container.id
+        return read_cpuset(self.pid(cid))
+
+    def cpus(self, container: Container | str) -> str:
+        return self.cpuset(container).cpus
+
+    # --- cleanup ----------------------------------------------------------------------
+
+    def cleanup(self) -> None:
+        """Remove everything this run made; safe to call more than once."""
+        if self.cri is not None and self.containerd is not None and self.containerd.poll() is None:
+            with contextlib.suppress(Exception):
+                for pod in self.cri.runtime(
+                    "ListPodSandbox", cri.ListPodSandboxRequest(), timeout=30
+                ).items:
+                    with contextlib.suppress(Exception):
+                        self.cri.runtime(
+                            "StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id)
+                        )
+                        self.cri.runtime(
+                            "RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id)
+                        )
+        self.stop_plugin()
+        self.stop_containerd()
+        if self.cri is not None:
+            self.cri.close()
+            self.cri = None
+        marker = str(self.dir)
+        for pid in _processes_with(marker):  # shims, launched plugins, containers left
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in _processes_with(marker):
+            with contextlib.suppress(Exception):
+                wait_for(f"pid {pid} gone", lambda p=pid: not Path(f"/proc/{p}").exists(), 5)
+        self._unmount()
+        self._remove_cgroups()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _unmount(self) -> None:
+        marker = str(self.dir)
+        mounts = [
+            line.split()[4]
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4].startswith(marker)
+        ]
+        for target in sorted(mounts, key=len, reverse=True):
+            subprocess.run(["umount", "-l", target], capture_output=True, check=False)
+
+    def _remove_cgroups(self) -> None:
+        roots = [CGROUP_ROOT] if cgroup_v2() else [p for p in CGROUP_ROOT.iterdir() if p.is_dir()]
+        for root in roots:
+            top = root / self.kubepods.lstrip("/")
+            if not top.is_dir():
+                continue
+            for d in sorted((p for p in top.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            with contextlib.suppress(OSError):
+                top.rmdir()
+
+    def leftovers(self) -> list[str]:
+        """What cleanup failed to remove (the tests assert there is nothing)."""
+        out = [f"process {pid}" for pid in _processes_with(str(self.dir))]
+        out += [
+            f"mount {line.split()[4]}"
+            for line in Path("/proc/self/mountinfo").read_text().splitlines()
+            if line.split()[4].startswith(str(self.dir))
+        ]
+        roots = [CGROUP_ROOT] if cgroup_v2() else [p for p in CGROUP_ROOT.iterdir() if p.is_dir()]
+        out += [
+            f"cgroup {r / self.kubepods.lstrip('/')}"
+            for r in roots
+            if (r / self.kubepods.lstrip("/")).exists()
+        ]
+        return out
+
+
+@contextlib.contextmanager
+def running(tools: Tools, base: Path, image: Path, **kwargs) -> Iterator[Run]:
+    run = Run(tools, base, **kwargs)
+    try:
+        run.start_containerd()
+        run.import_image(image)
+        yield run
+    finally:
+        run.cleanup()
+
+
+def online_cpus() -> set[int]:
+    return parse_cpus(Path("/sys/devices/system/cpu/online").read_text())
