@@ -70,6 +70,9 @@ def _run(tools: harness.Tools, base_dir: Path, image: Path, **kwargs) -> Iterato
             _unavailable(str(exc))
         yield run
     finally:
+        # Shown by pytest only when the test failed.
+        print(f"--- containerd log:\n{run.containerd_log_tail(80)}")
+        print(f"--- plugin log:\n{run.plugin_log_tail(40)}")
         run.cleanup()
         left = run.leftovers()
         assert not left, f"cleanup left {left}"
