@@ -19,13 +19,6 @@ from tests.e2e import harness, ociimage
 REQUIRED = os.environ.get("NRI_TOPOLOGY_E2E") == "require"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/e2e/" in str(item.path).replace(os.sep, "/"):
-            item.add_marker(pytest.mark.e2e)
-            item.add_marker(pytest.mark.timeout(600))
-
-
 def _unavailable(why: str) -> None:
     if REQUIRED:
         pytest.fail(f"e2e required (NRI_TOPOLOGY_E2E=require) but {why}", pytrace=False)

@@ -11,6 +11,8 @@ import pytest
 
 from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
 
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
 GIB = 1 << 30
 
 
@@ -179,8 +181,9 @@ def test_preinstalled_plugin_relaunched_keeps_placements(
     run.start_containerd()
     wait_for(
         "relaunched plugin configured",
-        lambda: sum(e.get("event") == "configured by the NRI runtime" for e in run.plugin_events())
-        == 2,
+        lambda: (
+            sum(e.get("event") == "configured by the NRI runtime" for e in run.plugin_events()) == 2
+        ),
         30,
     )
     assert snapshot(run) == before

@@ -11,6 +11,8 @@ import pytest
 
 from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
 
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
 GIB = 1 << 30
 ISOLATED = "isolated-cpus"
 
