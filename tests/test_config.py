@@ -149,7 +149,7 @@ def test_cpu_amounts(value, quantity, expected):
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose"
+                "metrics, expose, verify"
             ],
         ),
         (
@@ -250,7 +250,7 @@ def test_cpu_amounts(value, quantity, expected):
             "- policy\n",
             [
                 "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, got a list"
+                "state, logging, metrics, expose, verify, got a list"
             ],
         ),
         (

@@ -187,6 +187,13 @@ class ExposeSection(_Section):
     env_prefix: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
 
 
+class VerifySection(_Section):
+    """Checking that containers' cgroups hold their placements (decided == applied)."""
+
+    # Seconds between checks of every container; 0: only right after a container starts.
+    interval_seconds: Annotated[float, Field(ge=0, le=86400)] = 10.0
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -197,6 +204,7 @@ class Config(_Section):
     logging: LoggingSection = LoggingSection()
     metrics: MetricsSection = MetricsSection()
     expose: ExposeSection = ExposeSection()
+    verify: VerifySection = VerifySection()
 
     def to_options(self) -> Options:
         """The policy options this configuration asks for."""

@@ -208,6 +208,15 @@ class Metrics:
             ["result"],
             registry=self.registry,
         )
+        self.cgroup_drift = Counter(
+            f"{PREFIX}_cgroup_drift",
+            "Containers whose cgroup cpuset or memory nodes differed from their placement and "
+            "were updated again, by the check that found them (post_start, periodic).",
+            ["check"],
+            registry=self.registry,
+        )
+        for check in ("post_start", "periodic"):
+            self.cgroup_drift.labels(check)
         self.registered = Gauge(
             f"{PREFIX}_registered",
             "1 while registered with and synchronized by the runtime.",

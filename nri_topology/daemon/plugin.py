@@ -10,7 +10,10 @@ Rules it keeps (docs/nri-protocol.md §6):
   the snapshot under the lock once the policy is idle (at most about a second later) and writes
   it; shutdown writes the latest state. A crash in between loses no placement, because the
   runtime's Synchronize reports every container's cpuset and the policy adopts it;
-* a request the policy refuses fails with the policy's message; the state stays as it was.
+* a request the policy refuses fails with the policy's message; the state stays as it was;
+* decided == applied: after a container starts and periodically, `verify.Verifier` reads its
+  cgroup and sends the placement again where the cgroup differs (an update that reached the
+  container between creation and start can be lost by the runtime).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 import structlog
@@ -26,6 +30,7 @@ import structlog
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
+from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
@@ -33,6 +38,7 @@ from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
     ContainerInfo,
     Decision,
+    Placement,
     PodInfo,
     PolicyError,
     Resources,
@@ -76,6 +82,8 @@ class Settings:
 
     expose_env: bool = True  # give new containers environment variables naming their placement
     env_prefix: str = convert.ENV_PREFIX
+    cgroup_root: Path | None = None  # where containers' cgroups are read; None: never checked
+    verify_interval_s: float = 10.0  # periodic cgroup check; 0: only after a container starts
 
 
 class _Timers:
@@ -126,6 +134,15 @@ class TopologyPlugin(Plugin):
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
         self._writer: CheckpointWriter | None = None
+        self.verifier: Verifier | None = None
+        if settings.cgroup_root is not None:
+            self.verifier = Verifier(
+                settings.cgroup_root,
+                self._placements,
+                self._send,
+                lambda check: self.metrics.cgroup_drift.labels(check).inc(),
+                settings.verify_interval_s,
+            )
         if checkpoint is not None:
             self._writer = CheckpointWriter(
                 checkpoint,
@@ -192,6 +209,9 @@ class TopologyPlugin(Plugin):
             self.metrics.errors.labels("restore_failed").inc(len(failed))
             for cid, why in failed.items():
                 _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
+        if self.verifier is not None:
+            self.verifier.reset({c.id: c.linux.cgroups_path for c in live})
+            self.verifier.start()
         _log.info(
             "synchronized with the runtime",
             pods=len(pod_infos),
@@ -225,6 +245,8 @@ class TopologyPlugin(Plugin):
                 "create", pod_info, info, lambda: self.policy.create(pod_info, info)
             )
             self._containers[info.id] = info
+            if self.verifier is not None:
+                self.verifier.track(info.id, ctr.linux.cgroups_path)
             if decision.cold_start is not None:
                 self._timers.pending[info.id] = decision.cold_start.delay_ns
             self._commit()
@@ -243,6 +265,12 @@ class TopologyPlugin(Plugin):
             self._timers.deadlines[ctr.id] = self._now_ns() + delay
             self._arm(ctr.id, delay / 1e9)
             self._commit()
+
+    async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
+        self.metrics.requests.labels("PostStartContainer").inc()
+        if self.verifier is not None and ctr.id in self._containers:
+            self.verifier.track(ctr.id, ctr.linux.cgroups_path)
+            self._spawn(self._verify([ctr.id], "post_start"))
 
     async def update_container(
         self,
@@ -303,6 +331,8 @@ class TopologyPlugin(Plugin):
                 handle.cancel()
             self._timers.handles.clear()
             self._commit()
+        if self.verifier is not None:
+            await self.verifier.stop()
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -380,6 +410,8 @@ class TopologyPlugin(Plugin):
         self._observe("release", started)
         self._containers.pop(container_id, None)
         self._timers.cancel(container_id)
+        if self.verifier is not None:
+            self.verifier.forget(container_id)
         return updates
 
     def _restore_timers(self, saved: Mapping[str, Any], report: RestoreReport) -> None:
@@ -436,6 +468,24 @@ class TopologyPlugin(Plugin):
         _log.info("cold start over, memory widened", container_id=container_id, **summary)
         if updates:
             await self._send(convert.updates(updates), "cold_start")
+
+    async def _placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
+        """Current placements (cpus, mems) of `ids` (all when None), read under the lock."""
+        async with self._lock:
+            assignments = self.policy.assignments()
+        keys = assignments.keys() if ids is None else ids
+        return {
+            cid: Placement(a.cpus, a.mems)
+            for cid in keys
+            if (a := assignments.get(cid)) is not None
+        }
+
+    async def _verify(self, ids: Sequence[str] | None, why: str) -> None:
+        assert self.verifier is not None
+        try:
+            await self.verifier.check(ids, why)
+        except Exception as exc:  # checking is best effort; the periodic check tries again
+            _log.error("cgroup check failed", check=why, error=str(exc))
 
     def _send_later(self, updates: Updates, why: str) -> None:
         self._spawn(self._send(updates, why))

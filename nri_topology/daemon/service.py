@@ -33,6 +33,7 @@ from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
+from nri_topology.daemon.verify import cgroup_root
 from nri_topology.nri.stub import Stub, StubError
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology.model import Machine
@@ -80,7 +81,12 @@ def effective(config: Config, o: Overrides) -> Config:
 
 
 def settings_of(config: Config) -> Settings:
-    return Settings(expose_env=config.expose.enabled, env_prefix=config.expose.env_prefix)
+    return Settings(
+        expose_env=config.expose.enabled,
+        env_prefix=config.expose.env_prefix,
+        cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
+        verify_interval_s=config.verify.interval_seconds,
+    )
 
 
 PolicyFactory = Callable[[Machine, Config], PolicyPort]
@@ -172,7 +178,7 @@ class Daemon:
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
-            for name in ("topology", "nri", "state", "metrics", "logging")
+            for name in ("topology", "nri", "state", "metrics", "logging", "verify")
             if getattr(new, name) != getattr(self.config, name)
         ]
         if restart_only:

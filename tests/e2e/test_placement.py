@@ -9,7 +9,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
+from tests.e2e.harness import Run, cgroup_dir, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -93,3 +93,19 @@ def test_annotation_error_reaches_the_create_call(run: Run) -> None:
     # The refusal changed nothing: another container of the pod is placed.
     good = run.add_container(pod, "c1", 1000)
     assert len(parse_cpus(run.cpus(good))) == 1
+
+
+def test_drift_is_repaired_by_the_periodic_check(run: Run, two_cpus: set[int]) -> None:
+    """Someone else rewrites a container's cpuset: the plugin notices and puts it back."""
+    run.write_plugin_config("verify:\n  interval_seconds: 0.5\n")
+    run.start_plugin()
+    be = run.run_pod("be", "besteffort")
+    assert cpus_of(run, be) == two_cpus
+    cgroup = cgroup_dir(run.pid(be.containers[0].id))
+    (cgroup / "cpuset.cpus").write_text(str(min(two_cpus)))
+    assert cpus_of(run, be) == {min(two_cpus)}
+    wait_for("cpuset repaired", lambda: cpus_of(run, be) == two_cpus, 10)
+    assert run.metric("nri_topology_cgroup_drift_total", check="periodic") == 1
+    assert any(
+        e.get("event") == "cgroup differs from the placement, updating" for e in run.plugin_events()
+    )

@@ -1,0 +1,148 @@
+"""Checking containers' real cgroups against their placements, and repairing drift.
+
+After a container starts (an update that reached it between creation and start may be only in
+its spec) and every `interval_s` seconds, each checked container's cpuset.cpus and cpuset.mems
+are read (read-only) from the cgroup the runtime reports for it. A difference from the plugin's
+current placement is logged, counted and repaired by sending that placement with
+UpdateContainers. A placement that changed while the files were read is not "repaired": the
+runtime is applying the new one already.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from pathlib import Path
+
+import structlog
+
+from nri_topology.daemon import convert
+from nri_topology.daemon.drift import Applied, Drift, cgroup_dir, compare, parse_list
+from nri_topology.nri import api_pb2
+from nri_topology.policy.types import Placement
+from nri_topology.topology import cpuset
+
+_log = structlog.get_logger("nri_topology.verify")
+
+# container id -> its decided placement, for the ids asked (all when None)
+Expected = Callable[[Iterable[str] | None], Awaitable[Mapping[str, Placement]]]
+Send = Callable[[list[api_pb2.ContainerUpdate], str], Awaitable[None]]
+
+
+def cgroup_root(sysfs_root: Path) -> Path:
+    """Where cpuset files live: the v2 hierarchy, or v1's cpuset controller."""
+    root = sysfs_root / "fs" / "cgroup"
+    if (root / "cgroup.controllers").exists():
+        return root
+    return root / "cpuset"
+
+
+def read_applied(root: Path, cgroups_path: str) -> Applied | None:
+    """The container's cpuset as its cgroup holds it; None when it cannot be read (gone)."""
+    rel = cgroup_dir(cgroups_path)
+    if rel is None:
+        return None
+    d = root / rel
+    try:
+        cpus = parse_list((d / "cpuset.cpus").read_text())
+        mems = parse_list((d / "cpuset.mems").read_text())
+    except (OSError, cpuset.CpuSetError):
+        return None
+    return Applied(cpus, mems)
+
+
+class Verifier:
+    """Knows each container's cgroups path; checks them on request and on a timer."""
+
+    def __init__(
+        self,
+        root: Path,
+        expected: Expected,
+        send: Send,
+        on_drift: Callable[[str], None],
+        interval_s: float = 60.0,
+    ) -> None:
+        self.root = root
+        self.interval_s = interval_s
+        self._expected = expected
+        self._send = send
+        self._on_drift = on_drift
+        self._paths: dict[str, str] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def track(self, container_id: str, cgroups_path: str) -> None:
+        if cgroups_path:
+            self._paths[container_id] = cgroups_path
+
+    def forget(self, container_id: str) -> None:
+        self._paths.pop(container_id, None)
+
+    def reset(self, paths: Mapping[str, str]) -> None:
+        """The containers the runtime reported in Synchronize, replacing what was known."""
+        self._paths = {cid: p for cid, p in paths.items() if p}
+
+    async def check(self, ids: Iterable[str] | None, why: str) -> list[Drift]:
+        """Compare and repair; returns the drifts repaired."""
+        wanted = await self._expected(None if ids is None else list(ids))
+        drifts = []
+        for cid, placement in wanted.items():
+            path = self._paths.get(cid)
+            applied = read_applied(self.root, path) if path else None
+            if applied is None:
+                continue
+            drift = compare(cid, placement.cpus, placement.mems, applied)
+            if drift is not None:
+                drifts.append(drift)
+        if not drifts:
+            return []
+        # Placements that changed meanwhile are on their way through the runtime already.
+        now = await self._expected([d.container_id for d in drifts])
+        drifts = [d for d in drifts if now.get(d.container_id) == wanted[d.container_id]]
+        updates = []
+        for d in drifts:
+            self._on_drift(why)
+            _log.warning(
+                "cgroup differs from the placement, updating",
+                container_id=d.container_id,
+                check=why,
+                **_fields(d),
+            )
+            placement = wanted[d.container_id]
+            updates.append(
+                convert.container_update(
+                    d.container_id, Placement(placement.cpus, placement.mems), ignore_failure=True
+                )
+            )
+        if updates:
+            await self._send(updates, f"drift_{why}")
+        return drifts
+
+    def start(self) -> None:
+        """Start the periodic check (once; interval 0 turns it off)."""
+        if self._task is None and self.interval_s > 0:
+            self._task = asyncio.get_running_loop().create_task(self._periodic())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _periodic(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check(None, "periodic")
+            except Exception as exc:  # a failed round must not end the checks
+                _log.error("cgroup check failed", error=str(exc))
+
+
+def _fields(d: Drift) -> dict[str, str]:
+    out = {}
+    if d.cpus is not None:
+        out["decided_cpus"], out["applied_cpus"] = (cpuset.format(s) for s in d.cpus)
+    if d.mems is not None:
+        out["decided_mems"], out["applied_mems"] = (cpuset.format(s) for s in d.mems)
+    return out

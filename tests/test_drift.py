@@ -1,0 +1,133 @@
+"""Decided versus applied: the pure comparison and cgroup paths, and the verifier on real files."""
+
+from __future__ import annotations
+
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from nri_topology.daemon.drift import Applied, Drift, cgroup_dir, compare, parse_list
+from nri_topology.daemon.verify import Verifier, cgroup_root, read_applied
+from nri_topology.policy.types import Placement
+
+F = frozenset
+
+
+@pytest.mark.parametrize(
+    ("cpus", "mems", "applied", "drift"),
+    [
+        (F({0}), F({0}), Applied(F({0}), F({0})), None),
+        (F({0}), F({0}), Applied(F({0, 1}), F({0})), Drift("c", (F({0}), F({0, 1})), None)),
+        (F({0}), F({1}), Applied(F({0}), F({0, 1})), Drift("c", None, (F({1}), F({0, 1})))),
+        (None, None, Applied(F({0, 1}), F({0})), None),  # pinning left alone never drifts
+        (F({0}), None, Applied(None, F({3})), None),  # unset in the cgroup (v2): not compared
+        (
+            F({2, 3}),
+            F({1}),
+            Applied(F({0}), F({0})),
+            Drift("c", (F({2, 3}), F({0})), (F({1}), F({0}))),
+        ),
+    ],
+)
+def test_compare(cpus, mems, applied, drift) -> None:
+    assert compare("c", cpus, mems, applied) == drift
+
+
+@pytest.mark.parametrize(
+    ("path", "rel"),
+    [
+        ("/kubepods/burstable/podU/abc", "kubepods/burstable/podU/abc"),
+        (
+            "kubepods-burstable-podU.slice:cri-containerd:abc",
+            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podU.slice/"
+            "cri-containerd-abc.scope",
+        ),
+        ("kubepods-podU.slice:crio:abc", "kubepods.slice/kubepods-podU.slice/crio-abc.scope"),
+        ("-.slice:docker:abc", "docker-abc.scope"),
+        ("", None),
+        ("relative/path", None),
+    ],
+)
+def test_cgroup_dir(path: str, rel: str | None) -> None:
+    assert cgroup_dir(path) == (PurePosixPath(rel) if rel is not None else None)
+
+
+def test_parse_list() -> None:
+    assert parse_list("0-2,5\n") == F({0, 1, 2, 5})
+    assert parse_list("\n") is None
+
+
+def _cgroup(root: Path, rel: str, cpus: str, mems: str) -> Path:
+    d = root / rel
+    d.mkdir(parents=True)
+    (d / "cpuset.cpus").write_text(cpus + "\n")
+    (d / "cpuset.mems").write_text(mems + "\n")
+    return d
+
+
+def test_cgroup_root_v1_and_v2(tmp_path: Path) -> None:
+    (tmp_path / "fs/cgroup/cpuset").mkdir(parents=True)
+    assert cgroup_root(tmp_path) == tmp_path / "fs/cgroup/cpuset"
+    (tmp_path / "fs/cgroup/cgroup.controllers").write_text("cpuset cpu\n")
+    assert cgroup_root(tmp_path) == tmp_path / "fs/cgroup"
+
+
+def test_read_applied(tmp_path: Path) -> None:
+    _cgroup(tmp_path, "kubepods/besteffort/podU/abc", "0-1", "0")
+    assert read_applied(tmp_path, "/kubepods/besteffort/podU/abc") == Applied(F({0, 1}), F({0}))
+    assert read_applied(tmp_path, "/kubepods/besteffort/podU/gone") is None
+
+
+class Runtime:
+    """The verifier's surroundings: placements that can change, and the updates sent."""
+
+    def __init__(self, placements: dict[str, Placement]) -> None:
+        self.placements = placements
+        self.sent: list[tuple[str, str, str, str]] = []
+        self.drifts: list[str] = []
+        self.after_first_read: dict[str, Placement] | None = None
+        self.reads = 0
+
+    async def expected(self, ids):
+        self.reads += 1
+        out = {c: p for c, p in self.placements.items() if ids is None or c in ids}
+        if self.reads == 1 and self.after_first_read is not None:
+            self.placements = self.after_first_read
+        return out
+
+    async def send(self, updates, why: str) -> None:
+        for u in updates:
+            self.sent.append(
+                (u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems, why)
+            )
+
+
+def verifier(tmp_path: Path, runtime: Runtime) -> Verifier:
+    v = Verifier(tmp_path, runtime.expected, runtime.send, runtime.drifts.append)
+    _cgroup(tmp_path, "pods/a", "0-1", "0")
+    _cgroup(tmp_path, "pods/b", "1", "0")
+    v.reset({"a": "/pods/a", "b": "/pods/b", "c": "/pods/c"})
+    return v
+
+
+async def test_drift_repaired_with_the_placement(tmp_path: Path) -> None:
+    runtime = Runtime({"a": Placement(F({0}), F({0})), "b": Placement(F({1}), F({0}))})
+    drifts = await verifier(tmp_path, runtime).check(None, "periodic")
+    assert [d.container_id for d in drifts] == ["a"]
+    assert runtime.sent == [("a", "0", "0", "drift_periodic")]
+    assert runtime.drifts == ["periodic"]
+
+
+async def test_placement_changed_while_reading_is_not_repaired(tmp_path: Path) -> None:
+    runtime = Runtime({"a": Placement(F({0}), F({0}))})
+    runtime.after_first_read = {"a": Placement(F({0, 1}), F({0}))}
+    assert await verifier(tmp_path, runtime).check(["a"], "post_start") == []
+    assert runtime.sent == [] and runtime.drifts == []
+
+
+async def test_unknown_and_forgotten_containers_are_skipped(tmp_path: Path) -> None:
+    runtime = Runtime({"c": Placement(F({0}), F({0})), "a": Placement(F({0}), F({0}))})
+    v = verifier(tmp_path, runtime)
+    v.forget("a")
+    assert await v.check(None, "periodic") == []  # c has no cgroup, a is forgotten
+    assert runtime.sent == []
