@@ -316,6 +316,8 @@ class Run:
 
     def import_image(self, archive: Path) -> None:
         self.ctr("images", "import", "--no-unpack", str(archive))
+        # The CRI learns of imported images from an event: wait until it can see this one.
+        wait_for("image visible to the CRI", lambda: self.cri and self.cri.image_present(IMAGE), 30)
 
     # --- the plugin ---------------------------------------------------------------------
 
