@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nri_topology.testing import cri_pb2 as cri
-from tests.e2e import harness, ociimage
+from nri_topology.testing import ociimage
+from tests.e2e import harness
 
 
 def sample(run: harness.Run, pods: int) -> list[float]:

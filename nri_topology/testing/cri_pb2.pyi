@@ -289,15 +289,27 @@ class LinuxContainerResources(_message.Message):
     memory_swap_limit_in_bytes: int
     def __init__(self, cpu_period: _Optional[int] = ..., cpu_quota: _Optional[int] = ..., cpu_shares: _Optional[int] = ..., memory_limit_in_bytes: _Optional[int] = ..., oom_score_adj: _Optional[int] = ..., cpuset_cpus: _Optional[str] = ..., cpuset_mems: _Optional[str] = ..., unified: _Optional[_Mapping[str, str]] = ..., memory_swap_limit_in_bytes: _Optional[int] = ...) -> None: ...
 
+class Capability(_message.Message):
+    __slots__ = ("add_capabilities", "drop_capabilities")
+    ADD_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    DROP_CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    add_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    drop_capabilities: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, add_capabilities: _Optional[_Iterable[str]] = ..., drop_capabilities: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class LinuxContainerSecurityContext(_message.Message):
-    __slots__ = ("privileged", "namespace_options", "readonly_rootfs")
+    __slots__ = ("capabilities", "privileged", "namespace_options", "readonly_rootfs", "no_new_privs")
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     PRIVILEGED_FIELD_NUMBER: _ClassVar[int]
     NAMESPACE_OPTIONS_FIELD_NUMBER: _ClassVar[int]
     READONLY_ROOTFS_FIELD_NUMBER: _ClassVar[int]
+    NO_NEW_PRIVS_FIELD_NUMBER: _ClassVar[int]
+    capabilities: Capability
     privileged: bool
     namespace_options: NamespaceOption
     readonly_rootfs: bool
-    def __init__(self, privileged: _Optional[bool] = ..., namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., readonly_rootfs: _Optional[bool] = ...) -> None: ...
+    no_new_privs: bool
+    def __init__(self, capabilities: _Optional[_Union[Capability, _Mapping]] = ..., privileged: _Optional[bool] = ..., namespace_options: _Optional[_Union[NamespaceOption, _Mapping]] = ..., readonly_rootfs: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ...) -> None: ...
 
 class LinuxContainerConfig(_message.Message):
     __slots__ = ("resources", "security_context")

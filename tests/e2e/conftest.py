@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e import harness, ociimage
+from nri_topology.testing import ociimage
+from tests.e2e import harness
 
 REQUIRED = os.environ.get("NRI_TOPOLOGY_E2E") == "require"
 

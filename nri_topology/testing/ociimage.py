@@ -1,11 +1,12 @@
-"""Local OCI images for the end-to-end tests: no registry, no image builder.
+"""OCI image archives written directly: no registry, no image builder (the e2e tests' busybox
+image, and packaging/image/build.py's product image).
 
 An image is an OCI image layout packed in one tar (what `ctr images import` reads): the layout
 marker, an index naming the image, and content-addressed blobs for the manifest, the config and
 uncompressed tar layers. Everything is written with fixed timestamps and owners, so the same
 inputs give the same digests.
 
-    python tests/e2e/ociimage.py --busybox /bin/busybox --name e2e.local/busybox:1 OUT.tar
+    python -m nri_topology.testing.ociimage --name e2e.local/busybox:1 OUT.tar
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def image_archive(
     cmd: list[str] | None = None,
     entrypoint: list[str] | None = None,
     env: list[str] | None = None,
+    created: str = EPOCH,
+    labels: dict[str, str] | None = None,
 ) -> bytes:
     """An OCI layout tar holding one image tagged `name` (io.containerd.image.name)."""
     run_config: dict[str, object] = {
@@ -100,11 +103,13 @@ def image_archive(
         run_config["Cmd"] = cmd
     if entrypoint:
         run_config["Entrypoint"] = entrypoint
+    if labels:
+        run_config["Labels"] = labels
     config = _json(
         {
             "architecture": ARCH,
             "os": "linux",
-            "created": EPOCH,
+            "created": created,
             "config": run_config,
             "rootfs": {"type": "layers", "diff_ids": [digest(data) for data in layers]},
         }

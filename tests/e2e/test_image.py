@@ -1,0 +1,142 @@
+"""The product image (packaging/image/build.py) run on a real containerd the way the DaemonSet
+(packaging/kubernetes/daemonset.yaml) runs it: its image, arguments, mounts (host NRI socket
+directory, read-only sysfs, state and config directories on the host) and security context."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nri_topology.testing import cri_pb2 as cri
+from tests.e2e.conftest import _unavailable
+from tests.e2e.harness import REPO, Pod, Run, online_cpus, parse_cpus, wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+GIB = 1 << 30
+
+
+@pytest.fixture(scope="session")
+def product_image(tools, base_dir: Path) -> tuple[Path, dict]:
+    if sys.version_info[:2] != (3, 11):
+        _unavailable("the image build needs Python 3.11 (the image's Python, Debian 12's)")
+    out = base_dir / "nri-topology.oci.tar"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "packaging/image/build.py"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"image build failed:\n{proc.stdout}\n{proc.stderr}", pytrace=False)
+    info = json.loads(proc.stdout)
+    print(f"image {info['image']}: {info['bytes'] / 1e6:.1f} MB in {info['seconds']} s")
+    return out, info
+
+
+def daemonset() -> tuple[dict, dict]:
+    docs = list(yaml.safe_load_all((REPO / "packaging/kubernetes/daemonset.yaml").read_text()))
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    cm = next(d for d in docs if d["kind"] == "ConfigMap")
+    return ds["spec"]["template"]["spec"], cm
+
+
+def run_as_daemonset(run: Run, image: str) -> Pod:
+    """The DaemonSet's pod, with host paths of this run and host network (no CNI here)."""
+    spec, cm = daemonset()
+    (container,) = spec["containers"]
+    assert container["image"] == image, "the DaemonSet and the build must name the same image"
+    host = {
+        "/var/run/nri": run.dir,  # the runtime's NRI socket is <run>/nri.sock
+        "/sys": Path("/sys"),
+        "/var/lib/nri-topology": run.dir / "host-state",
+    }
+    config_dir = run.dir / "configmap"
+    config_dir.mkdir(exist_ok=True)
+    for key, text in cm["data"].items():
+        (config_dir / key).write_text(text)
+    paths = {}
+    for volume in spec["volumes"]:
+        if "hostPath" in volume:
+            paths[volume["name"]] = host[volume["hostPath"]["path"]]
+        elif "configMap" in volume:
+            paths[volume["name"]] = config_dir
+    for p in paths.values():
+        p.mkdir(exist_ok=True)
+    mounts = [
+        cri.Mount(
+            container_path=m["mountPath"],
+            host_path=str(paths[m["name"]]),
+            readonly=m.get("readOnly", False),
+        )
+        for m in container["volumeMounts"]
+    ]
+    args = [
+        f"--metrics-port={run.plugin_port}" if a.startswith("--metrics-port=") else a
+        for a in container["args"]
+    ]
+    security = container["securityContext"]
+    config = run.pod_config("nri-topology-x", "burstable", namespace="kube-system")
+    sandbox = run.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
+    pod = Pod(sandbox.pod_sandbox_id, "nri-topology-x", "kube-system", "burstable", config)
+    run.pods[pod.id] = pod
+    created = run.cri.runtime(
+        "CreateContainer",
+        cri.CreateContainerRequest(
+            pod_sandbox_id=pod.id,
+            sandbox_config=config,
+            config=cri.ContainerConfig(
+                metadata=cri.ContainerMetadata(name=container["name"]),
+                image=cri.ImageSpec(image=image),
+                args=args,
+                mounts=mounts,
+                log_path="plugin.log",
+                linux=cri.LinuxContainerConfig(
+                    resources=cri.LinuxContainerResources(
+                        cpu_shares=51, cpu_period=100000, memory_limit_in_bytes=256 << 20
+                    ),
+                    security_context=cri.LinuxContainerSecurityContext(
+                        readonly_rootfs=security["readOnlyRootFilesystem"],
+                        no_new_privs=not security["allowPrivilegeEscalation"],
+                        capabilities=cri.Capability(
+                            drop_capabilities=security["capabilities"]["drop"]
+                        ),
+                    ),
+                ),
+            ),
+        ),
+    )
+    run.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=created.container_id))
+    return pod
+
+
+def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None:
+    archive, info = product_image
+    started = time.monotonic()
+    run.ctr("images", "import", str(archive))
+    wait_for("image visible", lambda: run.cri.image_present(info["image"]), 60)
+    print(f"image imported in {time.monotonic() - started:.1f}s")
+    plugin = run_as_daemonset(run, info["image"])
+    wait_for("plugin in the image ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
+    be = run.run_pod("be", "besteffort")
+    g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
+    exclusive = parse_cpus(run.cpus(g.containers[0]))
+    assert len(exclusive) == 1
+    assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive
+    # The state lives on the host, where the next plugin pod finds it.
+    state = run.dir / "host-state" / "state.json"
+    wait_for("checkpoint on the host", state.exists, 10)
+    assert g.containers[0].id in json.loads(state.read_text())["body"]["policy"]["containers"]
+    # Deleting the plugin's pod moves nothing; a new one adopts the placements.
+    before = {c.id: run.cpus(c) for p in (be, g) for c in p.containers}
+    run.remove_pod(plugin)
+    time.sleep(1)
+    assert {c.id: run.cpus(c) for p in (be, g) for c in p.containers} == before
+    run_as_daemonset(run, info["image"])
+    wait_for("new plugin pod ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
+    assert {c.id: run.cpus(c) for p in (be, g) for c in p.containers} == before

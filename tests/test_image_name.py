@@ -1,0 +1,31 @@
+"""One image name everywhere: the build, the DaemonSet, the chart, the Containerfile, the docs."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build_module():
+    spec = importlib.util.spec_from_file_location("image_build", REPO / "packaging/image/build.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_one_image_name() -> None:
+    build = build_module()
+    image = f"{build.NAME}:{build.version()}"
+    docs = yaml.safe_load_all((REPO / "packaging/kubernetes/daemonset.yaml").read_text())
+    ds = next(d for d in docs if d["kind"] == "DaemonSet")
+    assert ds["spec"]["template"]["spec"]["containers"][0]["image"] == image
+    values = yaml.safe_load((REPO / "packaging/helm/nri-topology/values.yaml").read_text())
+    assert f"{values['image']['repository']}:{values['image']['tag']}" == image
+    assert f"-t {image} " in (REPO / "packaging/Containerfile").read_text()
+    assert f"`{image}`" in (REPO / "docs/operations.md").read_text()
+    assert build.NAME in (REPO / ".github/workflows/release.yml").read_text()
