@@ -119,8 +119,11 @@ def install_python_packages(root: Path, work: Path, python_version: str) -> None
         "--only-binary=:all:", "--target", str(site),
         "-r", str(REPO / "packaging/image/requirements.txt"), *map(str, wheels.glob("*.whl")),
     )  # fmt: skip
-    for junk in site.glob("*.dist-info/RECORD"):
-        junk.unlink()  # lists .pyc hashes of a compile that never ran; pip uninstall is not used
+    # RECORD lists files as this install wrote them, direct_url.json the temporary wheel path:
+    # neither is read at run time, and both would differ between builds.
+    for name in ("RECORD", "direct_url.json"):
+        for junk in site.glob(f"*.dist-info/{name}"):
+            junk.unlink()
     bin_dir = root / VENV / "bin"
     if (site / "bin").exists():
         for f in (site / "bin").iterdir():

@@ -140,3 +140,16 @@ def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None
     run_as_daemonset(run, info["image"])
     wait_for("new plugin pod ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
     assert {c.id: run.cpus(c) for p in (be, g) for c in p.containers} == before
+
+
+def test_image_build_is_reproducible(product_image, base_dir: Path) -> None:
+    _, info = product_image
+    again = base_dir / "again.oci.tar"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "packaging/image/build.py"), "--out", str(again)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(proc.stdout)["archive_digest"] == info["archive_digest"]
+    again.unlink()
