@@ -207,3 +207,17 @@ def test_stalled_plugin_times_out_and_pods_still_start(make_run) -> None:
         assert time.monotonic() - fast < took
     finally:
         os.kill(run.plugin.pid, signal.SIGCONT)
+    # Woken up, the plugin finds its connection closed, reconnects and learns both pods.
+    wait_for(
+        "plugin resynchronized",
+        lambda: any(
+            e.get("event") == "synchronized with the runtime" and e.get("containers") == 2
+            for e in run.plugin_events()
+        ),
+        30,
+    )
+    run.wait_plugin_ready()
+    g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
+    exclusive = parse_cpus(run.cpus(g.containers[0]))
+    assert len(exclusive) == 1
+    assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive
