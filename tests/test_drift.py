@@ -7,8 +7,15 @@ from pathlib import Path, PurePosixPath
 import pytest
 
 from nri_topology.daemon.drift import Applied, Drift, cgroup_dir, compare, parse_list
+from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.verify import Verifier, cgroup_root, read_applied
+from nri_topology.nri import api_pb2
+from nri_topology.policy.options import Options
+from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import Placement
+from nri_topology.testing.harness import connected
+from nri_topology.topology import cpuset
+from tests import machines
 
 F = frozenset
 
@@ -131,3 +138,56 @@ async def test_unknown_and_forgotten_containers_are_skipped(tmp_path: Path) -> N
     v.forget("a")
     assert await v.check(None, "periodic") == []  # c has no cgroup, a is forgotten
     assert runtime.sent == []
+
+
+# --- the plugin with the real policy: an update lost between creation and start is repaired
+
+
+def _pod(pid: str, parent: str) -> api_pb2.PodSandbox:
+    pod = api_pb2.PodSandbox(id=pid, name=pid, namespace="work", uid=pid)
+    pod.linux.cgroup_parent = parent
+    return pod
+
+
+def _ctr(cid: str, pod: api_pb2.PodSandbox, guaranteed: bool) -> api_pb2.Container:
+    ctr = api_pb2.Container(
+        id=cid, pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_CREATED
+    )
+    ctr.linux.cgroups_path = f"{pod.linux.cgroup_parent}/{cid}"
+    if guaranteed:
+        ctr.linux.resources.cpu.shares.value = 1024
+        ctr.linux.resources.cpu.quota.value = 100_000
+        ctr.linux.resources.cpu.period.value = 100_000
+        ctr.linux.resources.memory.limit.value = 64 << 20
+    else:
+        ctr.linux.resources.cpu.shares.value = 2
+    return ctr
+
+
+async def test_plugin_repairs_an_update_lost_before_start(tmp_path: Path) -> None:
+    machine = machines.synthetic(tmp_path / "sys", cores=4, threads=1)
+    cgroups = tmp_path / "cgroup"
+    plugin = TopologyPlugin(
+        Policy(machine, Options()), settings=Settings(cgroup_root=cgroups, verify_interval_s=0)
+    )
+    be_pod, g_pod = _pod("pbe", "/kubepods/besteffort/pbe"), _pod("pg", "/kubepods/pg")
+    be, g = _ctr("be", be_pod, False), _ctr("g", g_pod, True)
+    async with connected(plugin) as (peer, stub):
+        plugin.stub = stub
+        await peer.run_pod_sandbox(be_pod)
+        await peer.create_container(be_pod, be)
+        await peer.run_pod_sandbox(g_pod)
+        reply = await peer.create_container(g_pod, g)
+        moved = {u.container_id: u.linux.resources.cpu.cpus for u in reply.update}
+        exclusive = plugin.policy.assignments()["g"].cpus
+        assert moved == {"be": cpuset.format(frozenset(range(4)) - exclusive)}
+        # The runtime lost that update: the started container's cgroup has all CPUs.
+        _cgroup(cgroups, "kubepods/besteffort/pbe/be", "0-3", "0")
+        _cgroup(cgroups, "kubepods/pg/g", cpuset.format(exclusive), "0")
+        await peer.post_start_container(be_pod, be)
+        await peer.post_start_container(g_pod, g)
+        await plugin.settle()
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in peer.unsolicited_updates] == [
+            ("be", moved["be"])
+        ]
+        assert plugin.metrics.cgroup_drift.labels("post_start")._value.get() == 1

@@ -345,7 +345,10 @@ class Run:
         """`nri-topology run` as the systemd unit starts it: connects to the NRI socket."""
         if not self.plugin_config.exists():
             self.write_plugin_config()
-        cmd = [sys.executable, "-m", "nri_topology.cli", "run", "--config", str(self.plugin_config)]
+        # The unit's ExecStart: the venv's console script, `run $NRI_TOPOLOGY_ARGS`.
+        script = Path(sys.executable).parent / "nri-topology"
+        entry = [str(script)] if script.exists() else [sys.executable, "-m", "nri_topology.cli"]
+        cmd = [*entry, "run", "--config", str(self.plugin_config)]
         log = self.plugin_log.open("ab")
         self.plugin = subprocess.Popen(
             [*cmd, *self.plugin_args(), *(extra or [])],
