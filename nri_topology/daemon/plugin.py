@@ -74,6 +74,7 @@ class PolicyPort(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
     def pools(self) -> Iterable[PoolView]: ...
     def assignments(self) -> Mapping[str, Assignment]: ...
+    def placements(self, ids: Iterable[str] | None = None) -> dict[str, Placement]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,13 +473,7 @@ class TopologyPlugin(Plugin):
     async def _placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
         """Current placements (cpus, mems) of `ids` (all when None), read under the lock."""
         async with self._lock:
-            assignments = self.policy.assignments()
-        keys = assignments.keys() if ids is None else ids
-        return {
-            cid: Placement(a.cpus, a.mems)
-            for cid in keys
-            if (a := assignments.get(cid)) is not None
-        }
+            return self.policy.placements(ids)
 
     async def _verify(self, ids: Sequence[str] | None, why: str) -> None:
         assert self.verifier is not None

@@ -8,7 +8,7 @@ key, `pools` for the tree and `restore` for adoption after a restart.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -19,6 +19,7 @@ from nri_topology.policy.request import build_request
 from nri_topology.policy.types import (
     ContainerInfo,
     Decision,
+    Placement,
     PodInfo,
     PolicyError,
     Resources,
@@ -136,6 +137,15 @@ class Policy:
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
         return report.updates
+
+    def placements(self, ids: Iterable[str] | None = None) -> dict[str, Placement]:
+        """The cpuset and memory nodes each container (of `ids`; all when None) is pinned to,
+        straight from the grants: the daemon checks cgroups against them after every start."""
+        grants = self._engine.grants
+        keys = grants.keys() if ids is None else ids
+        return {
+            cid: Placement(g.cpus, g.mems) for cid in keys if (g := grants.get(cid)) is not None
+        }
 
     def assignments(self) -> Mapping[str, Assignment]:
         e = self._engine

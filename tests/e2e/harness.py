@@ -550,7 +550,15 @@ class Run:
         return read_cpuset(self.pid(cid))
 
     def cpus(self, container: Container | str) -> str:
-        return self.cpuset(container).cpus
+        """The container's cgroup cpuset.cpus, checked against where its process may run."""
+        cid = container if isinstance(container, str) else container.id
+        pid = self.pid(cid)
+        cpus = read_cpuset(pid).cpus
+        if parse_cpus(cpus) != parse_cpus(affinity(pid)):
+            raise AssertionError(
+                f"{cid}: cgroup cpus {cpus} but the process may run on {affinity(pid)}"
+            )
+        return cpus
 
     # --- cleanup ----------------------------------------------------------------------
 
