@@ -16,7 +16,7 @@ from nri_topology.policy.affinity import (
     parse,
     same_pod,
 )
-from nri_topology.policy.options import Options
+from nri_topology.policy.options import AnnotationLimits, Options
 from nri_topology.policy.request import build_request
 from nri_topology.policy.types import ContainerInfo, CpuKind, PodInfo, PolicyError, QoS, Request
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
@@ -244,7 +244,8 @@ _NAMES = st.sampled_from(["a", "b", "c", "d"])
 def test_shorthand_affinity_is_symmetric(shorthand):
     text = yaml.safe_dump(shorthand)
     pod = _pod({AFF: text})
-    reqs = {n: _build(pod, n) for n in "abcd"}
+    roomy = Options(annotation_limits=AnnotationLimits(max_affinity_rules=24))
+    reqs = {n: _build(pod, n, roomy) for n in "abcd"}
     for x, rx in reqs.items():
         for y, ry in reqs.items():
             if x != y:
