@@ -206,7 +206,7 @@ def _expression(raw: Any, where: str, max_values: int) -> Expression:
     if long is not None:
         raise _Invalid(
             f"{where}.values: {shown(long)} is longer than {MAX_PATTERN_CHARS} characters",
-            "value length",
+            "pattern_length",
         )
     if op in _ONE_VALUE and len(strs) != 1:
         raise _Invalid(f"{where}.values: {op.value} takes exactly one value, got {len(strs)}")

@@ -183,9 +183,14 @@ def _candidates(name: str, container: str) -> tuple[tuple[str, Scope], ...]:
     )
 
 
+def in_domains(key: str) -> bool:
+    """Whether a key is in one of the policy domains."""
+    return DOMAIN in key or ALIAS_DOMAIN in key
+
+
 def relevant(annotations: Mapping[str, str]) -> bool:
     """Whether any key is in one of the policy domains (else every lookup finds nothing)."""
-    return any(DOMAIN in key or ALIAS_DOMAIN in key for key in annotations)
+    return any(in_domains(key) for key in annotations)
 
 
 def lookup(
@@ -239,7 +244,7 @@ def key_problems(keys: Iterable[str]) -> list[KeyProblem]:
     """The keys in our domains that the policy does not understand, each with what was meant."""
     out: list[KeyProblem] = []
     for key in keys:
-        if DOMAIN not in key and ALIAS_DOMAIN not in key:
+        if not in_domains(key):
             continue
         parsed = _name_and_scope(key)
         if parsed is not None and _known(parsed[0], parsed[2]):
