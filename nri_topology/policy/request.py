@@ -71,7 +71,13 @@ from nri_topology.policy.types import (
     Request,
     Resources,
 )
-from nri_topology.quantity import QUANTITY_HELP, QuantityError, cpu_milli, memory_bytes
+from nri_topology.quantity import (
+    MAX_QUANTITY_CHARS,
+    QUANTITY_HELP,
+    QuantityError,
+    cpu_milli,
+    memory_bytes,
+)
 from nri_topology.topology.model import Machine, MemoryTier
 
 # ---------------------------------------------------------------------------------------------
@@ -169,8 +175,8 @@ def check_size(w: str, key: str, value: str, limit: int) -> None:
     size = len(value.encode("utf-8", "replace"))
     if size > limit:
         raise AnnotationError(
-            f"{w}: annotation {key}: value of {size} bytes {shown(value)} is over the limit of "
-            f"{limit} bytes (policy.annotation_limits.max_value_bytes)",
+            f"{w}: annotation {key}: value {shown(value)} is over the limit of {limit} bytes "
+            "(policy.annotation_limits.max_value_bytes)",
             key=key,
             limit="size",
         )
@@ -339,9 +345,12 @@ def _exact_amounts(w: str, entry: Mapping[str, Any]) -> tuple[int, int | None, i
                 parse = cpu_milli if res == "cpu" else memory_bytes
                 parsed[part, res] = parse(raw)
             except QuantityError as e:
+                limit = "number" if len(str(raw)) > MAX_QUANTITY_CHARS else ""
                 raise AnnotationError(
-                    f"{w}: annotation {RESOURCES_KEY}: {part}.{res}: {e}; expected {QUANTITY_HELP}",
+                    f"{w}: annotation {RESOURCES_KEY}: {part}.{res}: {e}"
+                    + (f" (limit: {limit})" if limit else f"; expected {QUANTITY_HELP}"),
                     key=RESOURCES_KEY,
+                    limit=limit,
                 ) from None
     cpu_limit = parsed.get(("limits", "cpu"))
     mem_limit = parsed.get(("limits", "memory"))
