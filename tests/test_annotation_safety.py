@@ -133,12 +133,16 @@ def test_a_long_invalid_value_is_shortened_with_its_size(machine):
 @pytest.mark.parametrize(
     ("text", "limit"),
     [
-        (hostile.max_rules(9, 1), "rules"),
-        (hostile.max_rules(1, 17), "values"),
+        (hostile.rules(9, 1), "rules"),
+        (hostile.rules(1, 17), "values"),
+        (hostile.worst_affinity(globs=9, rules=9), "rules"),
+        (hostile.worst_affinity().replace('values: ["*', 'values: ["*x", "*', 1), "globs"),
         (
             "app: [{match: {key: name, operator: Matches, values: [" + "a" * 254 + "]}}]",
-            "pattern_length",
+            "pattern",
         ),
+        ('app: [{match: {key: name, operator: Matches, values: ["*a*b*c*d*e"]}}]', "pattern"),
+        ("app: [" + ", ".join(["x"] * 1100) + "]", "nodes"),
         ("app: [{match: {operator: AlwaysTrue}, weight: " + "1" * 40 + "}]", "number"),
     ],
 )
@@ -150,7 +154,7 @@ def test_affinity_limits(machine, text, limit):
 
 
 def test_rules_count_affinity_and_anti_affinity_together(machine):
-    five = hostile.max_rules(5, 1)
+    five = hostile.rules(5, 1)
     annotations = {hostile.AFFINITY: five, hostile.ANTI_AFFINITY: five}
     with pytest.raises(AnnotationError, match="10 affinity and anti-affinity rules"):
         build_request(*pair(1, annotations=annotations), Options(), machine=machine)
@@ -162,8 +166,7 @@ def test_rules_count_affinity_and_anti_affinity_together(machine):
 
 
 def test_the_worst_annotation_the_limits_allow_is_accepted(machine):
-    text = hostile.max_rules(8, 16, width=56)
-    assert 15000 < len(text) <= 16384
+    text = hostile.worst_affinity()
     r = build_request(*pair(1, annotations={hostile.AFFINITY: text}), Options(), machine=machine)
     assert len(r.affinities) == 8
 

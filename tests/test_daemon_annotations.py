@@ -121,7 +121,9 @@ _VALUES = st.one_of(
         lambda rp: hostile.anchored_rules(*rp)
     ),
     st.tuples(st.integers(1, 9), st.integers(1, 9)).map(lambda lw: hostile.alias_bomb(*lw)),
-    st.tuples(st.integers(1, 12), st.integers(1, 20)).map(lambda rv: hostile.max_rules(*rv)),
+    st.tuples(st.integers(1, 12), st.integers(1, 20), st.integers(0, 12)).map(
+        lambda rvg: hostile.worst_affinity(*rvg)
+    ),
     _NUMBERS.map(lambda n: hostile.claim("app", n, n)),
     st.integers(1, 6000).map(hostile.huge_raw_number),
     _NUMBERS.map(lambda n: f"duration: {n}"),

@@ -106,6 +106,7 @@ class AnnotationLimitsSection(_Section):
     max_value_bytes: Annotated[StrictInt, Field(ge=1024, le=262144)] = 16384
     max_affinity_rules: Annotated[StrictInt, Field(ge=0, le=64)] = 8
     max_affinity_values: Annotated[StrictInt, Field(ge=1, le=64)] = 16
+    max_affinity_globs: Annotated[StrictInt, Field(ge=0, le=64)] = 8
 
 
 _Globs = list[Annotated[str, Field(min_length=1)]]
@@ -248,6 +249,7 @@ class Config(_Section):
                 max_value_bytes=p.annotation_limits.max_value_bytes,
                 max_affinity_rules=p.annotation_limits.max_affinity_rules,
                 max_affinity_values=p.annotation_limits.max_affinity_values,
+                max_affinity_globs=p.annotation_limits.max_affinity_globs,
             ),
             trust=Trust(
                 reserved_cpus=tuple(

@@ -30,11 +30,13 @@ ANNOTATION_WARNINGS = ("untrusted", "claim_cut", "unknown_key", "unsupported_key
 ANNOTATION_LIMITS = (
     "size",
     "depth",
+    "nodes",
     "aliases",
     "number",
     "rules",
     "values",
-    "pattern_length",
+    "globs",
+    "pattern",
     "invalid",  # no limit broken: a value that is simply not valid
 )
 

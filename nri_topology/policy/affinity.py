@@ -47,6 +47,7 @@ DEFAULT_WEIGHT = 1
 IMPLICIT_WEIGHT = 10
 MAX_WEIGHT = 1000
 MAX_PATTERN_CHARS = 253  # a DNS subdomain name, the longest Kubernetes object name
+MAX_PATTERN_WILDCARDS = 4  # each one may rescan the value: bounded regex work per value
 
 
 class Operator(StrEnum):
@@ -66,6 +67,7 @@ class Operator(StrEnum):
 _OPERATOR_NAMES = {op.value: op for op in Operator} | {"NotExists": Operator.NOT_EXIST}
 _ONE_VALUE = {Operator.EQUALS, Operator.NOT_EQUAL, Operator.MATCHES, Operator.MATCHES_NOT}
 _NO_VALUE = {Operator.EXISTS, Operator.NOT_EXIST, Operator.ALWAYS_TRUE}
+_WILDCARD = re.compile(r"[*?\[]")
 _GLOBS = {Operator.MATCHES, Operator.MATCHES_ANY, Operator.MATCHES_NOT, Operator.MATCHES_NONE}
 _KEY = re.compile(r"(pod/)?(name|namespace|qosclass|id|labels/.+)")
 KEYS_HELP = "name, namespace, qosclass, id, labels/<k>, pod/<same>"
@@ -139,14 +141,35 @@ class Expression:
     operator: Operator
     values: tuple[str, ...] = ()
     evaluate: Callable[[Request], bool] = field(init=False, repr=False, compare=False)
-    glob: Callable[[str], object] | None = field(init=False, repr=False, compare=False)
+    glob: Glob | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evaluate", _test(self.key, self.operator, self.values))
-        glob = None
-        if self.operator in _GLOBS:  # all patterns in one regex: one match per distinct value
-            glob = re.compile("|".join(f"(?:{translate(p)})" for p in self.values)).match
+        glob = Glob.of(self.values) if self.operator in _GLOBS else None
         object.__setattr__(self, "glob", glob)
+
+
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """Patterns sorted by cost: without wildcards (a lookup), `*` (every value), and the rest as
+    one regex (one match per distinct value)."""
+
+    exact: frozenset[str]
+    everything: bool
+    wild: Callable[[str], object] | None
+    wildcards: int  # patterns with wildcards: what `max_affinity_globs` counts
+
+    @staticmethod
+    def of(patterns: Iterable[str]) -> Glob:
+        wild = tuple(p for p in patterns if _WILDCARD.search(p))
+        rx = None
+        if wild:  # translating long patterns costs more than matching them: once per set
+            rx = CACHE.get(("glob", wild), sum(map(len, wild)), lambda: _compiled(wild))
+        return Glob(frozenset(patterns) - set(wild), "*" in wild, rx, len(wild))
+
+
+def _compiled(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    return re.compile("|".join(f"(?:{translate(p)})" for p in patterns)).match
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,7 +229,13 @@ def _expression(raw: Any, where: str, max_values: int) -> Expression:
     if long is not None:
         raise _Invalid(
             f"{where}.values: {shown(long)} is longer than {MAX_PATTERN_CHARS} characters",
-            "pattern_length",
+            "pattern",
+        )
+    wild = next((v for v in strs if len(_WILDCARD.findall(v)) > MAX_PATTERN_WILDCARDS), None)
+    if wild is not None and op in _GLOBS:
+        raise _Invalid(
+            f"{where}.values: {shown(wild)} has more than {MAX_PATTERN_WILDCARDS} wildcards",
+            "pattern",
         )
     if op in _ONE_VALUE and len(strs) != 1:
         raise _Invalid(f"{where}.values: {op.value} takes exactly one value, got {len(strs)}")
@@ -324,6 +353,14 @@ def parse(
     return tuple(out)
 
 
+def glob_patterns(affinities: Iterable[Affinity]) -> int:
+    """Glob patterns with wildcards in the affinities: the part of their cost that is not a
+    lookup (each is matched against every distinct value of its key)."""
+    return sum(
+        e.glob.wildcards for a in affinities for e in (a.scope, a.match) if e.glob is not None
+    )
+
+
 def implicit(
     *, pod_id: str, namespace: str, colocate_pods: bool, colocate_namespaces: bool
 ) -> tuple[Affinity, ...]:
@@ -434,7 +471,13 @@ class Index:
         else:
             glob = e.glob
             assert glob is not None
-            hits = set().union(*(ids for value, ids in by.items() if glob(value)))
+            if glob.everything:
+                hits = set(self._has.get(e.key, _NONE))
+            else:
+                hits = set().union(*(by.get(v, _NONE) for v in glob.exact))
+                wild = glob.wild
+                if wild is not None:
+                    hits.update(*(ids for value, ids in by.items() if wild(value)))
         if op in (Operator.IN, Operator.MATCHES, Operator.MATCHES_ANY):
             return hits
         return self.all - hits
@@ -442,13 +485,15 @@ class Index:
     def weights(self, req: Request) -> dict[str, int]:
         """`container_weights(req, live containers)`, from the index."""
         sums: dict[str, int] = {}
+        get = sums.get
         for a in req.affinities:
             if not isinstance(a, Affinity):
                 continue
             scope, match = self.matching(a.scope), self.matching(a.match)
             hits = scope & match if len(scope) <= len(match) else match & scope
+            weight = a.weight
             for cid in hits:
-                sums[cid] = sums.get(cid, 0) + a.weight
+                sums[cid] = get(cid, 0) + weight
         sums.pop(req.container_id, None)
         return {
             cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total

@@ -5,9 +5,10 @@ brackets crashes the process; aliases expand a few bytes into millions of nodes;
 raises an unexpected ValueError beyond 4300 digits and `json` a RecursionError on deep nesting.
 `load_yaml` therefore builds the value itself from libyaml's event stream (an iterative state
 machine) with an explicit stack, and refuses anchors, aliases, explicit tags, more than one
-document, duplicate keys, nesting deeper than `MAX_DEPTH` and numbers longer than
-`MAX_NUMBER_CHARS`. `load_json` checks the nesting depth before `json.loads` sees the text and
-bounds its numbers the same way. The caller bounds the size of the text.
+document, duplicate keys, nesting deeper than `MAX_DEPTH`, more than `MAX_NODES` values and
+numbers longer than `MAX_NUMBER_CHARS`. `load_json` checks the nesting depth before
+`json.loads` sees the text and bounds its numbers the same way. The caller bounds the size of
+the text.
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from yaml.resolver import Resolver
 
 # Our deepest annotation (affinity: map, list, rule, expression, values) nests 5 levels.
 MAX_DEPTH = 16
+# Values (scalars, maps and lists) in one YAML document: parsing costs about a microsecond each,
+# and the largest affinity the other limits allow for one container holds about 450.
+MAX_NODES = 1024
 # Longer than any amount or weight a pod needs, far below the 4300 digits Python refuses.
 MAX_NUMBER_CHARS = 32
 
@@ -88,6 +92,9 @@ class _Frame:
             self.keyed = False
 
 
+_NODE_EVENTS = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)
+
+
 def _annotated(event: yaml.NodeEvent) -> Refused:
     if event.anchor is not None:
         return Refused("YAML anchors are not accepted", "aliases")
@@ -99,9 +106,14 @@ def load_yaml(text: str) -> Any:
     stack: list[_Frame] = []
     result: Any = None
     documents = 0
+    nodes = 0
     try:
         for event in yaml.parse(text, Loader=_PARSER):
             kind = type(event)
+            if kind in _NODE_EVENTS:
+                nodes += 1
+                if nodes > MAX_NODES:
+                    raise Refused(f"more than {MAX_NODES} values", "nodes")
             if kind is yaml.ScalarEvent:
                 if event.anchor is not None or event.tag is not None:
                     raise _annotated(event)

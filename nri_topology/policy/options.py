@@ -26,6 +26,7 @@ class AnnotationLimits:
     max_value_bytes: int = 16384  # any annotation value the policy reads
     max_affinity_rules: int = 8  # affinity plus anti-affinity rules that apply to one container
     max_affinity_values: int = 16  # values (names or glob patterns) of one expression
+    max_affinity_globs: int = 8  # glob patterns with wildcards in all rules of one container
 
 
 @dataclass(frozen=True, slots=True)

@@ -585,6 +585,15 @@ def build_request(
                     key=found.key,
                     limit="rules",
                 )
+            globs = affinity.glob_patterns(affinities)
+            if globs > limits.max_affinity_globs:
+                raise AnnotationError(
+                    f"{w}: annotation {found.key}: {globs} glob patterns with wildcards in the "
+                    f"container's affinity rules, the limit is {limits.max_affinity_globs} "
+                    "(policy.annotation_limits.max_affinity_globs)",
+                    key=found.key,
+                    limit="globs",
+                )
     if not affinities:
         affinities += affinity.implicit(
             pod_id=pod.id,

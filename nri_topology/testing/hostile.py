@@ -41,16 +41,35 @@ def alias_bomb(levels: int = 9, width: int = 9, container: str = "app") -> str:
     return "\n".join(lines)
 
 
-def max_rules(rules: int, values: int, container: str = "app", width: int = 24) -> str:
-    """The most expensive affinity the limits allow: every rule a glob scope and a glob match of
-    `values` patterns each, that match every container yet must all be tried."""
-    patterns = ", ".join([*(f'"*{i:0{width}d}*"' for i in range(values - 1)), '"*"'])
-    rule = (
-        f"  - scope: {{key: labels/app, operator: MatchesAny, values: [{patterns}]}}\n"
-        f"    match: {{key: name, operator: MatchesAny, values: [{patterns}]}}\n"
-        f"    weight: 7\n"
+def rules(count: int, values: int, container: str = "app") -> str:
+    """`count` affinity rules of one `In` expression of `values` names each."""
+    names = ", ".join(f"n{i}" for i in range(values))
+    return (
+        f"{container}:\n" + f"  - match: {{key: name, operator: In, values: [{names}]}}\n" * count
     )
-    return f"{container}:\n" + rule * rules
+
+
+def worst_affinity(
+    rules: int = 8, values: int = 16, globs: int = 8, wildcards: int = 4, container: str = "app"
+) -> str:
+    """The most expensive affinity the limits allow: every rule's scope a glob of the longest
+    pattern with the most wildcards (matched against every distinct label value, each wildcard
+    rescanning it), every match a NotIn of `values` names (a set as large as the live
+    containers), `globs` patterns in all."""
+    segment = "a" * ((253 - wildcards) // wildcards)
+    pattern = "*" + "*".join([segment] * wildcards)
+    names = ", ".join(f"n{i}" for i in range(values))
+    out = [f"{container}:"]
+    for i in range(rules):
+        scope = (
+            f'{{key: labels/app, operator: MatchesNone, values: ["{pattern[:-1]}{i % 10}"]}}'
+            if i < globs
+            else f"{{key: labels/app, operator: NotIn, values: [{names}]}}"
+        )
+        out.append(f"  - scope: {scope}")
+        out.append(f"    match: {{key: name, operator: NotIn, values: [{names}]}}")
+        out.append(f"    weight: {i + 1}")
+    return "\n".join(out) + "\n"
 
 
 def claim(container: str, cpu: str, memory: str | None = None) -> str:
