@@ -498,7 +498,7 @@ def annotation_value(rng: random.Random) -> str:
             ),
             lambda: hostile.claim("app", _number(rng), _number(rng)),
             lambda: hostile.huge_raw_number(rng.randint(1, 6000)),
-            lambda: f"duration: {_number(rng)}",
+            lambda: f"duration: {_number(rng)}{rng.choice(['', 'h', 'ms', 'µs'])}",
             lambda: "app: " + _yaml(rng),
         ]
     )()

@@ -120,6 +120,12 @@ def test_hostile_values_name_the_limit_they_break(machine, case, limit):
     assert default.value.limit == (limit if small else "size")
 
 
+@pytest.mark.parametrize("value", ["duration: " + "9" * 5000 + "h", "duration: " + "1h" * 4000])
+def test_long_durations_are_invalid_not_a_crash(machine, value):
+    with pytest.raises(AnnotationError, match="expected YAML `duration"):
+        build_request(*pair(1, annotations={hostile.COLD_START: value}), Options(), machine=machine)
+
+
 def test_a_long_invalid_value_is_shortened_with_its_size(machine):
     value = "y" * 9000
     with pytest.raises(AnnotationError) as refused:

@@ -126,7 +126,9 @@ _VALUES = st.one_of(
     ),
     _NUMBERS.map(lambda n: hostile.claim("app", n, n)),
     st.integers(1, 6000).map(hostile.huge_raw_number),
-    _NUMBERS.map(lambda n: f"duration: {n}"),
+    st.tuples(_NUMBERS, st.sampled_from(["", "h", "ms", "µs"])).map(
+        lambda nu: f"duration: {nu[0]}{nu[1]}"
+    ),
 )
 _ANNOTATIONS = st.dictionaries(_KEYS, _VALUES, min_size=1, max_size=3)
 

@@ -99,6 +99,7 @@ _UNITS_NS: Mapping[str, Fraction] = {
 }
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 MAX_COLD_START_NS = 3600 * 10**9
+MAX_DURATION_CHARS = 64
 
 
 def parse_bool(text: str) -> bool | None:
@@ -111,8 +112,11 @@ def parse_bool(text: str) -> bool | None:
 
 
 def parse_duration(text: str) -> int | None:
-    """A Go duration ("1m30s", "1.5h", "0") in nanoseconds, or None when it is not one."""
+    """A Go duration ("1m30s", "1.5h", "0") in nanoseconds, or None when it is not one (also
+    beyond MAX_DURATION_CHARS: no real duration is that long, and its digits would cost)."""
     s = text.strip()
+    if len(s) > MAX_DURATION_CHARS:
+        return None
     sign = -1 if s.startswith("-") else 1
     if s[:1] in ("+", "-"):
         s = s[1:]
