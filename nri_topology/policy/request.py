@@ -2,7 +2,8 @@
 
 Amounts. The pod annotation `noderesource.dev/resources` (JSON, written by a resource-annotator
 webhook) gives the exact requests and limits; a request left out there defaults to the limit, as
-the API server does. Without it (or for a container it does not list, or on resize, where the
+the API server does. Pod authors can write it too, so no amount may exceed what the container's
+cgroup settings allow (`_cgroup_bounds`); a larger one is cut back with a warning. Without it (or for a container it does not list, or on resize, where the
 caller passes the new `resources`) they are estimated from the Linux resources:
 CPU request = ceil(shares * 1000 / 1024) with shares == 2 meaning 0, CPU limit from quota/period,
 memory limit as given; Guaranteed containers get request = limit. For Burstable containers the
@@ -37,8 +38,11 @@ start is annotated), masked to the tiers the machine has memory in; when none re
 falls back to DRAM. A cold start > 0 removes DRAM from the tiers (the engine restores it later);
 when no other tier remains the cold start is dropped, since there is nothing else to start on.
 
-Every annotation is validated; an invalid value raises `PolicyError` naming the container, the
-annotation key, the value and what is accepted.
+Every annotation is validated; an invalid value raises `AnnotationError` naming the container,
+the annotation key, the value (shortened) and what is accepted, or the limit it broke
+(`Options.annotation_limits`, `bounded`). The privileged annotations (`prefer-reserved-cpus`,
+`cpu.preserve`, `memory.preserve`, the isolated-CPU ones) count only in the namespaces
+`Options.trust` names; elsewhere a `true` is ignored with a warning on the request.
 """
 
 from __future__ import annotations
