@@ -3,8 +3,9 @@
 Amounts. The pod annotation `noderesource.dev/resources` (JSON, written by a resource-annotator
 webhook) gives the exact requests and limits; a request left out there defaults to the limit, as
 the API server does. Pod authors can write it too, so no amount may exceed what the container's
-cgroup settings allow (`_cgroup_bounds`); a larger one is cut back with a warning. Without it (or for a container it does not list, or on resize, where the
-caller passes the new `resources`) they are estimated from the Linux resources:
+cgroup settings allow (`_cgroup_bounds`); a larger one is cut back with a warning. Without it
+(or for a container it does not list, or on resize, where the caller passes the new
+`resources`) they are estimated from the Linux resources:
 CPU request = ceil(shares * 1000 / 1024) with shares == 2 meaning 0, CPU limit from quota/period,
 memory limit as given; Guaranteed containers get request = limit. For Burstable containers the
 memory request is estimated from `oom_score_adj` by inverting the kubelet formula
