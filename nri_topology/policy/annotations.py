@@ -211,6 +211,9 @@ def lookup(
     return None
 
 
+_SUGGESTED = 32  # keys of one pod that get a suggestion (thousands of keys stay cheap)
+
+
 @dataclass(frozen=True, slots=True)
 class KeyProblem:
     """A key in the policy domains that the policy does not act on."""
@@ -256,7 +259,9 @@ def key_problems(keys: Iterable[str]) -> list[KeyProblem]:
             )
             continue
         names = [spec.name for spec in ANNOTATIONS]
-        close = difflib.get_close_matches(name[:SHOWN_CHARS], names, n=1, cutoff=0.6)
+        close = []
+        if len(out) < _SUGGESTED:
+            close = difflib.get_close_matches(name[:SHOWN_CHARS], names, n=1, cutoff=0.6)
         if close:
             spec = SPECS[close[0]]
             same_form = parsed is not None and spec.prefixed == parsed[2]
@@ -265,6 +270,6 @@ def key_problems(keys: Iterable[str]) -> list[KeyProblem]:
         elif parsed is None:
             hint = "scopes are KEY.DOMAIN, KEY.DOMAIN/pod, KEY.DOMAIN/container.NAME"
         else:
-            hint = "no similar key"
+            hint = "no similar key" if len(out) < _SUGGESTED else "not compared (too many keys)"
         out.append(KeyProblem(key, "unknown", f"{shown(key)}: unknown key, ignored; {hint}"))
     return out
