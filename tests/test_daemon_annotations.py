@@ -237,3 +237,28 @@ def test_warnings_are_logged_counted_and_in_the_decision(machine):
     assert counters["nri_topology_annotation_warnings_total", "claim_cut"] == 1
     assert counters["nri_topology_annotation_refusals_total", "aliases"] == 1
     assert counters["nri_topology_annotation_refusals_total", "depth"] == 0
+
+
+def test_synchronize_with_hostile_pods_running_leaves_them_unpinned_and_serves(machine):
+    """The crash loop of the issue: a hostile pod that exists when the plugin (re)starts."""
+
+    async def scenario() -> None:
+        pairs = [nri_pair(n, annotations) for n, annotations in enumerate(hostile.CASES.values())]
+        pairs.append(nri_pair(99, {}))
+        peer = RuntimePeer(
+            request_timeout=TIMEOUT,
+            pods=[p for p, _ in pairs],
+            containers=[c for _, c in pairs],
+        )
+        plugin = TopologyPlugin(Policy(machine, Options()))
+        with structlog.testing.capture_logs() as logged:
+            async with connected(plugin, peer) as (peer, _):
+                conn = await peer.wait_plugin()
+                assert conn.active and not peer.errors
+                assert set(plugin.policy.assignments()) == {"c99"}
+                await peer.create_container(*nri_pair(100, {}))
+        unplaced = [e for e in logged if e["event"] == "not placed, pinning left as is"]
+        assert len(unplaced) == len(hostile.CASES)
+        assert all(len(e["reason"]) < 600 for e in unplaced)
+
+    asyncio.run(scenario())
