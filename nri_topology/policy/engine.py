@@ -408,7 +408,10 @@ class Engine:
             fallback = ""
 
         uses_exclusive = req.kind in _EXCLUSIVE_KINDS
-        candidates: list[tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool]] = []
+        spans = self._spans(req)
+        candidates: list[
+            tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool, tuple[int, ...]]
+        ] = []
         trace: list[PoolScore] = []
         weights = self._affinity(req)
         for p in self.pools:
@@ -422,7 +425,10 @@ class Engine:
                 trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
                 continue
             iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
+            span = self._span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
+            if span:
+                n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
             alloc = self.allocatable(p.index)
             cand = scoring.Candidate(
                 pool=p,
@@ -442,13 +448,13 @@ class Engine:
                 colocated=len(self.users[p.index]),
                 free_shared=alloc,
             )
-            candidates.append((scoring.sort_key(cand), cand, zone, relaxed))
+            candidates.append((scoring.sort_key(cand), cand, zone, relaxed, span))
         candidates.sort(key=lambda c: c[0])
         if hint is not None:
             candidates.sort(key=lambda c: c[1].pool.index != hint)
         verdicts: dict[str, str] = {}
         chosen: tuple[Grant, tuple[object, ...]] | None = None
-        for key, cand, zone, relaxed in candidates:
+        for key, cand, zone, relaxed, span in candidates:
             if chosen is not None:
                 verdicts[cand.pool.name] = (
                     f"lost to {self.pools[chosen[0].pool].name} on "
@@ -456,7 +462,9 @@ class Engine:
                 )
                 continue
             try:
-                attempt = self._attempt(req, cand.pool.index, zone, relaxed, keep, tiers, size)
+                attempt = self._attempt(
+                    req, cand.pool.index, zone, relaxed, keep, tiers, size, span
+                )
             except _GrantFailed as e:
                 verdicts[cand.pool.name] = f"grant failed: {e}"
                 continue
@@ -486,6 +494,28 @@ class Engine:
             criterion = runner_up.rsplit(" on ", 1)[1]
             chosen[0].reason += f"; beat {loser} on {criterion}"
         return chosen[0], tuple(trace)
+
+    def _spans(self, req: Request) -> bool:
+        """Whether pools are scored by the node set the exclusive CPUs would span."""
+        opts = self.options
+        return (
+            req.kind is CpuKind.EXCLUSIVE
+            and opts.prefer_closest_numa
+            and not opts.distribute_across_numa
+        )
+
+    def _span(self, req: Request, pool: Pool) -> tuple[int, ...]:
+        """The NUMA nodes an exclusive grant from the pool's free CPUs would span; () when the
+        pool has one node (its own measure holds) or its nodes cannot hold the request."""
+        if len(pool.cpu_nodes) < 2:
+            return ()
+        free = self.free[pool.index] - self.partial
+        try:
+            return numasets.grant_nodes(
+                self.machine, free, req.exclusive, pool.cpu_nodes, self.options.full_pcpus_only
+            )
+        except cpuallocator.AllocationError:
+            return ()
 
     def _root_zone(
         self, req: Request, tiers: frozenset[MemoryTier], size: int
@@ -552,8 +582,12 @@ class Engine:
         keep: frozenset[int],
         tiers: frozenset[MemoryTier],
         size: int,
+        span: tuple[int, ...] = (),
     ) -> _Attempt:
-        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible."""
+        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible.
+
+        `span`: the node set the pool was scored by; exclusive CPUs come from it when it holds
+        enough sliceable CPUs."""
         kind = req.kind
         if kind not in _EXCLUSIVE_KINDS:
             return _Attempt(p, kind, frozenset(), False, zone, relaxed)
@@ -567,7 +601,7 @@ class Engine:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
         sliceable = self._sliceable(p, k, req.shared if kind is CpuKind.MIXED else 0, kind)
-        excl = self._pick(p, sliceable, k, keep, fpo)
+        excl = self._pick(p, sliceable, k, keep, fpo, span)
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
         return _Attempt(p, kind, excl, False, zone, relaxed, note)
@@ -592,7 +626,13 @@ class Engine:
         return self.free[p] - protected[p]
 
     def _pick(
-        self, p: int, sliceable: frozenset[int], k: int, keep: frozenset[int], fpo: bool
+        self,
+        p: int,
+        sliceable: frozenset[int],
+        k: int,
+        keep: frozenset[int],
+        fpo: bool,
+        span: tuple[int, ...] = (),
     ) -> frozenset[int]:
         opts = self.options
         pool = self.pools[p]
@@ -608,14 +648,10 @@ class Engine:
                     self.machine, sliceable, k, group_size=group, full_pcpus_only=fpo
                 )
             if opts.prefer_closest_numa and len(pool.cpu_nodes) > 1:
-                usable = sliceable
-                if fpo:
-                    usable = frozenset(
-                        c for c in sliceable if self.machine.cpus[c].threads <= sliceable
-                    )
-                per_node = {n: len(usable & self.machine.nodes[n].cpus) for n in pool.cpu_nodes}
-                if max(per_node.values()) < k:
-                    nodes = numasets.best_node_set(self.machine, per_node, k)
+                nodes = self._within_span(sliceable, k, fpo, span)
+                if nodes is None:
+                    nodes = numasets.grant_nodes(self.machine, sliceable, k, pool.cpu_nodes, fpo)
+                if len(nodes) > 1:
                     within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
                     return cpuallocator.take_cpus(
                         self.machine, sliceable & within, k, full_pcpus_only=fpo
@@ -623,6 +659,18 @@ class Engine:
             return cpuallocator.take_cpus(self.machine, sliceable, k, full_pcpus_only=fpo)
         except cpuallocator.AllocationError as e:
             raise _GrantFailed(str(e)) from None
+
+    def _within_span(
+        self, sliceable: frozenset[int], k: int, fpo: bool, span: tuple[int, ...]
+    ) -> tuple[int, ...] | None:
+        """The scored span when its sliceable CPUs hold the request, else None (shared
+        containers keep some of its CPUs: the span is recomputed from what can be sliced)."""
+        if len(span) < 2:
+            return None
+        try:
+            return numasets.grant_nodes(self.machine, sliceable, k, span, fpo)
+        except cpuallocator.AllocationError:
+            return None
 
     def _take(
         self, available: frozenset[int], k: int, keep: frozenset[int], fpo: bool
