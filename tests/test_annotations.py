@@ -79,6 +79,7 @@ def test_key_table():
         "memory.preserve",
         "affinity",
         "anti-affinity",
+        "numa-policy",
     ]
     assert SPECS["memory-type"].key == f"memory-type.{P}"
     assert SPECS["affinity"].key == f"{P}/affinity"

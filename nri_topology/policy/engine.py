@@ -31,7 +31,9 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
-  (fewest nodes, then lowest average distance) when prefer_closest_numa is on.
+  (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
+* a single-numa-node request (annotation or option) is only placed in pools of one NUMA node
+  with memory fitting there, and is refused, saying so, when none can hold it.
 """
 
 from __future__ import annotations
@@ -421,6 +423,8 @@ class Engine:
                     zone, relaxed = self._zone(p.index, tiers, size)
                 except LookupError as e:
                     reason = f"memory: {e}"
+            if reason is None and req.single_numa:
+                reason = self._not_single_numa(p, relaxed)
             if reason is not None:
                 trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
                 continue
@@ -487,6 +491,8 @@ class Engine:
             trace.append(PoolScore(name, keys[name], verdict))
         trace.sort(key=lambda s: self.by_name[s.pool])
         if chosen is None:
+            if req.single_numa:
+                raise PolicyError(self._no_single_numa(req, size, tiers, trace))
             raise PolicyError(self._nothing_fits(req, size, tiers, trace))
         runner_up = next((v for v in verdicts.values() if v.startswith("lost to ")), "")
         if runner_up:
@@ -862,6 +868,43 @@ class Engine:
     def placement(self, g: Grant) -> Placement:
         return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
 
+    def _not_single_numa(self, pool: Pool, relaxed: bool) -> str | None:
+        """Why a pool cannot hold a single-numa-node container, or None."""
+        if len(pool.cpu_nodes) > 1:
+            return f"single-numa-node: the pool spans NUMA nodes {sorted(pool.cpu_nodes)}"
+        if relaxed:
+            return "single-numa-node: memory does not fit in the pool's NUMA node"
+        return None
+
+    def _no_single_numa(
+        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
+    ) -> str:
+        """The refusal of a single-numa-node container: what one node has, and why."""
+        single = [p for p in self.pools if len(p.cpu_nodes) == 1]
+        parts = []
+        if req.exclusive:
+            parts.append(f"{req.exclusive} exclusive CPUs")
+        if req.shared:
+            parts.append(f"{req.shared}m shared CPU")
+        if size:
+            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
+        wanted = " + ".join(parts) or "a shared CPU"
+        if single:
+            largest = max(len(p.sharable) for p in single)
+            free = max(len(self.free[p.index] - self.partial) for p in single)
+            mem = max(self.book.free(p.nodes_of(tiers)) for p in single)
+            has = (
+                f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
+                f"{format_bytes(max(mem, 0))} of free memory in one node"
+            )
+        else:
+            has = "no pool holds a single NUMA node"
+        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
+        return (
+            f"{_who(req)}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
+            f"not spanning NUMA nodes as asked. ({why})"
+        )
+
     def _nothing_fits(
         self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
     ) -> str:
@@ -1057,6 +1100,7 @@ def _same_amounts(a: Request, b: Request) -> bool:
         and a.memory_tiers == b.memory_tiers
         and a.memory_preserve == b.memory_preserve
         and a.require_isolated == b.require_isolated
+        and a.single_numa == b.single_numa
     )
 
 

@@ -37,6 +37,9 @@ start is annotated), masked to the tiers the machine has memory in; when none re
 falls back to DRAM. A cold start > 0 removes DRAM from the tiers (the engine restores it later);
 when no other tier remains the cold start is dropped, since there is nothing else to start on.
 
+`numa-policy` (`single-numa-node` or `best-effort`, else the `single_numa_node` option) sets
+`single_numa`: the engine then refuses the container rather than span NUMA nodes.
+
 Every annotation is validated; an invalid value raises `PolicyError` naming the container, the
 annotation key, the value and what is accepted.
 """
@@ -372,6 +375,20 @@ def _classify(
     return (CpuKind.MIXED if frac else CpuKind.EXCLUSIVE), cores, frac, False
 
 
+_NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
+
+
+def _single_numa(a: _Annotations, options: Options) -> bool:
+    """Whether the container must stay in one NUMA node: `numa-policy`, else the option."""
+    found = a.find("numa-policy")
+    if found is None:
+        return options.single_numa_node
+    value = _NUMA_POLICIES.get(found.value.strip().lower())
+    if value is None:
+        raise _invalid(a.who, found, "expected single-numa-node or best-effort")
+    return value
+
+
 def _machine_tiers(machine: Machine) -> frozenset[MemoryTier]:
     return frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
 
@@ -417,6 +434,7 @@ def build_request(
             cold_start_ns = 0
 
     hide = a.boolean("hide-hyperthreads")
+    single_numa = _single_numa(a, options)
 
     affinities: list[affinity.Affinity] = []
     for name, anti in (("affinity", False), ("anti-affinity", True)):
@@ -453,6 +471,7 @@ def build_request(
         exclusive=exclusive,
         shared=shared,
         require_isolated=require_isolated,
+        single_numa=single_numa,
         memory_tiers=tiers,
         memory_preserve=memory_preserve,
         hide_hyperthreads=hide is not None and hide[0],

@@ -139,6 +139,7 @@ class Request:
     exclusive: int = 0  # whole CPUs of its own (EXCLUSIVE, MIXED, ISOLATED)
     shared: int = 0  # milli-CPU from the pool's shared CPUs (or the reserved CPUs for RESERVED)
     require_isolated: bool = False  # fail unless all exclusive CPUs are isolated
+    single_numa: bool = False  # fail unless CPUs and memory fit one NUMA node
     memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
     memory_preserve: bool = False  # leave cpuset.mems untouched
     hide_hyperthreads: bool = False  # pin one thread per physical core
