@@ -127,6 +127,13 @@ ANNOTATIONS: tuple[AnnotationSpec, ...] = (
         prefixed=True,
     ),
     AnnotationSpec(
+        "prefer-cpu-priority",
+        "high, normal, low, none or default",
+        "Which cores exclusive CPUs come from first on hybrid machines: high and normal prefer "
+        "performance cores, low efficiency cores, none no preference; default (or no "
+        "annotation): by QoS class, Guaranteed high, Burstable normal, BestEffort low.",
+    ),
+    AnnotationSpec(
         "numa-policy",
         "single-numa-node or best-effort",
         "single-numa-node: CPUs and memory of one NUMA node only; creation fails when no NUMA "

@@ -32,6 +32,8 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   it moves (the reference always reuses the old pool and fails, 14.6);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
   (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
+* on hybrid machines exclusive CPUs come from the core kind of the request's CPU priority first
+  (performance cores for high and normal, efficiency cores for low), packed within that kind;
 * a single-numa-node request (annotation or option) is only placed in pools of one NUMA node
   with memory fitting there, and is refused, saying so, when none can hold it.
 """
@@ -50,6 +52,7 @@ from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
 from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
+    CpuPriority,
     Decision,
     Placement,
     PolicyError,
@@ -607,7 +610,7 @@ class Engine:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
         sliceable = self._sliceable(p, k, req.shared if kind is CpuKind.MIXED else 0, kind)
-        excl = self._pick(p, sliceable, k, keep, fpo, span)
+        excl = self._pick(p, sliceable, k, keep, fpo, span, self._preferred(req))
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
         return _Attempt(p, kind, excl, False, zone, relaxed, note)
@@ -639,6 +642,7 @@ class Engine:
         keep: frozenset[int],
         fpo: bool,
         span: tuple[int, ...] = (),
+        prefer: frozenset[int] = frozenset(),
     ) -> frozenset[int]:
         opts = self.options
         pool = self.pools[p]
@@ -660,11 +664,22 @@ class Engine:
                 if len(nodes) > 1:
                     within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
                     return cpuallocator.take_cpus(
-                        self.machine, sliceable & within, k, full_pcpus_only=fpo
+                        self.machine, sliceable & within, k, full_pcpus_only=fpo, prefer=prefer
                     )
-            return cpuallocator.take_cpus(self.machine, sliceable, k, full_pcpus_only=fpo)
+            return cpuallocator.take_cpus(
+                self.machine, sliceable, k, full_pcpus_only=fpo, prefer=prefer
+            )
         except cpuallocator.AllocationError as e:
             raise _GrantFailed(str(e)) from None
+
+    def _preferred(self, req: Request) -> frozenset[int]:
+        """The CPUs exclusive CPUs come from first: on hybrid machines, the core kind of the
+        request's CPU priority."""
+        if not self.machine.efficiency_cpus or req.cpu_priority is CpuPriority.NONE:
+            return frozenset()
+        if req.cpu_priority is CpuPriority.LOW:
+            return self.machine.efficiency_cpus
+        return self.machine.performance_cpus
 
     def _within_span(
         self, sliceable: frozenset[int], k: int, fpo: bool, span: tuple[int, ...]
