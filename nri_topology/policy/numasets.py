@@ -126,6 +126,9 @@ def grant_nodes(
     if full_cores:
         usable = frozenset(c for c in cpus if machine.cpus[c].threads <= cpus)
     per_node = {n: len(usable & machine.nodes[n].cpus) for n in nodes}
+    one = min((n for n, free in per_node.items() if free >= count), default=None)
+    if one is not None:
+        return (one,)  # best_node_set's answer (self distances are equal), without its pair checks
     return best_node_set(machine, per_node, count)
 
 
