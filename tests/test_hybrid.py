@@ -26,6 +26,7 @@ from nri_topology.topology.render import JSON_SCHEMA, machine_json, machine_text
 from nri_topology.topology.sysfs import read_machine
 from tests import machines, test_request
 from tests.machines import SyntheticSpec, synthetic, write_sysfs
+from tests.test_policy_engine import req
 
 D = "resource-policy.nri.io"
 P_CPUS = frozenset(range(16))  # 8 performance cores x 2 threads: CPU n and n+8 are siblings
@@ -217,3 +218,30 @@ def test_preferred_kind_first(desktop: Machine, steps: list[tuple[int, str]]) ->
         wanted, other = (P_CPUS, E_CPUS) if prio == "high" else (E_CPUS, P_CPUS)
         if got & other:
             assert not (wanted - e.taken), f"{prio}: {cpuset.format(got)}"
+
+
+def test_pools_with_free_preferred_cores_win(tmp_path: Path) -> None:
+    """Node 0 has more free CPUs, all efficiency cores; node 1 fewer, performance ones: a
+    Guaranteed pod goes to node 1 (criterion `cores`, before load)."""
+    m = synthetic(tmp_path, nodes=2, cores=8, threads=2, e_cores=8)
+    p0 = frozenset(c for c in m.nodes[0].cpus if c in m.performance_cpus)
+    p1 = frozenset(c for c in m.nodes[1].cpus if c in m.performance_cpus)
+    e1 = frozenset(c for c in m.nodes[1].cpus if c in m.efficiency_cpus)
+    e = Engine(m, OPTS)
+    held = [("a", p0), ("b", e1), ("c", frozenset(sorted(p1)[:10]))]
+    for cid, cpus in held:
+        e.adopt(
+            req(cid, CpuKind.EXCLUSIVE, exclusive=len(cpus)),
+            e.by_name[f"NUMA node #{m.cpus[min(cpus)].node}"],
+            cpus,
+            False,
+            None,
+            cpus,
+            None,
+        )
+    d = e.place(pod(m, "g", 4))
+    assert d.pool == "NUMA node #1" and d.exclusive <= p1, d.reason
+    verdicts = {s.pool: s.verdict for s in d.trace}
+    assert verdicts["NUMA node #0"] == "lost to NUMA node #1 on cores"
+    low = e.place(pod(m, "l", 4, {f"prefer-cpu-priority.{D}": "low"}))
+    assert low.pool == "NUMA node #0" and low.exclusive <= m.efficiency_cpus

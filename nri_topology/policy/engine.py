@@ -414,6 +414,7 @@ class Engine:
 
         uses_exclusive = req.kind in _EXCLUSIVE_KINDS
         spans = self._spans(req)
+        preferred = self._preferred(req) if uses_exclusive else frozenset()
         candidates: list[
             tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool, tuple[int, ...]]
         ] = []
@@ -434,6 +435,7 @@ class Engine:
             iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
             span = self._span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
+            k = req.exclusive
             if span:
                 n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
             alloc = self.allocatable(p.index)
@@ -451,6 +453,7 @@ class Engine:
                 isolated_short=iso_short,
                 numa_nodes=n_nodes,
                 numa_distance=dist,
+                cores_short=bool(preferred) and len(self.free[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
                 colocated=len(self.users[p.index]),
                 free_shared=alloc,

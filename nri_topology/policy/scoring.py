@@ -22,11 +22,15 @@ this tuple, criterion by criterion:
    from that set only: so the root, whose free CPUs sit on two far nodes, beats a socket whose
    free CPUs need three near ones. Shared, mixed and isolated grants run on the pool's CPUs, so
    for them it is all the pool's nodes.
-7. `depth` - minus the depth: the deeper, tighter pool wins.
-8. `load` - exclusive requests: (0, minus free shared capacity): spread exclusive CPUs to the pool
+7. `cores` - hybrid machines, exclusive requests with a CPU priority: 0 when the pool's free
+   CPUs include enough of the preferred core kind (performance cores for high and normal,
+   efficiency cores for low), else 1. After `numa`: a container rather takes the other kind of
+   core than spans one more NUMA node.
+8. `depth` - minus the depth: the deeper, tighter pool wins.
+9. `load` - exclusive requests: (0, minus free shared capacity): spread exclusive CPUs to the pool
    with most room; shared requests: (shared containers in the pool, minus free shared capacity):
    idle pools before busy ones.
-9. `index` - the pool's pre-order number: same input, same decision.
+10. `index` - the pool's pre-order number: same input, same decision.
 
 Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * pools that cannot fit are filtered out, and a failed grant falls back to the next pool (the
@@ -46,7 +50,18 @@ from typing import NamedTuple
 
 from nri_topology.policy.pools import Pool
 
-CRITERIA = ("affinity", "tiers", "memory", "burst", "isolated", "numa", "depth", "load", "index")
+CRITERIA = (
+    "affinity",
+    "tiers",
+    "memory",
+    "burst",
+    "isolated",
+    "numa",
+    "cores",
+    "depth",
+    "load",
+    "index",
+)
 
 DISTANCE_DECAY = 0.75
 
@@ -63,6 +78,7 @@ class Candidate(NamedTuple):
     isolated_short: bool
     numa_nodes: int
     numa_distance: float
+    cores_short: bool  # too few free CPUs of the preferred core kind (hybrid machines)
     exclusive: bool  # the request takes whole CPUs (spreading) rather than only shared ones
     colocated: int
     free_shared: int  # milli-CPU
@@ -78,6 +94,7 @@ def sort_key(c: Candidate) -> tuple[object, ...]:
         int(c.burst_short),
         int(c.isolated_short),
         (c.numa_nodes, round(c.numa_distance, 9)),
+        int(c.cores_short),
         -c.pool.depth,
         load,
         c.pool.index,
