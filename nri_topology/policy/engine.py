@@ -616,6 +616,10 @@ class Engine:
         excl = self._pick(p, sliceable, k, keep, fpo, span, self._preferred(req))
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
+        nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
+        if len(nodes) > 1 and not note:
+            avg = numasets.average_distance(self.machine, nodes)
+            note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
         return _Attempt(p, kind, excl, False, zone, relaxed, note)
 
     def _sliceable(self, p: int, k: int, shared_part: int, kind: CpuKind) -> frozenset[int]:
