@@ -60,12 +60,20 @@ NO_RESERVE = Options(reserved_resources=CpuAmount(milli=0))
 
 
 def kep_machine(
-    rows: list[list[int]], layout: Sequence[Sequence[Sequence[int]]], per_node: int
+    rows: list[list[int]],
+    layout: Sequence[Sequence[Sequence[int]]],
+    per_node: int,
+    threads: int = 1,
 ) -> Machine:
-    """Node n holds CPUs n*per_node.. (one thread per core); packages and dies as `layout`."""
+    """Node n holds CPUs n*per_node.., `threads` consecutive ids per core; packages and dies
+    as `layout`."""
 
     def cores(nodes: Sequence[int]) -> list[list[int]]:
-        return [[n * per_node + i] for n in nodes for i in range(per_node)]
+        return [
+            [n * per_node + i + t for t in range(threads)]
+            for n in nodes
+            for i in range(0, per_node, threads)
+        ]
 
     doc = {
         "name": "kep3545",
@@ -169,6 +177,18 @@ def test_shared_containers_keep_their_cpus_inside_the_scored_span(layout: str) -
     e.place(req("be", CpuKind.SHARED, shared=0))
     d = e.place(req("pod", CpuKind.EXCLUSIVE, exclusive=14))
     assert span(m, d.exclusive) == {1, 5}
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS8))
+def test_whole_cores_with_full_pcpus_only(layout: str) -> None:
+    """Two threads per core and full_pcpus_only: the span counts whole free cores only."""
+    m = kep_machine(KEP8, LAYOUTS8[layout], 8, threads=2)
+    e = Engine(m, Options(reserved_resources=CpuAmount(milli=0), full_pcpus_only=True))
+    # 2 cores held per node leave 2 free; socket 1 alone would need 3 nodes for 7 cores
+    hold(e, m, [4, 0, 4, 4, 4, 0, 4, 4])
+    d = e.place(req("pod", CpuKind.EXCLUSIVE, exclusive=14))
+    assert span(m, d.exclusive) == {1, 5}
+    assert all(m.cpus[c].threads <= d.exclusive for c in d.exclusive)
 
 
 @settings(max_examples=60, deadline=None)
