@@ -245,3 +245,16 @@ def test_pools_with_free_preferred_cores_win(tmp_path: Path) -> None:
     assert verdicts["NUMA node #0"] == "lost to NUMA node #1 on cores"
     low = e.place(pod(m, "l", 4, {f"prefer-cpu-priority.{D}": "low"}))
     assert low.pool == "NUMA node #0" and low.exclusive <= m.efficiency_cpus
+
+
+def test_cpus_kept_for_shared_containers_are_of_the_other_kind(tmp_path: Path) -> None:
+    """A BestEffort container in NUMA node 0 keeps a CPU there when a pod takes all others from
+    the socket: a performance thread for a low-priority pod, so it gets every efficiency core."""
+    m = synthetic(tmp_path, nodes=2, cores=8, threads=2, e_cores=8)
+    for prio, kept_kind in (("low", m.performance_cpus), ("high", m.efficiency_cpus)):
+        e = Engine(m, OPTS)
+        be = test_request.req(0, QoS.BEST_EFFORT, machine=m, options=OPTS)
+        e.place(dataclasses.replace(be, name="be"), hint=e.by_name["NUMA node #0"])
+        assert e.grants[be.container_id].pool == e.by_name["NUMA node #0"]
+        got = e.place(pod(m, "g", 47, {f"prefer-cpu-priority.{D}": prio})).exclusive
+        assert m.all_cpus - got <= kept_kind, prio

@@ -612,8 +612,12 @@ class Engine:
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
-        sliceable = self._sliceable(p, k, req.shared if kind is CpuKind.MIXED else 0, kind)
-        excl = self._pick(p, sliceable, k, keep, fpo, span, self._preferred(req))
+        prefer = self._preferred(req)
+        keep_first = self.machine.all_cpus - prefer if prefer else frozenset()
+        sliceable = self._sliceable(
+            p, k, req.shared if kind is CpuKind.MIXED else 0, kind, keep_first
+        )
+        excl = self._pick(p, sliceable, k, keep, fpo, span, prefer)
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
         nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
@@ -622,8 +626,17 @@ class Engine:
             note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
         return _Attempt(p, kind, excl, False, zone, relaxed, note)
 
-    def _sliceable(self, p: int, k: int, shared_part: int, kind: CpuKind) -> frozenset[int]:
-        """CPUs of pool p that can become exclusive without starving any shared container."""
+    def _sliceable(
+        self,
+        p: int,
+        k: int,
+        shared_part: int,
+        kind: CpuKind,
+        keep_first: frozenset[int] = frozenset(),
+    ) -> frozenset[int]:
+        """CPUs of pool p that can become exclusive without starving any shared container;
+        the CPUs kept for shared containers come from `keep_first` first (on hybrid machines,
+        the core kind the request does not prefer)."""
         new_user = int(kind is CpuKind.MIXED)
         protected: dict[int, frozenset[int]] = {}
         for x in self._post[p]:
@@ -633,7 +646,9 @@ class Engine:
             if len(self.free[x]) - k < need and len(prot) < need:
                 rest = self.free[x] - prot
                 try:
-                    prot |= cpuallocator.take_cpus(self.machine, rest, need - len(prot))
+                    prot |= cpuallocator.take_cpus(
+                        self.machine, rest, need - len(prot), prefer=keep_first
+                    )
                 except cpuallocator.AllocationError as e:
                     raise _GrantFailed(
                         f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
