@@ -308,7 +308,7 @@ def test_opting_out_needs_no_trust(machine):
     [
         (f"require-isolated-cpu.{DOMAIN}/pod", "unknown", f"require-isolated-cpus.{DOMAIN}/pod"),
         (f"cpu-class.{DOMAIN}", "unsupported", "cpu-class is not supported"),
-        (f"prefer-cpu-priority.{DOMAIN}/container.a", "unsupported", "not supported"),
+        (f"unlimited-burstable.{DOMAIN}/container.a", "unsupported", "not supported"),
         (f"{DOMAIN}/afinity", "unknown", f"{DOMAIN}/affinity"),
         (
             "memory-typ.cri-resource-manager.intel.com",
