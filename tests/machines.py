@@ -1,14 +1,24 @@
-"""Test machines: the real sysfs dumps in ../shared/topologies by short name, and synthetic trees.
+"""Test machines by short name, from committed machine files, plus synthetic sysfs trees.
 
-`load("server")` gives the discovered `Machine` of a shared dump (extracted once per test
-session into a temporary directory that is removed at exit); `roots("server")` gives its sysfs
-and proc roots for tests that read the tree themselves. `write_sysfs(tmp_path,
+`load("server")` gives the `Machine` of a real host from its committed machine description
+(`nri_topology/data/machines/` for the simulator's bundled ones, `tests/data/machines/` for the
+rest), so no test needs the sysfs dumps to run. The descriptions are converted from the dumps
+in ../shared/topologies (see `main` below); `read_dump(name)` reads a dump with the topology
+reader itself and `roots(name)` gives its sysfs and proc roots, for the tests of sysfs parsing
+(they skip with the reason when ../shared is not beside the repository). Dumps are extracted
+once per session into a scratch directory removed at exit. `write_sysfs(tmp_path,
 SyntheticSpec(...))` writes a small, regular sysfs tree for edge cases and benchmarks;
 `synthetic(...)` writes one and reads it back.
+
+Regenerate the committed descriptions after a change to the topology reader or the format:
+
+    .venv/bin/python -m tests.machines            # rewrites tests/data/machines/*.json
+    .venv/bin/python -m tests.machines --check    # exit 1 if any file differs
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import functools
 import os
@@ -21,6 +31,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
+from nri_topology.simulate import bundle, machine_spec
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -32,6 +45,9 @@ sys.modules.setdefault("tests.machines", sys.modules[__name__])
 # shared/ is a sibling of the repository folder (CI clones the repo with shared/ beside it).
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 TOPOLOGIES = SHARED / "topologies"
+NO_DUMPS = "needs the sysfs dumps in ../shared/topologies (not beside this checkout)"
+# Test-only machine descriptions; the simulator's bundled ones live in the package.
+DATA = Path(__file__).resolve().parent / "data" / "machines"
 
 # short name -> (archive in ../shared/topologies, directory inside it holding sys/ and maybe proc/)
 MACHINES: dict[str, tuple[str, str]] = {
@@ -57,9 +73,40 @@ MACHINES: dict[str, tuple[str, str]] = {
     "offline-cpu0": ("hwloc-offline-cpu0-node0.tar.bz2", "offline-cpu0-node0"),
 }
 ALL_MACHINES: tuple[str, ...] = tuple(MACHINES)
+BUNDLED: dict[str, bundle.Source] = {s.name: s for s in bundle.SOURCES}
 
 _extracted: dict[str, Path] = {}
 _workdir: Path | None = None
+
+
+def have_dumps() -> bool:
+    return TOPOLOGIES.is_dir()
+
+
+needs_dumps = pytest.mark.skipif(not have_dumps(), reason=NO_DUMPS)
+
+
+def _archive(name: str) -> Path:
+    """An archive of ../shared/topologies; skips the calling test when it is not there."""
+    archive = TOPOLOGIES / name
+    if not archive.is_file():
+        pytest.skip(f"{NO_DUMPS}: no {name}")
+    return archive
+
+
+def _scratch() -> Path:
+    """The session's extraction directory, on a tmpfs when the host has one.
+
+    A dump is tens of thousands of small files; a memory file system writes and deletes them
+    far faster than a disk, which matters at every test run.
+    """
+    global _workdir
+    if _workdir is None:
+        shm = Path("/dev/shm")
+        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+        _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-", dir=base))
+        atexit.register(_cleanup)
+    return _workdir
 
 
 def _cleanup() -> None:
@@ -68,21 +115,16 @@ def _cleanup() -> None:
 
 
 def extract(archive_name: str) -> Path:
-    """Extract an archive of ../shared/topologies once per session; returns the extraction dir."""
-    global _workdir
-    if archive_name in _extracted:
-        return _extracted[archive_name]
-    archive = TOPOLOGIES / archive_name
-    if not archive.is_file():
-        raise FileNotFoundError(f"no topology archive {archive} (is ../shared beside the repo?)")
-    if _workdir is None:
-        _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-"))
-        atexit.register(_cleanup)
-    dst = _workdir / archive_name.removesuffix(".tar.bz2")
-    with tarfile.open(archive) as tar:
-        tar.extractall(dst, filter="tar")
-    _extracted[archive_name] = dst
-    return dst
+    """Extract a whole archive of ../shared/topologies once per session; the extraction dir."""
+    if archive_name not in _extracted:
+        archive = _archive(archive_name)
+        dst = _scratch() / archive_name.removesuffix(".tar.bz2")
+        made: set[Path] = set()
+        with tarfile.open(archive) as tar:
+            for m in tar:
+                _write_member(tar, m, dst, made)
+        _extracted[archive_name] = dst
+    return _extracted[archive_name]
 
 
 # What discovery reads, so `roots` can skip the bulk of a dump (cpuidle, power, ... are most of
@@ -129,15 +171,12 @@ def _discovery_member(rel: str) -> bool:
 
 def _extract_lean(archive: str) -> Path:
     """Extract, once per session, only what discovery reads of every machine in `archive`."""
-    global _workdir
     if archive not in _lean:
-        if _workdir is None:
-            _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-"))
-            atexit.register(_cleanup)
-        dst = _workdir / ("lean-" + archive.removesuffix(".tar.bz2"))
+        path = _archive(archive)
+        dst = _scratch() / ("lean-" + archive.removesuffix(".tar.bz2"))
         prefixes = tuple(inner + "/" for a, inner in MACHINES.values() if a == archive)
         made: set[Path] = set()
-        with tarfile.open(TOPOLOGIES / archive) as tar:
+        with tarfile.open(path) as tar:
             for m in tar:
                 prefix = next((p for p in prefixes if m.name.startswith(p)), None)
                 if prefix is not None and _discovery_member(m.name[len(prefix) :]):
@@ -166,7 +205,7 @@ def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, dst: Path, made: set
 
 
 def roots(name: str) -> tuple[Path, Path | None]:
-    """(sysfs root, proc root or None) of a shared machine by short name.
+    """(sysfs root, proc root or None) of a shared dump by short name; skips without ../shared.
 
     Only the files topology discovery reads are extracted (once per session and archive); use
     `extract(archive)` for the complete dump.
@@ -178,12 +217,68 @@ def roots(name: str) -> tuple[Path, Path | None]:
 
 
 @functools.cache
-def load(name: str) -> Machine:
-    """The discovered `Machine` of a shared dump by short name (see `MACHINES`), cached."""
+def read_dump(name: str) -> Machine:
+    """A shared dump read by the topology reader itself (skips without ../shared), cached."""
     from nri_topology.topology.sysfs import read_machine
 
     sys_root, proc_root = roots(name)
     return read_machine(sys_root, proc_root=proc_root)
+
+
+def machine_file(name: str) -> Path:
+    """The committed description of a machine by short name."""
+    if name in BUNDLED:
+        return (
+            Path(machine_spec.__file__).resolve().parents[1] / "data" / "machines" / f"{name}.json"
+        )
+    return DATA / f"{name}.json"
+
+
+@functools.cache
+def load(name: str) -> Machine:
+    """The `Machine` of a real host by short name (see `MACHINES`), from its committed file."""
+    path = machine_file(name)
+    return machine_spec.to_machine(machine_spec.load_spec(path), origin=str(path))
+
+
+def describe(name: str, machine: Machine) -> str:
+    """The committed file's text for `machine`, as converted from its dump."""
+    if name in BUNDLED:
+        return bundle.describe(BUNDLED[name], machine)
+    archive, inner = MACHINES[name]
+    doc = machine_spec.from_machine(
+        machine, name=name, description=_summary(machine), source=f"{archive}:{inner}"
+    )
+    return machine_spec.dumps(doc)
+
+
+def _summary(m: Machine) -> str:
+    dies = {(c.package, c.die) for c in m.cpus.values()}
+    return (
+        f"{len(m.packages)} packages, {len(dies)} dies, {len(m.cores)} cores, {len(m.cpus)} CPUs,"
+        f" NUMA nodes {cpuset.format(m.nodes)}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Convert every dump to its committed description (or, with --check, compare)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is not fresh")
+    args = parser.parse_args(argv)
+    if not have_dumps():
+        print(f"error: {NO_DUMPS}", file=sys.stderr)
+        return 2
+    stale = []
+    for name in ALL_MACHINES:
+        path, text = machine_file(name), describe(name, read_dump(name))
+        if path.is_file() and path.read_text() == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        print(("stale: " if args.check else "wrote: ") + str(path))
+    return 1 if args.check and stale else 0
 
 
 # --- synthetic trees -------------------------------------------------------------------------
@@ -347,3 +442,7 @@ def synthetic(tmp_path: Path, spec: SyntheticSpec | None = None, **kwargs: objec
 
     spec = spec or SyntheticSpec(**kwargs)  # type: ignore[arg-type]
     return read_machine(write_sysfs(tmp_path, spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,5 @@
-"""Discovery of every shared sysfs dump, asserted against the machine's known shape."""
+"""Every real machine: its committed description is what the topology reader makes of its sysfs
+dump (the one test per dump that reads sysfs), and it has the machine's known shape."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
-from tests.machines import ALL_MACHINES, load
+from tests.machines import ALL_MACHINES, describe, load, machine_file, read_dump
 
 PMEM, HBM, DRAM = MemoryTier.PMEM, MemoryTier.HBM, MemoryTier.DRAM
 
@@ -69,6 +70,14 @@ SHAPES: dict[str, Shape] = {
     "amd16": Shape(16, 16, 1, tuple(range(8)), 8, tuple(range(8)), tuple(range(8)), l3_groups=8),
     "offline-cpu0": Shape(17, 17, 1, (0, 1), 2, (1,), (1,), l3_groups=2, offline="0-3,21-23"),
 }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ALL_MACHINES)
+def test_committed_description_is_what_the_reader_makes_of_the_dump(name: str) -> None:
+    """Regenerate with `python -m tests.machines` when the reader or the format changes."""
+    dump = read_dump(name)
+    assert load(name) == dump
+    assert describe(name, dump) == machine_file(name).read_text()
 
 
 def test_every_shared_machine_has_a_shape() -> None:
