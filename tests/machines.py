@@ -8,7 +8,8 @@ reader itself and `roots(name)` gives its sysfs and proc roots, for the tests of
 (they skip with the reason when ../shared is not beside the repository). Dumps are extracted
 once per session into a scratch directory removed at exit. `write_sysfs(tmp_path,
 SyntheticSpec(...))` writes a small, regular sysfs tree for edge cases and benchmarks;
-`synthetic(...)` writes one and reads it back.
+`synthetic(...)` writes one and reads it back; `write_machine_sysfs` writes the tree of any
+machine, e.g. a committed one for running the daemon on it.
 
 Regenerate the committed descriptions after a change to the topology reader or the format:
 
@@ -434,6 +435,53 @@ def _write_access(node: Path, initiator: int, bandwidth: int, latency: int | Non
     for kind in ("read", "write"):
         _write(init / f"{kind}_bandwidth", str(bandwidth))
         _write(init / f"{kind}_latency", str(latency or 0))
+
+
+def write_machine_sysfs(tmp_path: Path, machine: Machine) -> Path:
+    """Write the sysfs tree of any `Machine` under `tmp_path/sys`; returns that sysfs root.
+
+    For running the daemon on a committed machine without its dump. Reading it back gives the
+    same machine, except how memory-only nodes' tiers are found (no HMAT or kernel tiers are
+    written, so the reader's heuristic decides) and the original reader's warnings.
+    """
+    root = tmp_path / "sys"
+    cpu_dir = root / "devices/system/cpu"
+    node_dir = root / "devices/system/node"
+    every = machine.all_cpus | machine.offline
+    for c in machine.cpus.values():
+        top = cpu_dir / f"cpu{c.id}" / "topology"
+        for name, value in (
+            ("physical_package_id", c.package),
+            ("die_id", c.die),
+            ("cluster_id", c.cluster),
+            ("core_id", c.core),
+        ):
+            _write(top / name, str(value))
+        _write(top / "core_cpus_list", cpuset.format(c.threads))
+        cache = cpu_dir / f"cpu{c.id}" / "cache"
+        for idx, level, shared in ((2, 2, c.l2), (3, 3, c.l3)):
+            _write(cache / f"index{idx}" / "level", str(level))
+            _write(cache / f"index{idx}" / "type", "Unified")
+            _write(cache / f"index{idx}" / "shared_cpu_list", cpuset.format(shared))
+        _write(cpu_dir / f"cpu{c.id}" / "online", "1")
+    for cpu in machine.offline:
+        _write(cpu_dir / f"cpu{cpu}" / "online", "0")
+    _write(cpu_dir / "online", cpuset.format(machine.all_cpus))
+    _write(cpu_dir / "present", cpuset.format(every))
+    _write(cpu_dir / "possible", cpuset.format(every))
+    _write(cpu_dir / "offline", cpuset.format(machine.offline))
+    _write(cpu_dir / "isolated", cpuset.format(machine.isolated))
+    ids = sorted(machine.nodes)
+    for n in machine.nodes.values():
+        d = node_dir / f"node{n.id}"
+        _write(d / "cpulist", cpuset.format(n.cpus))
+        _write(d / "distance", " ".join(str(n.distances[other]) for other in ids))
+        _write(d / "meminfo", f"Node {n.id} MemTotal:       {n.memory // 1024} kB")
+        for size, count in n.hugepages.items():
+            _write(d / f"hugepages/hugepages-{size}kB/nr_hugepages", str(count))
+    _write(node_dir / "online", cpuset.format(ids))
+    _write(node_dir / "possible", cpuset.format(ids))
+    return root
 
 
 def synthetic(tmp_path: Path, spec: SyntheticSpec | None = None, **kwargs: object) -> Machine:

@@ -4,12 +4,21 @@ dump (the one test per dump that reads sysfs), and it has the machine's known sh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
-from tests.machines import ALL_MACHINES, describe, load, machine_file, read_dump
+from nri_topology.topology.sysfs import read_machine
+from tests.machines import (
+    ALL_MACHINES,
+    describe,
+    load,
+    machine_file,
+    read_dump,
+    write_machine_sysfs,
+)
 
 PMEM, HBM, DRAM = MemoryTier.PMEM, MemoryTier.HBM, MemoryTier.DRAM
 
@@ -200,3 +209,19 @@ def test_cpuid1f_dies() -> None:
     m = load("cpuid1f")
     assert {(c.package, c.die) for c in m.cpus.values() if c.package == 0} == {(0, 0), (0, 1)}
     assert m.cpus[8].die == 1
+
+
+@pytest.mark.parametrize("name", ["server", "amd64-8node", "power9-gpu", "offline-cpu0"])
+def test_a_machine_written_as_sysfs_reads_back_the_same(name: str, tmp_path: Path) -> None:
+    """The tree the benchmarks run the daemon on: isolated, offline, caches, clusters, tiers."""
+    m = load(name)
+    back = read_machine(write_machine_sysfs(tmp_path, m))
+    assert back.cpus == m.cpus
+    assert (back.isolated, back.offline) == (m.isolated, m.offline)
+    for n in m.nodes.values():
+        got = back.nodes[n.id]
+        assert (got.cpus, got.memory, got.distances, got.hugepages) == (
+            n.cpus, n.memory, n.distances, n.hugepages,
+        )  # fmt: skip
+        if n.cpus:
+            assert (got.tier, got.tier_source) == (n.tier, n.tier_source)

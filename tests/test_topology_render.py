@@ -13,7 +13,14 @@ from nri_topology.simulate import machine_spec
 from nri_topology.topology import cpuset
 from nri_topology.topology.render import JSON_SCHEMA, machine_json, machine_text
 from nri_topology.topology.sysfs import ENV_SYSFS, read_machine
-from tests.machines import ALL_MACHINES, MemoryOnlyNode, SyntheticSpec, load, roots, write_sysfs
+from tests.machines import (
+    ALL_MACHINES,
+    MemoryOnlyNode,
+    SyntheticSpec,
+    load,
+    write_machine_sysfs,
+    write_sysfs,
+)
 
 VALIDATOR = jsonschema.Draft202012Validator(JSON_SCHEMA)
 
@@ -88,8 +95,8 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def test_command_tree_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    sys_root, _ = roots("desktop")
+def test_command_tree_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    sys_root = write_machine_sysfs(tmp_path, load("desktop"))
     code, out, err = _run(capsys, "--sysfs", str(sys_root))
     assert (code, err) == (0, "")
     assert out.startswith("machine: 20 CPUs, 10 cores")
