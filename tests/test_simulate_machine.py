@@ -105,6 +105,11 @@ def _with(path: str, value: object) -> dict[str, Any]:
             {"id": 0, "dies": [{"cores": ["0-7"], "clusters": {1: "0-3", 2: "3-7"}}]},
             "clusters: CPU 3 is in 1 and 2",
         ),
+        (
+            "packages.0",
+            {"id": 0, "dies": [{"cores": ["0-7"], "clusters": {1: "0-8"}}]},
+            "dies[id=0].clusters: CPUs 8 are not in this die",
+        ),
         ("caches", {"l3": ["0-3", "4-6"]}, "caches.l3: CPUs 7 must be in exactly one group"),
         ("caches", {"l2": ["0-7", "7"]}, "caches.l2: CPU 7 is in 0 and 1"),
         ("nodes.2.tier_source", "guess", "nodes.2.tier_source"),

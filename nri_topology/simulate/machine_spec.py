@@ -135,6 +135,9 @@ def _build(spec: MachineSpec) -> Machine:
             if len(core_ids) != len(die.cores):
                 raise MachineSpecError(f"{where}.core_ids: need one id per core")
             cluster_of = _group_ids(die.clusters or {}, f"{where}.clusters")
+            if cluster_of.keys() - die_cpus:
+                stray = cpuset.format(cluster_of.keys() - die_cpus)
+                raise MachineSpecError(f"{where}.clusters: CPUs {stray} are not in this die")
             for pos, (core_id, threads) in enumerate(zip(core_ids, die.cores, strict=True)):
                 if not threads:
                     raise MachineSpecError(f"{where}.cores[{pos}]: empty core")
