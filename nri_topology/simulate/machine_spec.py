@@ -3,11 +3,12 @@
 An installed package has no sysfs dumps to read, so the simulator ships machines in this form
 (`nri_topology/data/machines/*.json`) and `bundle.py` generates them from real dumps. The format
 is documented in docs/simulate.md. What it keeps: packages, dies, cores (as thread lists), NUMA
-nodes with CPUs, memory, tier, hugepages and distances, isolated and offline CPUs. What it
-derives unless told: core ids are positions within the die, clusters equal cores, a core's L2 is
-its threads, L3 is its die, a tier came from the node having CPUs (or from the description).
-`from_machine` writes the optional keys only where a machine departs from those rules, so a
-description of a real host loads back as exactly the `Machine` the topology reader gave.
+nodes with CPUs, memory, tier, hugepages and distances, isolated and offline CPUs, and the CPUs
+of efficiency cores on hybrid machines. What it derives unless told: core ids are positions
+within the die, clusters equal cores, a core's L2 is its threads, L3 is its die, a tier came from
+the node having CPUs (or from the description). `from_machine` writes the optional keys only
+where a machine departs from those rules, so a description of a real host loads back as exactly
+the `Machine` the topology reader gave.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from nri_topology.quantity import memory_bytes
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
+from nri_topology.topology.model import CoreKind, Cpu, Machine, MemoryTier, NumaNode
 
 FORMAT_VERSION = 1
 
@@ -100,6 +101,8 @@ class MachineSpec(_Strict):
     source: str = ""  # where the description came from (a dump, or "hand-written")
     isolated: CpuList = frozenset()
     offline: CpuList = frozenset()
+    efficiency: CpuList = frozenset()  # CPUs of efficiency cores (hybrid machines)
+    core_kinds_from: str | None = None  # where the kinds were read; default: this description
     packages: list[PackageSpec] = Field(min_length=1)
     nodes: list[NodeSpec] = Field(min_length=1)
     distances: list[list[int]]  # rows and columns in the order of `nodes`
@@ -158,6 +161,9 @@ def _build(spec: MachineSpec) -> Machine:
                         threads=threads,
                         l2=threads,
                         l3=die_cpus,
+                        kind=(
+                            CoreKind.EFFICIENCY if cpu in spec.efficiency else CoreKind.PERFORMANCE
+                        ),
                     )
     cpus = _with_caches(cpus, spec.caches)
     unknown = set(node_of) - set(cpus)
@@ -166,6 +172,15 @@ def _build(spec: MachineSpec) -> Machine:
     if not spec.isolated <= cpus.keys():
         missing = cpuset.format(spec.isolated - cpus.keys())
         raise MachineSpecError(f"isolated: CPUs {missing} are in no package's cores")
+    if not spec.efficiency <= cpus.keys():
+        missing = cpuset.format(spec.efficiency - cpus.keys())
+        raise MachineSpecError(f"efficiency: CPUs {missing} are in no package's cores")
+    split = [c for c in spec.efficiency if not cpus[c].threads <= spec.efficiency]
+    if split:
+        raise MachineSpecError(
+            f"efficiency: CPU {min(split)} is an efficiency core but its sibling threads "
+            f"{cpuset.format(cpus[min(split)].threads)} are not all listed"
+        )
     if spec.offline & cpus.keys():
         online = cpuset.format(spec.offline & cpus.keys())
         raise MachineSpecError(f"offline: CPUs {online} are listed as online cores")
@@ -196,7 +211,14 @@ def _build(spec: MachineSpec) -> Machine:
         isolated=spec.isolated,
         offline=spec.offline,
         warnings=tuple(spec.warnings),
+        core_kinds_from=spec.core_kinds_from
+        if spec.core_kinds_from is not None
+        else _default_kinds_from(spec.efficiency),
     )
+
+
+def _default_kinds_from(efficiency: frozenset[int]) -> str:
+    return "machine description" if efficiency else ""
 
 
 def _group_ids(groups: Mapping[int, frozenset[int]], where: str) -> dict[int, int]:
@@ -297,6 +319,12 @@ def from_machine(machine: Machine, *, name: str, description: str, source: str) 
         "source": source,
         "isolated": cpuset.format(machine.isolated),
         "offline": cpuset.format(machine.offline),
+    }
+    if machine.efficiency_cpus:  # only on hybrid machines, so other descriptions stay as they were
+        out["efficiency"] = cpuset.format(machine.efficiency_cpus)
+    if machine.core_kinds_from != _default_kinds_from(machine.efficiency_cpus):
+        out["core_kinds_from"] = machine.core_kinds_from
+    out |= {
         "packages": pkg_docs,
         "nodes": node_docs,
         "distances": [[machine.distance(a, b) for b in node_ids] for a in node_ids],
