@@ -524,6 +524,9 @@ def write_machine_sysfs(tmp_path: Path, machine: Machine) -> Path:
     _write(cpu_dir / "possible", cpuset.format(every))
     _write(cpu_dir / "offline", cpuset.format(machine.offline))
     _write(cpu_dir / "isolated", cpuset.format(machine.isolated))
+    if machine.efficiency_cpus:  # hybrid: the kinds as Intel kernels list them
+        _write(root / "devices/cpu_atom/cpus", cpuset.format(machine.efficiency_cpus))
+        _write(root / "devices/cpu_core/cpus", cpuset.format(machine.performance_cpus))
     ids = sorted(machine.nodes)
     for n in machine.nodes.values():
         d = node_dir / f"node{n.id}"

@@ -211,9 +211,9 @@ def test_cpuid1f_dies() -> None:
     assert m.cpus[8].die == 1
 
 
-@pytest.mark.parametrize("name", ["server", "amd64-8node", "power9-gpu", "offline-cpu0"])
+@pytest.mark.parametrize("name", ["server", "2s4n40c", "amd64-8node", "power9-gpu", "offline-cpu0"])
 def test_a_machine_written_as_sysfs_reads_back_the_same(name: str, tmp_path: Path) -> None:
-    """The tree the benchmarks run the daemon on: isolated, offline, caches, clusters, tiers."""
+    """The tree the benchmarks run the daemon on: isolated, offline, hybrid, caches, tiers."""
     m = load(name)
     back = read_machine(write_machine_sysfs(tmp_path, m))
     assert back.cpus == m.cpus
