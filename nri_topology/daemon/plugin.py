@@ -1,6 +1,6 @@
 """The policy-backed NRI plugin: runtime events in, placements out, state kept across restarts.
 
-Rules it keeps (docs/nri-protocol.md §6):
+Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
 * changes to other containers travel in the reply of the event that caused them; changes with no
   event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
