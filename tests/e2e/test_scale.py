@@ -88,6 +88,20 @@ def test_hundred_pods_resynchronized_on_plugin_restart(run: Run) -> None:
     )
     print(f"plugin start to synchronized with {pods * per_pod + 1} containers: {took}")
     assert {c.id: run.cpus(c) for p in [*made, g] for c in p.containers} == before
+    # The runtime restarting: the plugin reconnects and is synchronized with all of them again.
+    run.stop_containerd()
+    run.start_containerd()
+    wait_for(
+        "resynchronized after the runtime restart",
+        lambda: (
+            sum(e.get("event") == "synchronized with the runtime" for e in run.plugin_events())
+            == len(synced) + 1
+        ),
+        60,
+    )
+    last = [e for e in run.plugin_events() if e.get("event") == "synchronized with the runtime"][-1]
+    assert last["containers"] == pods * per_pod + 1 and last["adopted"] == last["containers"]
+    assert {c.id: run.cpus(c) for p in [*made, g] for c in p.containers} == before
     started = time.monotonic()
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(run.remove_pod, made))
