@@ -102,7 +102,7 @@ async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Pat
     assert status == 200
     assert 'nri_topology_nri_requests_total{method="CreateContainer"} 1.0' in body
     (view,) = daemon.plugin.policy.pools()  # type: ignore[union-attr]
-    assert f'nri_topology_pool_cpu_free_millicpu{{pool="node0"}} {view.free_milli:.1f}' in body
+    assert f'nri_topology_pool_cpu_free_cores{{pool="node0"}} {view.free_milli / 1000}' in body
     assert f'nri_topology_pool_containers{{pool="node0"}} {view.containers:.1f}' in body
     assert 'nri_topology_pool_memory_assigned_bytes{pool="node0",tier="dram"} 1.048576e+06' in body
     assert 'container_id="a"' in body and 'kind="exclusive"' in body

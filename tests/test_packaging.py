@@ -24,7 +24,7 @@ import yaml
 
 from nri_topology.cli import build_parser
 from nri_topology.config.load import parse_config
-from nri_topology.config.schema import Config
+from nri_topology.config.schema import DEFAULT_METRICS_PORT, Config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"
@@ -216,7 +216,19 @@ def test_validation_catches_a_misspelt_field() -> None:
 def test_chart_service_is_optional() -> None:
     assert "Service" not in _by_kind(render_chart())
     service = _by_kind(render_chart({"metrics.service": True}))["Service"]
-    assert service["spec"]["ports"][0]["port"] == 8891
+    assert service["spec"]["ports"][0]["port"] == DEFAULT_METRICS_PORT
+
+
+def test_every_install_names_the_default_metrics_port() -> None:
+    for docs in (_static_docs(), render_chart()):
+        container = _pod(docs)["containers"][0]
+        assert container["ports"][0]["containerPort"] == DEFAULT_METRICS_PORT
+        assert f"--metrics-port={DEFAULT_METRICS_PORT}" in container["args"]
+    assert f"EXPOSE {DEFAULT_METRICS_PORT}" in (PACKAGING / "Containerfile").read_text()
+    env = (ROOT / "systemd" / "nri-topology.env").read_text()
+    assert f"--metrics-port {DEFAULT_METRICS_PORT}" in env
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert config["metrics"]["port"] == DEFAULT_METRICS_PORT
 
 
 def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:

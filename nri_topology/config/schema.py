@@ -28,7 +28,9 @@ from nri_topology.topology import cpuset
 from nri_topology.topology.model import MemoryTier
 
 DEFAULT_STATE_PATH = "/var/lib/nri-topology/state.json"
-DEFAULT_METRICS_PORT = 8891
+# Outside the exporter ports the Prometheus project allocates (9100-9999, full, and on from 10000)
+# and not 8891, which NRI reference plugins (nri-plugins) serve their metrics on.
+DEFAULT_METRICS_PORT = 8967
 
 TierName = Literal["dram", "pmem", "hbm", "cxl"]
 

@@ -16,8 +16,9 @@ import structlog
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from nri_topology.config.schema import DEFAULT_METRICS_PORT
+
 DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8891
 _MAX_HEADER = 16 * 1024
 _READ_TIMEOUT = 10.0
 
@@ -32,7 +33,7 @@ class StatusServer:
         registry: CollectorRegistry,
         ready: Callable[[], tuple[bool, str]],
         host: str = DEFAULT_HOST,
-        port: int = DEFAULT_PORT,
+        port: int = DEFAULT_METRICS_PORT,
     ) -> None:
         self._registry = registry
         self._ready = ready

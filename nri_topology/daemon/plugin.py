@@ -131,7 +131,7 @@ class TopologyPlugin(Plugin):
                 checkpoint,
                 self._body,
                 self._lock,
-                self.metrics.errors.labels("checkpoint_write").inc,
+                lambda: self.metrics.error("checkpoint_write"),
                 retry_s=checkpoint_retry_s,
             )
 
@@ -175,7 +175,7 @@ class TopologyPlugin(Plugin):
                     raise
                 # A checkpoint this policy cannot use (from another version, or edited with a
                 # fresh checksum) must not take the plugin down: rebuild from the runtime alone.
-                self.metrics.errors.labels("restore").inc()
+                self.metrics.error("restore")
                 _log.error(
                     "restoring state failed, rebuilding without the checkpoint", error=str(exc)
                 )
@@ -189,7 +189,7 @@ class TopologyPlugin(Plugin):
             self._log_decision(decision, "re-placed")
         failed = dict(report.failed)
         if failed:
-            self.metrics.errors.labels("restore_failed").inc(len(failed))
+            self.metrics.error("restore_failed", len(failed))
             for cid, why in failed.items():
                 _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
         _log.info(
@@ -353,7 +353,7 @@ class TopologyPlugin(Plugin):
             decision = call()
         except PolicyError as exc:
             self._observe(operation, started)
-            self.metrics.errors.labels("policy").inc()
+            self.metrics.error("policy")
             who = f"{pod.namespace}/{pod.name}/{info.name}"
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
@@ -426,7 +426,7 @@ class TopologyPlugin(Plugin):
             try:
                 updates = self.policy.cold_start_done(container_id)
             except PolicyError as exc:
-                self.metrics.errors.labels("cold_start").inc()
+                self.metrics.error("cold_start")
                 _log.error("cold start widening failed", container_id=container_id, error=str(exc))
                 self._commit()
                 return
@@ -448,12 +448,12 @@ class TopologyPlugin(Plugin):
             await self.stub.update_containers(updates)
         except NotConnectedError as exc:
             # Synchronize on reconnect compares the runtime's view with ours and repairs it.
-            self.metrics.errors.labels("update_not_connected").inc()
+            self.metrics.error("update_not_connected")
             _log.warning(
                 "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
             )
         except StubError as exc:
-            self.metrics.errors.labels("update_failed").inc()
+            self.metrics.error("update_failed")
             _log.warning("runtime refused updates", why=why, error=str(exc))
 
     def _log_decision(self, decision: Decision, what: str) -> None:

@@ -186,7 +186,7 @@ class Daemon:
             await self.apply(config)
         except (ConfigError, PolicyError) as exc:
             assert self.plugin is not None
-            self.plugin.metrics.errors.labels("config").inc()
+            self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
 
     async def serve(self) -> int:
