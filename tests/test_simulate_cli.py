@@ -265,6 +265,16 @@ def test_other_bundled_machines(capsys: pytest.CaptureFixture[str], write: Any, 
         assert doc["steps"][2]["updates"][0]["cpus"] == "0-19"
 
 
+@pytest.mark.parametrize("name", ["server", "4-socket", "desktop"])
+def test_each_bundled_machine_runs_its_demo_as_expected(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    code, out, err = _run(capsys, "--machine", name)
+    assert code == 0, out + err
+    assert out.startswith(f"Machine {name}:")
+    assert "went as expected" in out.splitlines()[-1]
+
+
 @pytest.fixture
 def write(tmp_path: Path) -> Any:
     """Write text to a new file in the test's folder and return its path as a string."""
@@ -385,7 +395,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "--list")
     assert code == 0
     assert "bundled machines: 4-socket, desktop, server" in out
-    assert "bundled workloads: default" in out
+    assert "bundled workloads: default, desktop" in out
 
 
 def test_documented_examples_are_valid(capsys: pytest.CaptureFixture[str], write: Any) -> None:

@@ -20,6 +20,7 @@ from typing import IO, Any
 
 import structlog
 
+from nri_topology import __version__
 from nri_topology.config.load import (
     DEFAULT_PATH,
     ConfigError,
@@ -158,6 +159,7 @@ class Daemon:
             self.reloader.mark_current()
         _log.info(
             "starting",
+            version=__version__,
             cpus=len(machine.cpus),
             nodes=len(machine.nodes),
             socket=self.config.nri.socket,
