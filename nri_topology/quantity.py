@@ -90,6 +90,12 @@ def format_milli(milli: int) -> str:
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
 
 
+def format_cores(milli: int) -> str:
+    """Milli-CPU as an exact decimal number of CPUs: 50900 → "50.9", 52000 → "52"."""
+    whole, frac = divmod(milli, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0") if frac else str(whole)
+
+
 def format_bytes(value: int) -> str:
     """Bytes as a short binary quantity for people: 33149947904 → "30.9Gi", 512 → "512"."""
     for suffix, scale in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):

@@ -13,6 +13,7 @@ from nri_topology.quantity import (
     QuantityError,
     cpu_milli,
     format_bytes,
+    format_cores,
     format_milli,
     memory_bytes,
     parse_quantity,
@@ -248,3 +249,10 @@ def test_every_grammatical_quantity_is_accepted(sign, whole, fraction, suffix) -
     text = f"{sign}{whole}.{fraction}{suffix}" if fraction else f"{sign}{whole}{suffix}"
     value = parse_quantity(text)
     assert value == _reference(text)
+
+
+@settings(max_examples=200)
+@given(st.integers(min_value=0, max_value=10**9))
+def test_cores_are_exact(milli: int) -> None:
+    assert cpu_milli(format_cores(milli)) == milli
+    assert "m" not in format_cores(milli)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from nri_topology.policy import scoring
 from nri_topology.policy.views import PoolView
 from nri_topology.simulate.runner import Assignment, Placed, Simulation, StepResult
 from nri_topology.topology import cpuset
@@ -48,7 +49,12 @@ def _placed(p: Placed, explain: bool) -> dict[str, Any]:
     )
     if explain:
         doc["trace"] = [
-            {"pool": s.pool, "key": [_scalar(k) for k in s.key], "verdict": s.verdict}
+            {
+                "pool": s.pool,
+                "key": [_scalar(k) for k in s.key],
+                "criteria": scoring.labelled(s.key),
+                "verdict": s.verdict,
+            }
             for s in p.trace
         ]
     return doc

@@ -14,7 +14,7 @@ from xml.sax.saxutils import escape
 
 from nri_topology.policy.types import CpuKind
 from nri_topology.policy.views import PoolView
-from nri_topology.quantity import format_bytes, format_milli
+from nri_topology.quantity import format_bytes, format_cores
 from nri_topology.simulate.render_text import children, describe_machine
 from nri_topology.simulate.runner import Assignment, Simulation
 from nri_topology.topology import cpuset
@@ -117,7 +117,7 @@ class _Picture:
         )
         self.text(x + PAD, y + 17, pool.name, 13, "bold")
         self.chips(pool, x + PAD + 9 * len(pool.name) + 10, y + 12)
-        cpu = f"CPU free {format_milli(pool.free_milli)} of {format_milli(pool.capacity_milli)}"
+        cpu = f"CPU {format_cores(pool.free_milli)} of {format_cores(pool.capacity_milli)} free"
         self.text(x + PAD, y + 32, cpu, 10, fill="#57606a")
         mems = "  ".join(
             f"{t.upper()} {cpuset.format(m.nodes)}: {format_bytes(m.free)} free"

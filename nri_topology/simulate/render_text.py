@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from nri_topology.policy import scoring
 from nri_topology.policy.views import PoolView
-from nri_topology.quantity import format_bytes, format_milli
+from nri_topology.quantity import format_bytes, format_cores
 from nri_topology.simulate.runner import Assignment, Moved, Simulation, StepResult
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
@@ -86,6 +87,14 @@ def _moved(m: Moved) -> str:
     return f"    updated {m.id}: " + ", ".join(changes or ["cpu shares"])
 
 
+def _key_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def _explain(step: StepResult) -> list[str]:
     out: list[str] = []
     for p in step.placed:
@@ -98,8 +107,14 @@ def _explain(step: StepResult) -> list[str]:
                 f"{cpuset.format(p.cold_start.then_mems)}"
             )
         if p.trace:
-            rows = [[s.pool, s.verdict, " ".join(str(k) for k in s.key)] for s in p.trace]
-            out.extend(_table(["POOL", "VERDICT", "SORT KEY"], rows, "      "))
+            labelled = [scoring.labelled(s.key) for s in p.trace]
+            names = next((list(k) for k in labelled if k), [])
+            rows = [
+                [s.pool, s.verdict, *(_key_value(k[n]) if k else "" for n in names)]
+                for s, k in zip(p.trace, labelled, strict=True)
+            ]
+            headers = ["POOL", "VERDICT", *(n.upper().replace("_", " ") for n in names)]
+            out.extend(_table(headers, rows, "      "))
     return out
 
 
@@ -144,7 +159,7 @@ def _pool_line(p: PoolView) -> str:
     parts = [
         f"cpus {_set(p.cpus)}",
         f"shared {_set(p.shared)}",
-        f"free {format_milli(p.free_milli)}/{format_milli(p.capacity_milli)} CPU",
+        f"CPU {format_cores(p.free_milli)} of {format_cores(p.capacity_milli)} free",
     ]
     if p.isolated:
         parts.append(f"isolated {cpuset.format(p.isolated)}")
