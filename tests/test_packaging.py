@@ -291,6 +291,14 @@ def test_nri_launcher_follows_the_launch_rules() -> None:
     assert "--socket" not in command  # the socket is fd 3 from NRI_PLUGIN_SOCKET
 
 
+def test_logrotate_rotates_the_launchers_log_without_reopening() -> None:
+    launcher = (PACKAGING / "nri" / "90-nri-topology").read_text()
+    log_file = shlex.split(launcher.split("--log-file", 1)[1])[0]
+    rules = (PACKAGING / "nri" / "nri-topology.logrotate").read_text()
+    assert f"{log_file} {{" in rules
+    assert "copytruncate" in rules.split()  # the plugin never reopens its log
+
+
 def test_systemd_unit_and_environment_file() -> None:
     unit = configparser.ConfigParser(strict=False, interpolation=None)
     unit.optionxform = str  # type: ignore[assignment,method-assign]
