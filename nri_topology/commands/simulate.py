@@ -105,7 +105,9 @@ def main(args: argparse.Namespace) -> int:
             sys.stdout.write("\n" + render_text.pool_tree(sim))
     if args.svg is not None:
         try:
-            args.svg.write_text(render_svg.render(sim))
+            name = sim.workload.name or "workload"
+            title = f"nri-topology simulate: {name} on {sim.machine_name}"
+            args.svg.write_text(render_svg.render(sim, title))
         except OSError as exc:
             print(f"nri-topology simulate: cannot write {args.svg}: {exc}", file=sys.stderr)
             return 2

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nri_topology.policy import scoring
+from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
 from nri_topology.quantity import format_bytes, format_cores
-from nri_topology.simulate.runner import Assignment, Moved, Simulation, StepResult
+from nri_topology.simulate.runner import Assignment, Moved, NodeState, Simulation, StepResult
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -106,16 +107,22 @@ def _explain(step: StepResult) -> list[str]:
                 f"      cold start: after {p.cold_start.delay_ns / 1e9:g} s memory widens to "
                 f"{cpuset.format(p.cold_start.then_mems)}"
             )
-        if p.trace:
-            labelled = [scoring.labelled(s.key) for s in p.trace]
-            names = next((list(k) for k in labelled if k), [])
-            rows = [
-                [s.pool, s.verdict, *(_key_value(k[n]) if k else "" for n in names)]
-                for s, k in zip(p.trace, labelled, strict=True)
-            ]
-            headers = ["POOL", "VERDICT", *(n.upper().replace("_", " ") for n in names)]
-            out.extend(_table(headers, rows, "      "))
+        out.extend(trace_table(p.trace, "      "))
     return out
+
+
+def trace_table(trace: Sequence[PoolScore], indent: str) -> list[str]:
+    """A decision's scoring trace: a row per pool, a named column per sort-key criterion."""
+    if not trace:
+        return []
+    labelled = [scoring.labelled(s.key) for s in trace]
+    names = next((list(k) for k in labelled if k), [])
+    rows = [
+        [s.pool, s.verdict, *(_key_value(k[n]) if k else "" for n in names)]
+        for s, k in zip(trace, labelled, strict=True)
+    ]
+    headers = ["POOL", "VERDICT", *(n.upper().replace("_", " ") for n in names)]
+    return _table(headers, rows, indent)
 
 
 def steps_table(sim: Simulation, *, explain: bool = False) -> str:
@@ -175,12 +182,12 @@ def _assignment_line(a: Assignment) -> str:
     return f"* {a.id} [{a.kind.value}] cpus {_set(a.cpus)} mems {_set(a.mems)}{excl}"
 
 
-def pool_tree(sim: Simulation) -> str:
-    """The pool tree with the containers assigned to each pool at the end of the workload."""
+def pool_tree(sim: NodeState, heading: str = "Pools at the end:") -> str:
+    """The pool tree with the containers assigned to each pool (at the end of the workload)."""
     by_pool: dict[str, list[Assignment]] = {}
     for a in sorted(sim.assignments.values(), key=lambda a: a.id):
         by_pool.setdefault(a.pool, []).append(a)
-    lines: list[str] = ["Pools at the end:"]
+    lines: list[str] = [heading]
 
     def walk(pool: PoolView, prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("`-- " if last else "|-- ")
