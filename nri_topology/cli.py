@@ -20,6 +20,8 @@ COMMANDS: dict[str, str] = {
     "topology": "topology",
     "simulate": "simulate",
     "validate-config": "validate_config",
+    "status": "status",
+    "explain": "explain",
 }
 
 

@@ -71,6 +71,15 @@ class PolicyPort(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Explained:
+    """Why a container holds what it holds: the decision that placed it, and when."""
+
+    what: str  # created, resized, re-placed
+    at_ns: int  # wall clock
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Daemon behaviour that is not placement policy."""
 
@@ -122,6 +131,8 @@ class TopologyPlugin(Plugin):
         self._pods: dict[str, PodInfo] = {}
         self._containers: dict[str, ContainerInfo] = {}
         self._timers = _Timers()
+        # The last decision for each placed container, for `nri-topology explain`.
+        self.decisions: dict[str, Explained] = {}
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
@@ -183,6 +194,14 @@ class TopologyPlugin(Plugin):
             self._observe("restore", started)
             self._pods = {p.id: p for p in pod_infos}
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
+            now = self._now_ns()
+            self.decisions = {
+                cid: self.decisions[cid]
+                for cid in self._containers
+                if cid in self.decisions and cid not in report.decisions
+            }
+            for cid, decision in report.decisions.items():
+                self.decisions[cid] = Explained("re-placed", now, decision)
             self._restore_timers(saved.get("cold_starts") or {}, report)
             self._commit()
         for decision in report.decisions.values():
@@ -225,6 +244,7 @@ class TopologyPlugin(Plugin):
                 "create", pod_info, info, lambda: self.policy.create(pod_info, info)
             )
             self._containers[info.id] = info
+            self.decisions[info.id] = Explained("created", self._now_ns(), decision)
             if decision.cold_start is not None:
                 self._timers.pending[info.id] = decision.cold_start.delay_ns
             self._commit()
@@ -261,6 +281,7 @@ class TopologyPlugin(Plugin):
                 lambda: self.policy.resize(pod_info, info, info.resources),
             )
             self._containers[info.id] = info
+            self.decisions[info.id] = Explained("resized", self._now_ns(), decision)
             self._commit()
         self._log_decision(decision, "resized")
         # The runtime takes the last entry for the container being updated as its new resources.
@@ -379,6 +400,7 @@ class TopologyPlugin(Plugin):
             updates = ()
         self._observe("release", started)
         self._containers.pop(container_id, None)
+        self.decisions.pop(container_id, None)
         self._timers.cancel(container_id)
         return updates
 

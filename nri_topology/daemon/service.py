@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -114,6 +116,7 @@ class Daemon:
         self._reload_interval = reload_interval
         self.config = Config()
         self.plugin: TopologyPlugin | None = None
+        self.machine: Machine | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
         self._stop = asyncio.Event()
@@ -144,6 +147,7 @@ class Daemon:
             raise StartupError(f"cannot read the machine topology: {exc}") from None
         for warning in machine.warnings:
             _log.warning("topology", detail=warning)
+        self.machine = machine
         try:
             policy = self._policy_factory(machine, self.config)
         except PolicyError as exc:
@@ -210,8 +214,16 @@ class Daemon:
             return 1
         plugin.stub = stub
         if config.metrics.enabled:
+            from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
+
+            assert self.machine is not None
+            pages = StatusPages(plugin, self.machine, self.node_name())
             self.status = StatusServer(
-                plugin.metrics.registry, plugin.ready, config.metrics.address, config.metrics.port
+                plugin.metrics.registry,
+                plugin.ready,
+                config.metrics.address,
+                config.metrics.port,
+                pages=pages.respond,
             )
             try:
                 await self.status.start()
@@ -252,6 +264,11 @@ class Daemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def node_name(self) -> str:
+        """The Kubernetes node name when the DaemonSet gives it (NODE_NAME), else the host's."""
+        environ = os.environ if self._environ is None else self._environ
+        return environ.get("NODE_NAME") or socket.gethostname()
 
     def _reloader(self) -> Reloader[Config] | None:
         path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well
