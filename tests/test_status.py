@@ -21,6 +21,8 @@ from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
 
+pytestmark = pytest.mark.usefixtures("restore_logging")  # the daemon configures logging
+
 
 def _free_port() -> int:
     with socket.socket() as s:
