@@ -130,6 +130,7 @@ class PolicySection(_Section):
     distribute_across_numa: StrictBool = False
     distribute_min_group: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
     full_pcpus_only: StrictBool = False
+    numa_policy: Literal["best-effort", "single-numa-node"] = "best-effort"
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)]], Field(min_length=1)
     ] = ["dram"]
@@ -252,6 +253,7 @@ class Config(_Section):
             distribute_across_numa=p.distribute_across_numa,
             distribute_min_group=p.distribute_min_group,
             full_pcpus_only=p.full_pcpus_only,
+            single_numa_node=p.numa_policy == "single-numa-node",
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
         )
 

@@ -131,6 +131,7 @@ def machine(m: Machine, name: str) -> dict[str, Any]:
         "cpus": cpuset.format(m.cpus),
         "isolated": cpuset.format(m.isolated),
         "offline": cpuset.format(m.offline),
+        "efficiency": cpuset.format(m.efficiency_cpus),
         "nodes": [
             {
                 "id": n.id,
