@@ -29,8 +29,8 @@ _READ_TIMEOUT = 10.0
 
 _log = structlog.get_logger("nri_topology.health")
 
-# (path, query) -> (status, content type, body), or None for a path it does not serve
-Pages = Callable[[str, Mapping[str, str]], tuple[HTTPStatus, str, bytes] | None]
+# path -> (query -> (status, content type, body)): the pages served to local clients only
+Pages = Mapping[str, Callable[[Mapping[str, str]], tuple[HTTPStatus, str, bytes]]]
 
 
 class StatusServer:
@@ -119,13 +119,11 @@ class StatusServer:
             if ready:
                 return _plain(HTTPStatus.OK, "ready\n", method)
             return _plain(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {why}\n", method)
-        if self._pages is not None and path in ("/status", "/explain"):
+        if self._pages is not None and path in self._pages:
             if not local:
                 return _plain(HTTPStatus.FORBIDDEN, "only from the node itself\n", method)
-            page = self._pages(path, dict(parse_qsl(query)))
-            if page is not None:
-                status, content_type, body = page
-                return status, {"Content-Type": content_type}, body, method
+            status, content_type, body = self._pages[path](dict(parse_qsl(query)))
+            return status, {"Content-Type": content_type}, body, method
         return _plain(HTTPStatus.NOT_FOUND, "not found\n", method)
 
 

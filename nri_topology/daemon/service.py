@@ -223,7 +223,7 @@ class Daemon:
                 plugin.ready,
                 config.metrics.address,
                 config.metrics.port,
-                pages=pages.respond,
+                pages=pages.routes(),
             )
             try:
                 await self.status.start()

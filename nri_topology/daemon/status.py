@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -76,19 +76,18 @@ def live_node(machine: Machine, name: str, plugin: TopologyPlugin) -> LiveNode:
 
 
 class StatusPages:
-    """`/status` and `/explain` for the status endpoint; `respond` returns None for other paths."""
+    """`/status` and `/explain` for the status endpoint (`routes`)."""
 
     def __init__(self, plugin: TopologyPlugin, machine: Machine, node_name: str) -> None:
         self._plugin = plugin
         self._machine = machine
         self._node = node_name
 
-    def respond(self, path: str, query: Mapping[str, str]) -> Page | None:
-        if path == "/status":
-            return self.status(query.get("format", "text"))
-        if path == "/explain":
-            return self.explain(query.get("container", ""), query.get("format", "text"))
-        return None
+    def routes(self) -> dict[str, Callable[[Mapping[str, str]], Page]]:
+        return {
+            "/status": lambda q: self.status(q.get("format", "text")),
+            "/explain": lambda q: self.explain(q.get("container", ""), q.get("format", "text")),
+        }
 
     def status(self, fmt: str) -> Page:
         node = live_node(self._machine, self._node, self._plugin)
