@@ -112,6 +112,8 @@ async def test_series_follow_prometheus_conventions(served) -> None:
         assert s[("nri_topology_errors_total", (("reason", reason),))] == 0
     for result in ("applied", "rejected"):
         assert s[("nri_topology_config_reloads_total", (("result", result),))] == 0
+    assert s[("nri_topology_nri_requests_total", (("method", "StopContainer"),))] == 0
+    assert s[("nri_topology_decision_duration_seconds_count", (("operation", "resize"),))] == 0
     assert not [name for name, _ in s if name.endswith("_created")]
     # No label carries a cpuset or anything else that changes while the series lives.
     labels = {name for _, pairs in s for name, _ in pairs}

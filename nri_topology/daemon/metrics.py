@@ -51,6 +51,19 @@ ERROR_REASONS = (
     "update_not_connected",  # an update was due while no runtime was connected
 )
 RELOAD_RESULTS = ("applied", "rejected")
+# NRI requests the plugin handles, and the policy operations it times: exported at 0 as well.
+REQUEST_METHODS = (
+    "Configure",
+    "Synchronize",
+    "RunPodSandbox",
+    "RemovePodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "UpdateContainer",
+    "StopContainer",
+    "RemoveContainer",
+)
+OPERATIONS = ("create", "resize", "release", "restore", "reconfigure", "cold_start")
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +251,10 @@ class Metrics:
             self.errors.labels(reason)
         for result in RELOAD_RESULTS:
             self.reloads.labels(result)
+        for method in REQUEST_METHODS:
+            self.requests.labels(method)
+        for operation in OPERATIONS:
+            self.decision_latency.labels(operation)
 
     def error(self, reason: str, count: int = 1) -> None:
         """Counts `count` errors of `reason`, one of `ERROR_REASONS`."""
