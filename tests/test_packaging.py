@@ -155,6 +155,22 @@ def test_chart_service_is_optional() -> None:
     assert service["spec"]["ports"][0]["port"] == DEFAULT_METRICS_PORT
 
 
+def test_the_old_port_is_named_only_as_nri_plugins_one() -> None:
+    """8891 was the default until it turned out to be nri-plugins' metrics port too."""
+    old = "88" + "91"
+    places = [ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    for folder in ("nri_topology", "packaging", "systemd", "config", "docs", "benchmarks", ".ci"):
+        places += [p for p in (ROOT / folder).rglob("*") if p.is_file()]
+    stale = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in places
+        if p.suffix not in (".pyc", ".so", ".json") and "__pycache__" not in p.parts
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if old in line and "nri-plugins" not in line and p.name != "CHANGELOG.md"
+    ]
+    assert stale == [], f"port {old} still named as ours"
+
+
 def test_every_install_names_the_default_metrics_port() -> None:
     for docs in (_static_docs(), render_chart()):
         container = _pod(docs)["containers"][0]
