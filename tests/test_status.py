@@ -210,3 +210,43 @@ async def test_pages_are_refused_to_other_hosts(daemon) -> None:
     assert status == 403 and body == b"only from the node itself\n"
     status, _, _, _ = d.status.respond(b"GET /metrics HTTP/1.1\r\n\r\n", local=False)
     assert status == 200
+
+
+async def test_adopted_containers_say_their_trace_is_from_an_earlier_run(tmp_path: Path) -> None:
+    """A plugin that starts with containers already running adopts their cpusets: explain says
+    so rather than showing a trace it does not have."""
+    from nri_topology.daemon.plugin import TopologyPlugin
+    from nri_topology.daemon.status import StatusPages
+    from nri_topology.policy.options import Options
+    from nri_topology.policy.policy import Policy
+    from nri_topology.testing.harness import connected
+
+    machine = machines.synthetic(tmp_path, machines.SyntheticSpec(nodes=2, cores=4, threads=2))
+    db = _pod("db", "")
+    running = _ctr(db, "postgres", cpus=2)
+    running.state = api_pb2.CONTAINER_RUNNING
+    running.linux.resources.cpu.cpus = "4,12"
+    running.linux.resources.cpu.mems = "1"
+    plugin = TopologyPlugin(Policy(machine, Options()))
+    async with connected(plugin, RuntimePeer(pods=[db], containers=[running])):
+        await asyncio.sleep(0)  # the decisions are kept once the reply is out
+        pages = StatusPages(plugin, machine, "node-b")
+        status, _, body = pages.explain("shop/db/postgres", "text")
+        assert status == 200
+        text = body.decode()
+        assert "cpus 4,12" in text
+        assert "\n  adopted " in text and "kept the CPUs it held" in text
+        status, _, body = pages.explain("shop/db/postgres", "json")
+        (entry,) = json.loads(body)["containers"]
+        assert entry["decision"]["what"] == "adopted" and entry["decision"]["trace"] == []
+
+
+async def test_a_resize_is_the_decision_explained(daemon, capsys) -> None:
+    d, port = daemon
+    db = _pod("db", "")
+    bigger = _ctr(db, "postgres", cpus=3)
+    await d.plugin.update_container(db, bigger, bigger.linux.resources)  # type: ignore[union-attr]
+    await asyncio.sleep(0)
+    code, out, _ = await _cli(capsys, "explain", "shop/db/postgres", "--port", str(port))
+    assert code == 0 and "\n  resized " in out
+    assert "exclusive" in out.splitlines()[1]

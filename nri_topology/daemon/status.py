@@ -164,10 +164,7 @@ def _explained_text(a: Assignment, cid: str, e: Explained | None) -> list[str]:
         + (f", exclusive {cpuset.format(a.exclusive)}" if a.exclusive else ""),
     ]
     if e is None:
-        lines.append(
-            "  adopted from the runtime when the plugin (re)started, with the CPUs it already "
-            "held; the decision was made by an earlier run, its trace is not kept"
-        )
+        lines.append("  no decision recorded yet (its reply is still on its way)")
         return lines
     d = e.decision
     lines.append(f"  {e.what} {_when(e.at_ns)}: {d.reason or '(no reason given)'}")
@@ -178,7 +175,13 @@ def _explained_text(a: Assignment, cid: str, e: Explained | None) -> list[str]:
             f"  cold start: after {d.cold_start.delay_ns / 1e9:g} s memory widens to "
             f"{cpuset.format(d.cold_start.then_mems)}"
         )
-    lines.extend(render_text.trace_table(d.trace, "  "))
+    if d.trace:
+        lines.extend(render_text.trace_table(d.trace, "  "))
+    elif e.what == "adopted":
+        lines.append(
+            "  kept the CPUs it held when the plugin (re)started; the scoring trace of the run "
+            "that placed it is not kept"
+        )
     return lines
 
 
