@@ -10,9 +10,9 @@ grammar and rounding up as it does:
     decimal  ::= n | u | m | k | M | G | T | P | E
     exponent ::= ("e" | "E") sign? digits
 
-No spaces. "1E" is 10^18 and "1E3" is 1000, as there. The one deliberate difference: exponents
-beyond ±100 are refused (the API server takes them; no resource is that large, and an exponent of
-a billion would cost this parser a billion-digit number).
+No spaces. "1E" is 10^18 and "1E3" is 1000, as there. Deliberate differences, so that what a
+quantity may cost stays bounded: exponents beyond ±100 and texts longer than 64 characters are
+refused (the API server takes them; no resource is that large).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ _QUANTITY = re.compile(
     r"([+-]?)([0-9]+\.?[0-9]*|\.[0-9]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)"
 )
 QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 1e3, 512Mi or 1G"
+# Far beyond any real amount (the API server keeps 18 significant digits), far below the 4300
+# digits Python's int() refuses: what a quantity may cost stays bounded.
+MAX_QUANTITY_CHARS = 64
 
 
 class QuantityError(ValueError):
@@ -54,6 +57,11 @@ class QuantityError(ValueError):
 @lru_cache(maxsize=1024)
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a Kubernetes quantity ("1500m" → 3/2, "1Ki" → 1024, "1e3" → 1000)."""
+    if isinstance(text, str) and len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityError(
+            f"{text[:MAX_QUANTITY_CHARS]!r}…({len(text)} characters) is longer than "
+            f"{MAX_QUANTITY_CHARS} characters"
+        )
     m = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
     if m is None:
         raise QuantityError(f"{text!r} is not {QUANTITY_HELP}")
