@@ -31,6 +31,7 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
+    ColdStart,
     ContainerInfo,
     Decision,
     PodInfo,
@@ -64,7 +65,7 @@ class PolicyPort(Protocol):
         saved: Mapping[str, Any] | None,
     ) -> RestoreReport: ...
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
-    def reconfigure(self, options: Options) -> tuple[Update, ...]: ...
+    def reconfigure(self, options: Options) -> RestoreReport: ...
     def snapshot(self) -> dict[str, Any]: ...
     def pools(self) -> Iterable[PoolView]: ...
     def assignments(self) -> Mapping[str, Assignment]: ...
@@ -76,6 +77,10 @@ class Settings:
 
     expose_env: bool = True  # give new containers environment variables naming their placement
     env_prefix: str = convert.ENV_PREFIX
+
+
+def _is_ns(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 class _Timers:
@@ -183,10 +188,11 @@ class TopologyPlugin(Plugin):
             self._observe("restore", started)
             self._pods = {p.id: p for p in pod_infos}
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
-            self._restore_timers(saved.get("cold_starts") or {}, report)
+            created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
+            self._restore_timers(saved.get("cold_starts") or {}, report.cold_starts, created)
             self._commit()
-        for decision in report.decisions.values():
-            self._log_decision(decision, "re-placed")
+        for cid, decision in report.decisions.items():  # the re-placed ones only
+            self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
         failed = dict(report.failed)
         if failed:
             self.metrics.errors.labels("restore_failed").inc(len(failed))
@@ -286,10 +292,20 @@ class TopologyPlugin(Plugin):
         """Apply new policy options; raises PolicyError (state unchanged) if they cannot apply."""
         async with self._lock:
             started = time.perf_counter()
-            updates = self.policy.reconfigure(options)
+            report = self.policy.reconfigure(options)
             self._observe("reconfigure", started)
+            timers = self._timers
+            self._restore_timers(timers.to_json(), report.cold_starts, set(timers.pending))
             self._commit()
-        _log.info("policy options applied", **logs.summarize_updates(updates))
+        for cid, decision in report.decisions.items():
+            self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
+        updates = report.updates
+        _log.info(
+            "policy options applied",
+            adopted=len(report.adopted),
+            replaced=len(report.replaced),
+            **logs.summarize_updates(updates),
+        )
         if updates:
             self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
 
@@ -382,26 +398,36 @@ class TopologyPlugin(Plugin):
         self._timers.cancel(container_id)
         return updates
 
-    def _restore_timers(self, saved: Mapping[str, Any], report: RestoreReport) -> None:
-        """Re-arm cold starts of adopted containers; a deadline passed while down fires now."""
+    def _restore_timers(
+        self, saved: Mapping[str, Any], cold_starts: Mapping[str, ColdStart], created: set[str]
+    ) -> None:
+        """Keep the cold-start timers of the containers still in cold start.
+
+        A cold start belongs to the container, so a saved deadline is kept whether the container
+        was adopted or re-placed; one that passed while the plugin was down fires now. A
+        container not started yet (`created`) waits for StartContainer as before. A started one
+        without a saved deadline (no checkpoint, or a crash before it was written) gets the full
+        duration from now: when it started is not known, and widening too early defeats the
+        cold start. Deadlines are wall-clock (they must outlive the process); one further away
+        than the full duration (the clock was set back) is cut to it.
+        """
         for handle in self._timers.handles.values():
             handle.cancel()
-        adopted = set(report.adopted)
         now = self._now_ns()
-        pending = saved.get("pending_ns", {})
-        deadlines = saved.get("deadline_ns", {})
+        pending = saved.get("pending_ns") or {}
+        deadlines = saved.get("deadline_ns") or {}
         self._timers = _Timers()
-        for cid, delay in pending.items():
-            if cid in adopted and isinstance(delay, int):
-                self._timers.pending[cid] = delay
-        for cid, deadline in deadlines.items():
-            if cid in adopted and isinstance(deadline, int):
-                self._timers.deadlines[cid] = deadline
-                self._arm(cid, max(0.0, (deadline - now) / 1e9))
-        for decision in report.decisions.values():  # re-placed ones start their cold start anew
-            if decision.cold_start is not None:
-                self._timers.deadlines[decision.container_id] = now + decision.cold_start.delay_ns
-                self._arm(decision.container_id, decision.cold_start.delay_ns / 1e9)
+        for cid, cold in cold_starts.items():
+            if cid in created:
+                delay = pending.get(cid)
+                self._timers.pending[cid] = delay if _is_ns(delay) else cold.delay_ns
+                continue
+            deadline = deadlines.get(cid)
+            if not _is_ns(deadline):
+                deadline = now + cold.delay_ns
+            deadline = min(deadline, now + cold.delay_ns)
+            self._timers.deadlines[cid] = deadline
+            self._arm(cid, max(0.0, (deadline - now) / 1e9))
 
     def _arm(self, container_id: str, delay_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -456,15 +482,19 @@ class TopologyPlugin(Plugin):
             self.metrics.errors.labels("update_failed").inc()
             _log.warning("runtime refused updates", why=why, error=str(exc))
 
-    def _log_decision(self, decision: Decision, what: str) -> None:
+    def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:
         """Log a decision once the reply carrying it is out: its fields (cpusets of ~70 updated
         containers at 1000 containers) took 0.03-0.1 ms of every reply."""
         info = self._containers.get(decision.container_id)
         pod = self._pods.get(info.pod_id) if info else None
         pod_name = f"{pod.namespace}/{pod.name}" if pod else ""
         name = f"{pod_name}/{info.name}" if info else decision.container_id
-        asyncio.get_running_loop().call_soon(self._emit_decision, decision, what, name, pod_name)
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self._emit_decision, decision, what, name, pod_name, why)
 
     @staticmethod
-    def _emit_decision(decision: Decision, what: str, name: str, pod_name: str) -> None:
-        _log.info(f"container {what}", **logs.decision_fields(decision, name, pod_name))
+    def _emit_decision(decision: Decision, what: str, name: str, pod_name: str, why: str) -> None:
+        fields = logs.decision_fields(decision, name, pod_name)
+        if why:
+            fields["why"] = why
+        _log.info(f"container {what}", **fields)

@@ -2,7 +2,13 @@
 
 Given what the runtime reports (each container's request and current cpuset and memset) and,
 optionally, the policy's saved snapshot, every container is adopted verbatim when its placement
-is consistent with the accounting; only the others are placed anew. Order is deterministic:
+is still valid: its exclusive CPUs are free and usable, its memory nodes usable, its accounting
+fits. Only the others are placed anew. The pool tree may differ from the one the snapshot was
+taken under (a configuration change can collapse or remove pools): a saved pool that is gone,
+or no longer holds the container's CPUs, is replaced by the deepest pool that does, so a
+container moves only when its own CPUs or memory nodes left the usable set.
+
+Order is deterministic:
 
 1. adoptions holding exclusive CPUs, then the other adoptions;
 2. re-placements;
@@ -12,6 +18,10 @@ order. A saved entry wins over what the runtime reports (it says which CPUs are 
 which memory zone was charged); without one, an exclusive container's cpuset is its exclusive
 set and a shared container belongs to the deepest pool that holds its cpuset. Mixed containers
 (exclusive plus shared CPUs) cannot be told apart without a snapshot and are re-placed.
+
+A cold start is the container's, not its placement's: a re-placed container whose cold start was
+over is placed without one, and the report lists every container still in cold start so that the
+daemon keeps (or, without saved state, starts) its timer.
 
 So a restart moves no exclusive CPU as long as the containers and the configuration are the same.
 Updates are returned for every container whose reported pinning differs from the result.
@@ -25,9 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_topology.policy.engine import SNAPSHOT_VERSION, Engine
-from nri_topology.policy.types import CpuKind, PolicyError, QoS, Request
+from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
 
 _QOS_RANK = {QoS.GUARANTEED: 0, QoS.BURSTABLE: 1, QoS.BEST_EFFORT: 2}
 
@@ -80,7 +91,7 @@ def saved_entries(saved: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[st
 def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
     req = f.request
     try:
-        pool = engine.by_name[str(entry["pool"])]
+        name = str(entry["pool"])
         kind = CpuKind(str(entry["kind"]))
         exclusive = cpuset.parse(str(entry["exclusive"]))
         isolated = bool(entry["isolated"])
@@ -92,7 +103,43 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
             raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
         if req.kind is CpuKind.RESERVED:  # it had spilled over to shared CPUs
             f = Found(dataclasses.replace(req, kind=CpuKind.SHARED), f.cpus, f.mems)
+    pool = _pool_now(engine, name, kind, exclusive, f.cpus)
+    _check_nodes(engine, zone)
     return _Plan(f, pool, exclusive, isolated, zone or None)
+
+
+def _pool_now(
+    engine: Engine,
+    name: str,
+    kind: CpuKind,
+    exclusive: frozenset[int],
+    cpus: frozenset[int] | None,
+) -> int:
+    """The pool a saved entry belongs to under the current tree.
+
+    The saved pool when it still exists and holds the exclusive CPUs; otherwise (the tree
+    changed with the configuration) the deepest pool holding the CPUs the container uses.
+    """
+    pool = engine.by_name.get(name)
+    if kind is CpuKind.RESERVED or kind is CpuKind.PRESERVE:
+        return 0 if pool is None else pool
+    if pool is not None and exclusive <= engine.pools[pool].cpus:
+        return pool
+    probes = [exclusive | cpus, exclusive] if cpus else [exclusive]
+    for probe in probes:
+        if probe and (deepest := _deepest_holding(engine, probe)) is not None:
+            return deepest
+    held = exclusive or cpus or frozenset()
+    if held:
+        raise PolicyError(f"CPUs {cpuset.format(held)} are no longer all available")
+    raise PolicyError(f"saved pool {name!r} is gone and the runtime reports no cpuset")
+
+
+def _check_nodes(engine: Engine, zone: frozenset[int] | None) -> None:
+    """Memory nodes outside every pool (no longer available) make a placement invalid."""
+    gone = (zone or frozenset()) - engine.pools[0].nodes
+    if gone:
+        raise PolicyError(f"memory nodes {cpuset.format(gone)} are no longer available")
 
 
 def _deepest_holding(engine: Engine, cpus: frozenset[int]) -> int | None:
@@ -106,6 +153,7 @@ def _deepest_holding(engine: Engine, cpus: frozenset[int]) -> int | None:
 def _from_runtime(engine: Engine, f: Found) -> _Plan:
     req = f.request
     zone = f.mems if f.mems else None
+    _check_nodes(engine, zone)
     if req.kind in (CpuKind.RESERVED, CpuKind.PRESERVE):
         return _Plan(f, 0, frozenset(), False, zone)
     if not f.cpus:
@@ -119,6 +167,16 @@ def _from_runtime(engine: Engine, f: Found) -> _Plan:
         raise PolicyError("exclusive and shared CPUs cannot be told apart without saved state")
     isolated = f.cpus <= engine.isolated
     return _Plan(f, pool, f.cpus, isolated, zone)
+
+
+def _warm(engine: Engine, f: Found, entry: Mapping[str, Any] | None) -> bool:
+    """Whether a container's cold start is known to be over (saved state, else DRAM in use)."""
+    if entry is not None:
+        return not entry.get("cold_start", True)
+    nodes = engine.machine.nodes
+    return bool(f.mems) and any(
+        n in nodes and nodes[n].tier is MemoryTier.DRAM for n in f.mems or ()
+    )
 
 
 def restore(
@@ -160,8 +218,13 @@ def restore(
     replaced: dict[str, str] = {}
     for f in sorted(again, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
+        req = f.request
+        if req.cold_start_ns and _warm(engine, f, entries.get(cid)):
+            # the memory it had once warm: the cold-start tiers with DRAM (as `Engine._tiers`)
+            tiers = req.memory_tiers | {MemoryTier.DRAM}
+            req = dataclasses.replace(req, cold_start_ns=0, memory_tiers=tiers)
         try:
-            engine.place(f.request)
+            engine.place(req)
         except PolicyError as e:
             failed[cid] = f"{reasons[cid]}; re-placing failed: {e}"
             continue
@@ -173,11 +236,14 @@ def restore(
             g.cpus = f.cpus if f.cpus is not None else frozenset()
             g.mems = f.mems if f.mems is not None else frozenset()
     updates = engine.refresh()
-    decisions = {cid: engine.decision_of(cid) for cid in sorted(engine.grants)}
+    cold: dict[str, ColdStart] = {
+        cid: g.cold_start for cid, g in sorted(engine.grants.items()) if g.cold_start is not None
+    }
     return RestoreReport(
         adopted=tuple(adopted),
         replaced=replaced,
         failed=failed,
         updates=updates,
-        decisions=decisions,
+        decisions={cid: engine.decision_of(cid) for cid in sorted(replaced)},
+        cold_starts=cold,
     )
