@@ -52,6 +52,7 @@ class Report:
     updates: list[Update] = field(default_factory=list)
     decisions: dict[str, Decision] = field(default_factory=dict)  # of the re-placed ones
     cold_starts: dict[str, ColdStart] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 class ScriptedPolicy:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import structlog.testing
 
-from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.checkpoint import Checkpoint, encode
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import CpuAmount, Options
@@ -205,3 +205,35 @@ async def test_a_clock_set_back_cannot_stretch_a_cold_start(tmp_path: Path) -> N
         body = Checkpoint(state).load().body
         assert body is not None
         assert body["cold_starts"]["deadline_ns"] == {"c1": T0 - 3600 * S + 100 * S}
+
+
+async def test_forged_checkpoint_with_a_valid_checksum_moves_nothing(tmp_path: Path) -> None:
+    machine, state = server(), tmp_path / "state.json"
+    first = plugin(machine, state)
+    async with connected(first) as (peer, _):
+        for i in range(20):
+            pod, ctr = guaranteed(i, 1) if i % 2 else guaranteed(i, 2)
+            if i % 4 == 1:  # 1500m: one exclusive CPU and a shared part
+                ctr.linux.resources.cpu.quota.value = 150_000
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        await first.flush()
+        pods, ctrs = list(peer.pods.values()), list(peer.containers.values())
+    body = Checkpoint(state).load().body
+    assert body is not None
+    for entry in body["policy"]["containers"].values():
+        entry.update(exclusive="0-111", pool="nowhere")
+    state.write_bytes(encode(body))  # a valid checksum over nonsense
+    second = plugin(machine, state)
+    with structlog.testing.capture_logs() as logs:
+        async with connected(second, RuntimePeer(pods=pods, containers=ctrs)) as (peer, _):
+            assert peer.applied_updates == []
+            assert cpus_of(second) == cpus_of(first)
+    (warning,) = [e for e in logs if e["event"].startswith("checkpoint entries contradict")]
+    assert warning["dropped"] == 20 and warning["log_level"] == "warning"
+    assert counter(second, "checkpoint_implausible") == 20
+
+
+def counter(p: TopologyPlugin, reason: str) -> float:
+    value = p.metrics.registry.get_sample_value("nri_topology_errors_total", {"reason": reason})
+    return value or 0.0

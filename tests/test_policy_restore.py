@@ -122,39 +122,102 @@ def test_restart_without_saved_state_keeps_exclusive_cpus() -> None:
     assert set(report.adopted) == set(policy.assignments())
 
 
-def test_mixed_containers_without_saved_state_are_re_placed_with_a_reason() -> None:
-    policy, rt = populated(10)
+def test_mixed_containers_without_saved_state_keep_their_exclusive_cpus() -> None:
+    """A mixed container's exclusive CPUs are those of its cpuset no other container runs on."""
+    policy, rt = populated(30)
     fresh = Policy(policy_machine(), Options())
     report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
-    mixed = {
-        cid
-        for cid, a in policy.assignments().items()
-        if a.kind in (CpuKind.MIXED, CpuKind.ISOLATED)
-    }
-    assert mixed and set(report.replaced) == mixed
-    assert all("saved state" in why for why in report.replaced.values())
-    assert set(report.decisions) == mixed  # decisions are made for the re-placed ones only
+    mixed = {cid for cid, a in policy.assignments().items() if a.kind is CpuKind.MIXED}
+    assert mixed and mixed <= set(report.adopted)
+    assert report.replaced == {} and report.updates == () and report.decisions == {}
+    assert exclusive_of(fresh) == exclusive_of(policy)
 
 
-def test_inconsistent_state_is_re_placed_deterministically() -> None:
+def test_a_mixed_container_alone_in_its_pool_is_re_placed_with_a_reason() -> None:
+    policy, rt = populated(2)  # c0 exclusive, c1 mixed: no other container shares c1's CPUs
+    assert policy.assignments()["c1"].kind is CpuKind.MIXED
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert set(report.replaced) == {"c1"} and "saved state" in report.replaced["c1"]
+    assert set(report.decisions) == {"c1"}  # decisions are made for the re-placed ones only
+
+
+def test_entries_contradicting_the_runtime_are_dropped() -> None:
     policy, rt = populated(20)
     saved = policy.snapshot()
-    # two containers claim the same exclusive CPUs: the first in restore order keeps them
     ids = sorted(exclusive_of(policy), key=lambda c: int(c[1:]))
     a, b = ids[0], ids[2]
     saved["containers"][b]["exclusive"] = saved["containers"][a]["exclusive"]
     saved["containers"][b]["pool"] = saved["containers"][a]["pool"]
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert set(report.dropped) == {b} and "runtime reports cpuset" in report.dropped[b]
+    assert report.replaced == {} and report.updates == ()
+    assert exclusive_of(fresh) == exclusive_of(policy)
 
-    def run() -> tuple[dict[str, str], dict[str, frozenset[int]]]:
+
+def test_forged_checkpoint_with_a_valid_checksum_moves_nothing() -> None:
+    """Every entry "exclusive 0-111 in pool nowhere" (the checksum says nothing about sense)."""
+    m = load_bundled("server")[1]
+    policy, rt = Policy(m, Options()), Runtime()
+    for i in range(20):
+        qos = ("g", "b", "be", "g")[i % 4]
+        milli = {"g": 2000 if i % 8 == 0 else 1500, "b": 300, "be": 0}[qos]
+        rt.create(policy, *workload(i, qos, milli))
+    saved = policy.snapshot()
+    for entry in saved["containers"].values():
+        entry.update(exclusive="0-111", pool="nowhere")
+    fresh = Policy(m, Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert len(report.dropped) == 20
+    assert all("nowhere" in why for why in report.dropped.values())
+    assert report.replaced == {} and report.updates == ()
+    assert placements(fresh) == placements(policy)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("pool", "NUMA node #9", "does not exist"),
+        ("exclusive", "500-501", "not on this machine"),
+        ("zone", "77", "memory nodes 77"),
+        ("exclusive", "zero", "malformed"),
+    ],
+)
+def test_entries_naming_what_the_machine_lacks_are_dropped(
+    field: str, value: str, problem: str
+) -> None:
+    policy, rt = populated(10, with_mixed=False)
+    saved = policy.snapshot()
+    cid = next(iter(exclusive_of(policy)))
+    saved["containers"][cid][field] = value
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert list(report.dropped) == [cid] and problem in report.dropped[cid]
+    assert report.replaced == {} and exclusive_of(fresh) == exclusive_of(policy)
+
+
+def test_overlapping_runtime_cpusets_are_resolved_deterministically() -> None:
+    policy, rt = populated(20)
+    saved = policy.snapshot()
+    # two containers claim the same exclusive CPUs, and the runtime agrees with both:
+    # neither entry is believed and the first in restore order keeps them
+    ids = sorted(exclusive_of(policy), key=lambda c: int(c[1:]))
+    a, b = ids[0], ids[2]
+    saved["containers"][b]["exclusive"] = saved["containers"][a]["exclusive"]
+    saved["containers"][b]["pool"] = saved["containers"][a]["pool"]
+    rt.pin(b, rt.cpus(a), None)
+
+    def run() -> tuple[dict[str, str], dict[str, str], dict[str, frozenset[int]]]:
         fresh = Policy(policy_machine(), Options())
         report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
-        return dict(report.replaced), exclusive_of(fresh)
+        return dict(report.dropped), dict(report.replaced), exclusive_of(fresh)
 
-    replaced, excl = run()
-    assert set(replaced) == {b}
-    assert "inconsistent" in replaced[b]
+    dropped, replaced, excl = run()
+    assert set(dropped) == {a, b} and "claimed by" in dropped[a]
+    assert set(replaced) == {b} and "inconsistent" in replaced[b]
     assert excl[a] == exclusive_of(policy)[a]
-    assert run() == (replaced, excl)
+    assert run() == (dropped, replaced, excl)
 
 
 def test_bad_saved_state_falls_back_to_runtime_view() -> None:

@@ -44,6 +44,8 @@ from nri_topology.ttrpc.codec import Code, TtrpcError
 
 _log = structlog.get_logger("nri_topology.daemon")
 
+_SHOWN = 10  # per-container details in one warning line, at most
+
 # Containers in these states hold resources; stopped and unknown ones do not.
 _LIVE_STATES = (
     api_pb2.CONTAINER_CREATED,
@@ -193,6 +195,16 @@ class TopologyPlugin(Plugin):
             self._commit()
         for cid, decision in report.decisions.items():  # the re-placed ones only
             self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
+        if report.dropped:
+            # A checkpoint that contradicts the runtime (edited, forged, or from another node)
+            # is not believed for those containers; the runtime's cpusets are.
+            self.metrics.errors.labels("checkpoint_implausible").inc(len(report.dropped))
+            shown = dict(sorted(report.dropped.items())[:_SHOWN])
+            _log.warning(
+                "checkpoint entries contradict the runtime, taking the runtime's view",
+                dropped=len(report.dropped),
+                entries=shown,
+            )
         failed = dict(report.failed)
         if failed:
             self.metrics.errors.labels("restore_failed").inc(len(failed))
@@ -309,8 +321,11 @@ class TopologyPlugin(Plugin):
         if updates:
             self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
 
-    async def shutdown(self) -> None:
-        """Finish the request in flight, disconnect, write the final checkpoint."""
+    async def shutdown(self) -> bool:
+        """Finish the request in flight, disconnect, write the final checkpoint.
+
+        False when the checkpoint on disk is older than the state (its last write failed).
+        """
         async with self._lock:
             if self.stub is not None:
                 await self.stub.stop()
@@ -326,7 +341,15 @@ class TopologyPlugin(Plugin):
         if self._writer is not None:
             self._writer.close()
         self.metrics.registered.set(0)
+        if self.checkpoint is not None and self.checkpoint.failing:
+            _log.error(
+                "shut down, but the final checkpoint write failed: the state file is older "
+                "than the placements; the next start adopts them from the runtime",
+                checkpoint=str(self.checkpoint.path),
+            )
+            return False
         _log.info("shut down", checkpoint=str(self.checkpoint.path) if self.checkpoint else None)
+        return True
 
     async def settle(self) -> None:
         """Wait until the background updates started so far are done."""

@@ -16,12 +16,19 @@ Order is deterministic:
 each in (QoS: Guaranteed, Burstable, BestEffort; larger CPU request first; older first; id)
 order. A saved entry wins over what the runtime reports (it says which CPUs are exclusive and
 which memory zone was charged); without one, an exclusive container's cpuset is its exclusive
-set and a shared container belongs to the deepest pool that holds its cpuset. Mixed containers
-(exclusive plus shared CPUs) cannot be told apart without a snapshot and are re-placed.
+set, a shared container belongs to the deepest pool that holds its cpuset, and a mixed container
+(exclusive plus shared CPUs) holds exclusively the CPUs of its cpuset no other container runs on;
+when their number is not its exclusive request, it is re-placed.
 
 A cold start is the container's, not its placement's: a re-placed container whose cold start was
 over is placed without one, and the report lists every container still in cold start so that the
 daemon keeps (or, without saved state, starts) its timer.
+
+Saved entries are believed only where they agree with the runtime (`implausible`): an entry
+whose exclusive CPUs the container does not run on, that claims CPUs another entry claims too,
+names CPUs, memory nodes or a pool this machine cannot have, is dropped (the report says why)
+and the container is taken as the runtime reports it. So a damaged or forged checkpoint, even
+with a valid checksum, never moves an exclusive container whose cpuset is consistent.
 
 So a restart moves no exclusive CPU as long as the containers and the configuration are the same.
 Updates are returned for every container whose reported pinning differs from the result.
@@ -35,6 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_topology.policy.engine import SNAPSHOT_VERSION, Engine
+from nri_topology.policy.pools import could_exist
 from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
@@ -96,7 +104,7 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
         exclusive = cpuset.parse(str(entry["exclusive"]))
         isolated = bool(entry["isolated"])
         zone = cpuset.parse(str(entry["zone"]))
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError) as e:  # `implausible` drops such entries first
         raise PolicyError(f"saved entry unusable: {e}") from None
     if kind != req.kind:
         if (req.kind, kind) not in _FALLBACKS or isolated:
@@ -106,6 +114,54 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
     pool = _pool_now(engine, name, kind, exclusive, f.cpus)
     _check_nodes(engine, zone)
     return _Plan(f, pool, exclusive, isolated, zone or None)
+
+
+def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
+    """Why one saved entry cannot be believed, or "" when it is plausible on its own."""
+    m = engine.machine
+    try:
+        pool = str(entry["pool"])
+        exclusive = cpuset.parse(str(entry["exclusive"]))
+        zone = cpuset.parse(str(entry["zone"]))
+        CpuKind(str(entry["kind"]))
+    except (KeyError, ValueError) as e:
+        return f"malformed ({type(e).__name__}: {str(e)[:80]})"
+    if not could_exist(m, pool):
+        return f"pool {pool[:80]!r} does not exist on this machine"
+    if outside := exclusive - frozenset(m.cpus):
+        return f"CPUs {cpuset.format(outside)} are not on this machine"
+    if outside := zone - frozenset(m.nodes):
+        return f"memory nodes {cpuset.format(outside)} are not on this machine"
+    if f.cpus and not exclusive <= f.cpus:
+        return (
+            f"exclusive CPUs {cpuset.format(exclusive)} but the runtime reports cpuset "
+            f"{cpuset.format(f.cpus)}"
+        )
+    return ""
+
+
+def implausible(
+    engine: Engine, found: Sequence[Found], entries: Mapping[str, Mapping[str, Any]]
+) -> dict[str, str]:
+    """Saved entries that contradict the runtime or each other, with the reason for each."""
+    dropped: dict[str, str] = {}
+    claims: dict[int, list[str]] = {}
+    for f in found:
+        cid = f.request.container_id
+        entry = entries.get(cid)
+        if entry is None:
+            continue
+        if problem := _entry_problem(engine, f, entry):
+            dropped[cid] = problem
+            continue
+        for c in cpuset.parse(str(entry["exclusive"])):
+            claims.setdefault(c, []).append(cid)
+    for c, holders in sorted(claims.items()):
+        if len(holders) > 1:
+            for cid in holders:
+                others = ", ".join(h for h in holders if h != cid)
+                dropped.setdefault(cid, f"exclusive CPU {c} is claimed by {others} too")
+    return dropped
 
 
 def _pool_now(
@@ -150,7 +206,8 @@ def _deepest_holding(engine: Engine, cpus: frozenset[int]) -> int | None:
     return best
 
 
-def _from_runtime(engine: Engine, f: Found) -> _Plan:
+def _from_runtime(engine: Engine, f: Found, users: Mapping[int, int]) -> _Plan:
+    """A plan from the runtime's view alone; `users` counts the containers pinned to each CPU."""
     req = f.request
     zone = f.mems if f.mems else None
     _check_nodes(engine, zone)
@@ -164,9 +221,24 @@ def _from_runtime(engine: Engine, f: Found) -> _Plan:
     if req.kind is CpuKind.SHARED:
         return _Plan(f, pool, frozenset(), False, zone)
     if req.kind is CpuKind.MIXED or req.shared:
-        raise PolicyError("exclusive and shared CPUs cannot be told apart without saved state")
+        # Its exclusive CPUs are the ones no other container runs on; when their number is not
+        # the request's (it is the only shared user of its pool), they cannot be told apart.
+        own = frozenset(c for c in f.cpus if users.get(c, 0) == 1)
+        if len(own) != req.exclusive:
+            raise PolicyError("exclusive and shared CPUs cannot be told apart without saved state")
+        return _Plan(f, pool, own, own <= engine.isolated, zone)
     isolated = f.cpus <= engine.isolated
     return _Plan(f, pool, f.cpus, isolated, zone)
+
+
+def _pinned_users(found: Sequence[Found]) -> dict[int, int]:
+    """How many containers the runtime pins to each CPU (preserved cpusets are not ours)."""
+    users: dict[int, int] = {}
+    for f in found:
+        if f.cpus and f.request.kind is not CpuKind.PRESERVE:
+            for c in f.cpus:
+                users[c] = users.get(c, 0) + 1
+    return users
 
 
 def _warm(engine: Engine, f: Found, entry: Mapping[str, Any] | None) -> bool:
@@ -184,17 +256,25 @@ def restore(
 ) -> RestoreReport:
     """Adopt or re-place every found container into an empty engine."""
     entries, no_saved = saved_entries(saved)
+    dropped = implausible(engine, found, entries)
+    believed = {cid: e for cid, e in entries.items() if cid not in dropped}
+    users = _pinned_users(found)
     plans: list[_Plan] = []
     again: list[Found] = []
     reasons: dict[str, str] = {}
     for f in sorted(found, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
+        entry = believed.get(cid)
         try:
-            entry = entries.get(cid)
-            plans.append(_from_saved(engine, f, entry) if entry else _from_runtime(engine, f))
+            plans.append(
+                _from_saved(engine, f, entry) if entry else _from_runtime(engine, f, users)
+            )
         except PolicyError as e:
             again.append(f)
-            reasons[cid] = str(e) if entries or not no_saved else f"{no_saved}; {e}"
+            if cid in dropped:
+                reasons[cid] = f"saved entry dropped ({dropped[cid]}); {e}"
+            else:
+                reasons[cid] = str(e) if entries or not no_saved else f"{no_saved}; {e}"
     adopted: list[str] = []
     plans.sort(key=lambda p: not p.exclusive)  # stable: exclusive holders first, order kept
     for plan in plans:
@@ -207,7 +287,7 @@ def restore(
             again.append(f)
             reasons[f.request.container_id] = f"inconsistent: {e}"
             continue
-        entry = entries.get(f.request.container_id)
+        entry = believed.get(f.request.container_id)
         if g.cold_start is not None and (
             (entry is not None and not entry.get("cold_start", True))
             or (f.mems is not None and g.cold_start.then_mems <= f.mems)
@@ -219,7 +299,7 @@ def restore(
     for f in sorted(again, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
         req = f.request
-        if req.cold_start_ns and _warm(engine, f, entries.get(cid)):
+        if req.cold_start_ns and _warm(engine, f, believed.get(cid)):
             # the memory it had once warm: the cold-start tiers with DRAM (as `Engine._tiers`)
             tiers = req.memory_tiers | {MemoryTier.DRAM}
             req = dataclasses.replace(req, cold_start_ns=0, memory_tiers=tiers)
@@ -246,4 +326,5 @@ def restore(
         updates=updates,
         decisions={cid: engine.decision_of(cid) for cid in sorted(replaced)},
         cold_starts=cold,
+        dropped=dropped,
     )

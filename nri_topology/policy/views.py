@@ -69,3 +69,5 @@ class RestoreReport:
     decisions: Mapping[str, Decision] = field(default_factory=dict)  # of the re-placed ones
     # every container still in cold start, adopted or re-placed; the daemon keeps their timers
     cold_starts: Mapping[str, ColdStart] = field(default_factory=dict)
+    # saved entries not believed (they contradict the runtime or each other): id -> why
+    dropped: Mapping[str, str] = field(default_factory=dict)
