@@ -24,6 +24,7 @@ import structlog
 
 from nri_topology.config.load import (
     DEFAULT_PATH,
+    MAX_CONFIG_BYTES,
     ConfigError,
     parse_config,
     read_config,
@@ -293,6 +294,7 @@ class Daemon:
             (ConfigError, PolicyError),
             self.plugin.metrics,
             interval=self._reload_interval,
+            max_bytes=MAX_CONFIG_BYTES,
         )
 
 
