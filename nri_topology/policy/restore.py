@@ -132,7 +132,8 @@ def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
         return f"CPUs {cpuset.format(outside)} are not on this machine"
     if outside := zone - frozenset(m.nodes):
         return f"memory nodes {cpuset.format(outside)} are not on this machine"
-    if f.cpus and not exclusive <= f.cpus:
+    # (hide-hyperthreads pins a container to one thread of each of its cores)
+    if f.cpus and any(not m.cpus[c].threads & f.cpus for c in exclusive - f.cpus):
         return (
             f"exclusive CPUs {cpuset.format(exclusive)} but the runtime reports cpuset "
             f"{cpuset.format(f.cpus)}"
