@@ -400,3 +400,17 @@ def test_re_placed_containers_keep_their_cold_start_state() -> None:
     report = policy.reconfigure(without_node(nodes, node_of("c1")))
     assert "c1" in report.replaced and set(report.cold_starts) == {"c1"}  # still cold
     assert not (policy.assignments()["c1"].mems or frozenset()) & dram
+
+
+def test_hidden_hyperthreads_are_adopted_as_whole_cores_without_saved_state() -> None:
+    m = load_bundled("server")[1]
+    policy, rt = Policy(m, Options()), Runtime()
+    pod, ctr = workload(0, "g", 4000)
+    pod = replace(pod, annotations={"hide-hyperthreads.resource-policy.nri.io/pod": "true"})
+    rt.create(policy, pod, ctr)
+    held = policy.assignments()["c0"]
+    assert held.cpus is not None and len(held.cpus) == 2 and len(held.exclusive) == 4
+    fresh = Policy(m, Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert report.adopted == ("c0",) and report.updates == ()
+    assert fresh.assignments()["c0"].exclusive == held.exclusive

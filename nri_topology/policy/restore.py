@@ -228,8 +228,11 @@ def _from_runtime(engine: Engine, f: Found, users: Mapping[int, int]) -> _Plan:
         if len(own) != req.exclusive:
             raise PolicyError("exclusive and shared CPUs cannot be told apart without saved state")
         return _Plan(f, pool, own, own <= engine.isolated, zone)
-    isolated = f.cpus <= engine.isolated
-    return _Plan(f, pool, f.cpus, isolated, zone)
+    held = f.cpus
+    if req.hide_hyperthreads and len(held) != req.exclusive:
+        # pinned to one thread of each core it holds whole
+        held = frozenset().union(*(engine.machine.cpus[c].threads for c in f.cpus))
+    return _Plan(f, pool, held, held <= engine.isolated, zone)
 
 
 def _pinned_users(found: Sequence[Found]) -> dict[int, int]:
