@@ -237,3 +237,17 @@ async def test_forged_checkpoint_with_a_valid_checksum_moves_nothing(tmp_path: P
 def counter(p: TopologyPlugin, reason: str) -> float:
     value = p.metrics.registry.get_sample_value("nri_topology_errors_total", {"reason": reason})
     return value or 0.0
+
+
+async def test_checkpoint_of_the_wrong_shapes_is_survived(tmp_path: Path) -> None:
+    machine, state = server(), tmp_path / "state.json"
+    pods, ctrs, before = await first_run(machine, state)
+    body = Checkpoint(state).load().body
+    assert body is not None
+    body["cold_starts"] = {"pending_ns": [1, 2], "deadline_ns": "soon"}
+    body["policy"]["containers"]["c0"] = ["not", "an", "entry"]
+    body["policy"]["containers"]["c1"]["exclusive"] = "0-999999999999"
+    state.write_bytes(encode(body))
+    second = plugin(machine, state)
+    async with connected(second, RuntimePeer(pods=pods, containers=ctrs)) as (peer, _):
+        assert peer.applied_updates == [] and cpus_of(second) == before

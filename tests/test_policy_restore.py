@@ -180,9 +180,12 @@ def test_forged_checkpoint_with_a_valid_checksum_moves_nothing() -> None:
     [
         ("pool", "NUMA node #9", "does not exist"),
         ("exclusive", "500-501", "not on this machine"),
-        ("zone", "77", "memory nodes 77"),
+        ("exclusive", "0-999999999999", "beyond the largest id 143"),
+        ("exclusive", "0," * 40_000, "longer than"),
+        ("zone", "77", "memory nodes not on this machine"),
         ("exclusive", "zero", "malformed"),
     ],
+    ids=["pool", "cpus", "huge-range", "long-list", "nodes", "malformed"],
 )
 def test_entries_naming_what_the_machine_lacks_are_dropped(
     field: str, value: str, problem: str

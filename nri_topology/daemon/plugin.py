@@ -85,6 +85,11 @@ def _is_ns(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A checkpoint part that should be a mapping; anything else counts as empty."""
+    return value if isinstance(value, Mapping) else {}
+
+
 class _Timers:
     """Cold-start deadlines (wall clock, so they survive a restart) and their asyncio timers."""
 
@@ -191,7 +196,7 @@ class TopologyPlugin(Plugin):
             self._pods = {p.id: p for p in pod_infos}
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
             created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
-            self._restore_timers(saved.get("cold_starts") or {}, report.cold_starts, created)
+            self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
             self._commit()
         for cid, decision in report.decisions.items():  # the re-placed ones only
             self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
@@ -437,8 +442,8 @@ class TopologyPlugin(Plugin):
         for handle in self._timers.handles.values():
             handle.cancel()
         now = self._now_ns()
-        pending = saved.get("pending_ns") or {}
-        deadlines = saved.get("deadline_ns") or {}
+        pending = _mapping(saved.get("pending_ns"))
+        deadlines = _mapping(saved.get("deadline_ns"))
         self._timers = _Timers()
         for cid, cold in cold_starts.items():
             if cid in created:

@@ -48,6 +48,8 @@ from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import MemoryTier
 
+_MAX_TEXT = 1 << 16  # of a saved CPU or node list: far more than any machine's list takes
+
 _QOS_RANK = {QoS.GUARANTEED: 0, QoS.BURSTABLE: 1, QoS.BEST_EFFORT: 2}
 
 # (requested kind, kind actually granted) pairs the engine produces when it falls back
@@ -120,14 +122,22 @@ def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
     """Why one saved entry cannot be believed, or "" when it is plausible on its own."""
     m = engine.machine
     try:
-        pool = str(entry["pool"])
-        exclusive = cpuset.parse(str(entry["exclusive"]))
-        zone = cpuset.parse(str(entry["zone"]))
+        pool, cpus, nodes = (str(entry[k]) for k in ("pool", "exclusive", "zone"))
         CpuKind(str(entry["kind"]))
     except (KeyError, ValueError) as e:
         return f"malformed ({type(e).__name__}: {str(e)[:80]})"
     if not could_exist(m, pool):
         return f"pool {pool[:80]!r} does not exist on this machine"
+    if max(len(cpus), len(nodes)) > _MAX_TEXT:
+        return f"a CPU or node list longer than {_MAX_TEXT} characters"
+    try:
+        exclusive = cpuset.parse(cpus, max(m.cpus) + 1)
+    except ValueError as e:
+        return f"exclusive CPUs not on this machine or malformed: {e}"
+    try:
+        zone = cpuset.parse(nodes, max(m.nodes) + 1)
+    except ValueError as e:
+        return f"memory nodes not on this machine or malformed: {e}"
     if outside := exclusive - frozenset(m.cpus):
         return f"CPUs {cpuset.format(outside)} are not on this machine"
     if outside := zone - frozenset(m.nodes):
