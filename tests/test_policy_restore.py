@@ -184,16 +184,20 @@ def test_forged_checkpoint_with_a_valid_checksum_moves_nothing() -> None:
         ("exclusive", "0," * 40_000, "longer than"),
         ("zone", "77", "memory nodes not on this machine"),
         ("exclusive", "zero", "malformed"),
+        ("isolated", None, "malformed (KeyError"),
     ],
-    ids=["pool", "cpus", "huge-range", "long-list", "nodes", "malformed"],
+    ids=["pool", "cpus", "huge-range", "long-list", "nodes", "malformed", "missing-key"],
 )
 def test_entries_naming_what_the_machine_lacks_are_dropped(
-    field: str, value: str, problem: str
+    field: str, value: str | None, problem: str
 ) -> None:
     policy, rt = populated(10, with_mixed=False)
     saved = policy.snapshot()
     cid = next(iter(exclusive_of(policy)))
-    saved["containers"][cid][field] = value
+    if value is None:
+        del saved["containers"][cid][field]
+    else:
+        saved["containers"][cid][field] = value
     fresh = Policy(policy_machine(), Options())
     report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
     assert list(report.dropped) == [cid] and problem in report.dropped[cid]

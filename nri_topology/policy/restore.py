@@ -122,8 +122,10 @@ def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
     """Why one saved entry cannot be believed, or "" when it is plausible on its own."""
     m = engine.machine
     try:
-        pool, cpus, nodes = (str(entry[k]) for k in ("pool", "exclusive", "zone"))
-        CpuKind(str(entry["kind"]))
+        pool, cpus, nodes, kind, _ = (
+            str(entry[k]) for k in ("pool", "exclusive", "zone", "kind", "isolated")
+        )
+        CpuKind(kind)
     except (KeyError, ValueError) as e:
         return f"malformed ({type(e).__name__}: {str(e)[:80]})"
     if not could_exist(m, pool):
