@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import nri_topology
 from nri_topology.config.load import ConfigError
 from nri_topology.config.schema import Config
 from nri_topology.daemon.checkpoint import Checkpoint
@@ -58,7 +60,7 @@ def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> D
     daemon = Daemon(
         path,
         overrides,
-        log_stream=io.StringIO(),
+        log_stream=kw.pop("log_stream", io.StringIO()),  # type: ignore[arg-type]
         policy_factory=factory,
         environ={},
         reload_interval=0.02,
@@ -75,6 +77,14 @@ async def _http(port: int, path: str) -> tuple[int, str]:
     writer.close()
     head, _, body = data.decode().partition("\r\n\r\n")
     return int(head.split()[1]), body
+
+
+def test_start_up_log_names_the_version(tmp_path: Path, short_dir: Path) -> None:
+    stream = io.StringIO()
+    make_daemon(tmp_path, short_dir / "nri.sock", log_stream=stream)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (starting,) = [line for line in lines if line["event"] == "starting"]
+    assert starting["version"] == nri_topology.__version__
 
 
 @pytest.fixture
@@ -102,7 +112,7 @@ async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Pat
     assert status == 200
     assert 'nri_topology_nri_requests_total{method="CreateContainer"} 1.0' in body
     (view,) = daemon.plugin.policy.pools()  # type: ignore[union-attr]
-    assert f'nri_topology_pool_cpu_free_millicpu{{pool="node0"}} {view.free_milli:.1f}' in body
+    assert f'nri_topology_pool_cpu_free_cores{{pool="node0"}} {view.free_milli / 1000}' in body
     assert f'nri_topology_pool_containers{{pool="node0"}} {view.containers:.1f}' in body
     assert 'nri_topology_pool_memory_assigned_bytes{pool="node0",tier="dram"} 1.048576e+06' in body
     assert 'container_id="a"' in body and 'kind="exclusive"' in body
@@ -231,3 +241,57 @@ def test_invalid_command_line_option_stops_start_up(tmp_path) -> None:
     )
     with pytest.raises(StartupError, match="invalid command-line option"):
         daemon.setup()
+
+
+async def test_one_instance_per_state_file(tmp_path: Path, short_dir: Path) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    first = make_daemon(tmp_path, sock)
+    with pytest.raises(StartupError, match=rf"pid {os.getpid()} holds .*state\.json\.lock"):
+        make_daemon(tmp_path, sock)
+    task = asyncio.get_running_loop().create_task(first.serve())
+    await peer.wait_plugin()
+    first.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.close()
+    make_daemon(tmp_path, sock).close()  # the lock went with the first daemon
+
+
+async def test_failed_final_checkpoint_exits_non_zero(tmp_path: Path, short_dir: Path) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    daemon = make_daemon(tmp_path, sock)
+    (tmp_path / "state" / "state.json").mkdir()  # every write fails: it cannot be replaced
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    await peer.create_container(pod(), ctr("a"))
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(task, 5) == 1
+    await peer.close()
+
+
+async def test_hostile_config_files_are_refused_and_the_old_one_kept(running, tmp_path):
+    daemon, peer = running
+    policy = daemon.plugin.policy  # type: ignore[union-attr]
+    registry = daemon.plugin.metrics.registry  # type: ignore[union-attr]
+
+    def refusals() -> float:
+        return registry.get_sample_value("nri_topology_errors_total", {"reason": "config"}) or 0
+
+    hostile = [
+        "policy: " + "[" * 30_000 + "]" * 30_000,
+        "policy:\n  reserved_namespaces: [" + "9" * 5000 + "]\n",
+        "a: &a [1]\nb: [*a, *a]\n",
+        "# " + "x" * (2 << 20) + "\n",
+    ]
+    for text in hostile:
+        before = refusals()
+        (tmp_path / "config.yaml").write_text(text)
+        async with asyncio.timeout(5):
+            while refusals() == before:
+                await asyncio.sleep(0.01)
+        assert not policy.options.colocate_pods and daemon.config.policy.colocate_pods is False
+    reply = await peer.create_container(pod(), ctr("a"))  # still serving
+    assert reply.adjust.linux.resources.cpu.cpus == "0"

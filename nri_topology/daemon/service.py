@@ -1,17 +1,21 @@
 """The daemon assembled: configuration, topology, policy, plugin, NRI stub, status endpoint,
 reload and signals, for `nri-topology run`.
 
-Start-up problems (bad configuration, unreadable sysfs, a policy that cannot be built for this
-machine) end the process with a clear message before it connects: a plugin that registers and then
-refuses every container would be worse. After start-up nothing ends it but SIGTERM/SIGINT or, for
-a plugin the runtime launched, the runtime closing its socket.
+Start-up problems (bad configuration, another instance holding the state file, unreadable sysfs,
+a policy that cannot be built for this machine) end the process with a clear message before it
+connects: a plugin that registers and then refuses every container would be worse. After start-up
+nothing ends it but SIGTERM/SIGINT or, for a plugin the runtime launched, the runtime closing its
+socket. A final checkpoint that cannot be written makes the exit status non-zero: the state on
+disk is older than the placements, and whoever restarts the plugin should know.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +24,10 @@ from typing import IO, Any
 
 import structlog
 
+from nri_topology import __version__
 from nri_topology.config.load import (
     DEFAULT_PATH,
+    MAX_CONFIG_BYTES,
     ConfigError,
     parse_config,
     read_config,
@@ -31,6 +37,7 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
+from nri_topology.daemon.lock import InstanceLock, LockedError
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.daemon.verify import cgroup_root
@@ -119,8 +126,10 @@ class Daemon:
         self._reload_interval = reload_interval
         self.config = Config()
         self.plugin: TopologyPlugin | None = None
+        self.machine: Machine | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
+        self.lock: InstanceLock | None = None
         self._stop = asyncio.Event()
 
     def setup(self) -> None:
@@ -138,6 +147,25 @@ class Daemon:
         )
         for note in loaded.notes:
             _log.info(note)
+        self.lock = InstanceLock(Path(self.config.state.path))
+        try:
+            self.lock.acquire()
+        except LockedError as exc:
+            raise StartupError(str(exc)) from None
+        except OSError as exc:
+            raise StartupError(f"cannot lock {self.lock.path}: {exc.strerror or exc}") from None
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the state file to the next instance (`serve` does it when it returns)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _build(self) -> None:
         topology = self.config.topology
         try:
             machine = read_machine(
@@ -149,6 +177,7 @@ class Daemon:
             raise StartupError(f"cannot read the machine topology: {exc}") from None
         for warning in machine.warnings:
             _log.warning("topology", detail=warning)
+        self.machine = machine
         try:
             policy = self._policy_factory(machine, self.config)
         except PolicyError as exc:
@@ -164,6 +193,7 @@ class Daemon:
             self.reloader.mark_current()
         _log.info(
             "starting",
+            version=__version__,
             cpus=len(machine.cpus),
             nodes=len(machine.nodes),
             socket=self.config.nri.socket,
@@ -192,11 +222,17 @@ class Daemon:
             await self.apply(config)
         except (ConfigError, PolicyError) as exc:
             assert self.plugin is not None
-            self.plugin.metrics.errors.labels("config").inc()
+            self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
 
     async def serve(self) -> int:
-        """Connect and serve until stopped; 0 on a clean stop."""
+        """Connect and serve until stopped; 0 on a clean stop. Releases the state file's lock."""
+        try:
+            return await self._serve()
+        finally:
+            self.close()
+
+    async def _serve(self) -> int:
         assert self.plugin is not None
         plugin, config = self.plugin, self.config
         loop = asyncio.get_running_loop()
@@ -214,8 +250,16 @@ class Daemon:
             return 1
         plugin.stub = stub
         if config.metrics.enabled:
+            from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
+
+            assert self.machine is not None
+            pages = StatusPages(plugin, self.machine, self.node_name())
             self.status = StatusServer(
-                plugin.metrics.registry, plugin.ready, config.metrics.address, config.metrics.port
+                plugin.metrics.registry,
+                plugin.ready,
+                config.metrics.address,
+                config.metrics.port,
+                pages=pages.routes(),
             )
             try:
                 await self.status.start()
@@ -240,7 +284,8 @@ class Daemon:
             else:
                 _log.info("stopping", reason="signal" if stopper.done() else "runtime closed")
         finally:
-            await plugin.shutdown()
+            if not await plugin.shutdown():
+                status = status or 1
             stopper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(runner, 5)
@@ -257,6 +302,11 @@ class Daemon:
     def stop(self) -> None:
         self._stop.set()
 
+    def node_name(self) -> str:
+        """The Kubernetes node name when the DaemonSet gives it (NODE_NAME), else the host's."""
+        environ = os.environ if self._environ is None else self._environ
+        return environ.get("NODE_NAME") or socket.gethostname()
+
     def _reloader(self) -> Reloader[Config] | None:
         path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well
         if not path.exists():
@@ -269,6 +319,7 @@ class Daemon:
             (ConfigError, PolicyError),
             self.plugin.metrics,
             interval=self._reload_interval,
+            max_bytes=MAX_CONFIG_BYTES,
         )
 
 

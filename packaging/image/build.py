@@ -56,10 +56,12 @@ DROP = ("usr/share/doc/", "usr/share/man/", "usr/share/lintian/", "usr/share/loc
 
 
 def version() -> str:
-    for line in (REPO / "pyproject.toml").read_text().splitlines():
-        if line.startswith("version = "):
+    """The package version, from the one place it is written."""
+    text = (REPO / "nri_topology" / "__init__.py").read_text()
+    for line in text.splitlines():
+        if line.startswith("__version__ = "):
             return line.split('"')[1]
-    raise SystemExit("no version in pyproject.toml")
+    raise SystemExit("no __version__ in nri_topology/__init__.py")
 
 
 def source_date_epoch() -> int:
