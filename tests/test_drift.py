@@ -93,10 +93,13 @@ class Runtime:
         self.sent: list[tuple[str, str, str, str]] = []
         self.drifts: list[str] = []
         self.after_first_read: dict[str, Placement] | None = None
+        self.before_second_read = lambda: None
         self.reads = 0
 
     async def expected(self, ids):
         self.reads += 1
+        if self.reads == 2:
+            self.before_second_read()
         out = {c: p for c, p in self.placements.items() if ids is None or c in ids}
         if self.reads == 1 and self.after_first_read is not None:
             self.placements = self.after_first_read
@@ -110,7 +113,7 @@ class Runtime:
 
 
 def verifier(tmp_path: Path, runtime: Runtime) -> Verifier:
-    v = Verifier(tmp_path, runtime.expected, runtime.send, runtime.drifts.append)
+    v = Verifier(tmp_path, runtime.expected, runtime.send, runtime.drifts.append, confirm_s=0)
     _cgroup(tmp_path, "pods/a", "0-1", "0")
     _cgroup(tmp_path, "pods/b", "1", "0")
     v.reset({"a": "/pods/a", "b": "/pods/b", "c": "/pods/c"})
@@ -128,6 +131,14 @@ async def test_drift_repaired_with_the_placement(tmp_path: Path) -> None:
 async def test_placement_changed_while_reading_is_not_repaired(tmp_path: Path) -> None:
     runtime = Runtime({"a": Placement(F({0}), F({0}))})
     runtime.after_first_read = {"a": Placement(F({0, 1}), F({0}))}
+    assert await verifier(tmp_path, runtime).check(["a"], "post_start") == []
+    assert runtime.sent == [] and runtime.drifts == []
+
+
+async def test_drift_that_lands_meanwhile_is_not_repaired(tmp_path: Path) -> None:
+    """The runtime applies a reply's updates after the reply: the check waits and re-reads."""
+    runtime = Runtime({"a": Placement(F({0}), F({0}))})
+    runtime.before_second_read = lambda: (tmp_path / "pods/a/cpuset.cpus").write_text("0\n")
     assert await verifier(tmp_path, runtime).check(["a"], "post_start") == []
     assert runtime.sent == [] and runtime.drifts == []
 

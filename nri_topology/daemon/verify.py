@@ -4,8 +4,9 @@ After a container starts (an update that reached it between creation and start m
 its spec) and every `interval_s` seconds, each checked container's cpuset.cpus and cpuset.mems
 are read (read-only) from the cgroup the runtime reports for it. A difference from the plugin's
 current placement is logged, counted and repaired by sending that placement with
-UpdateContainers. A placement that changed while the files were read is not "repaired": the
-runtime is applying the new one already.
+UpdateContainers. A difference is confirmed after a short delay first: the runtime applies the
+updates carried by a reply only after the reply, so a placement that just changed, or one that
+changed while the files were read, is on its way already and is not "repaired".
 """
 
 from __future__ import annotations
@@ -62,9 +63,11 @@ class Verifier:
         send: Send,
         on_drift: Callable[[str], None],
         interval_s: float = 60.0,
+        confirm_s: float = 0.2,
     ) -> None:
         self.root = root
         self.interval_s = interval_s
+        self.confirm_s = confirm_s
         self._expected = expected
         self._send = send
         self._on_drift = on_drift
@@ -96,9 +99,15 @@ class Verifier:
                 drifts.append(drift)
         if not drifts:
             return []
-        # Placements that changed meanwhile are on their way through the runtime already.
+        # The runtime applies the updates of a reply after the reply: give a change made just
+        # now time to land, then keep only what still differs from an unchanged placement.
+        await asyncio.sleep(self.confirm_s)
         now = await self._expected([d.container_id for d in drifts])
-        drifts = [d for d in drifts if now.get(d.container_id) == wanted[d.container_id]]
+        drifts = [
+            d
+            for d in drifts
+            if now.get(d.container_id) == wanted[d.container_id] and self._still(d, wanted)
+        ]
         updates = []
         for d in drifts:
             self._on_drift(why)
@@ -117,6 +126,14 @@ class Verifier:
         if updates:
             await self._send(updates, f"drift_{why}")
         return drifts
+
+    def _still(self, drift: Drift, wanted: Mapping[str, Placement]) -> bool:
+        path = self._paths.get(drift.container_id)
+        applied = read_applied(self.root, path) if path else None
+        placement = wanted[drift.container_id]
+        return applied is not None and (
+            compare(drift.container_id, placement.cpus, placement.mems, applied) is not None
+        )
 
     def start(self) -> None:
         """Start the periodic check (once; interval 0 turns it off)."""

@@ -6,6 +6,8 @@ network); every check reads the container's own cgroup.
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -103,6 +105,13 @@ def test_drift_is_repaired_by_the_periodic_check(run: Run, two_cpus: set[int]) -
     run.start_plugin()
     be = run.run_pod("be", "besteffort")
     assert cpus_of(run, be) == two_cpus
+    # The runtime relays PostStartContainer after the CRI call returned: let its check pass first.
+    wait_for(
+        "post-start check done",
+        lambda: run.metric("nri_topology_nri_requests_total", method="PostStartContainer") == 1,
+        10,
+    )
+    time.sleep(0.2)
     cgroup = cgroup_dir(run.pid(be.containers[0].id))
     (cgroup / "cpuset.cpus").write_text(str(min(two_cpus)))
     assert cpus_of(run, be) == {min(two_cpus)}
