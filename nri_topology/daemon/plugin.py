@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -34,16 +34,16 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
 from nri_topology.policy.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     AnnotationError,
     ContainerInfo,
     Decision,
     PodInfo,
     PolicyError,
-    Resources,
     Update,
 )
-from nri_topology.policy.views import Assignment, PoolView, RestoreReport
+from nri_topology.policy.views import RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
 
 _log = structlog.get_logger("nri_topology.daemon")
@@ -55,25 +55,6 @@ _LIVE_STATES = (
     api_pb2.CONTAINER_RUNNING,
     api_pb2.CONTAINER_PAUSED,
 )
-
-
-class PolicyPort(Protocol):
-    """The policy facade as the daemon uses it."""
-
-    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
-    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
-    def release(self, container_id: str) -> tuple[Update, ...]: ...
-    def restore(
-        self,
-        pods: Sequence[PodInfo],
-        containers: Sequence[ContainerInfo],
-        saved: Mapping[str, Any] | None,
-    ) -> RestoreReport: ...
-    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
-    def reconfigure(self, options: Options) -> tuple[Update, ...]: ...
-    def snapshot(self) -> dict[str, Any]: ...
-    def pools(self) -> Iterable[PoolView]: ...
-    def assignments(self) -> Mapping[str, Assignment]: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,9 +34,10 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
-from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
+from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import TopologyError, read_machine

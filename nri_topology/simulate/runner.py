@@ -11,16 +11,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     ColdStart,
-    ContainerInfo,
     CpuKind,
-    Decision,
-    PodInfo,
     PolicyError,
     PoolScore,
     QoS,
-    Resources,
     Update,
 )
 from nri_topology.policy.views import PoolView
@@ -34,18 +31,6 @@ from nri_topology.simulate.workload import (
     resized,
 )
 from nri_topology.topology.model import Machine, MemoryTier
-
-
-class Engine(Protocol):
-    """The part of the policy facade the simulator drives."""
-
-    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
-
-    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
-
-    def release(self, container_id: str) -> tuple[Update, ...]: ...
-
-    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
 
 
 class NodeState(Protocol):
@@ -153,10 +138,10 @@ def _failure(cid: str, exc: Exception) -> Failure:
 
 
 class Runner:
-    """Feeds workload steps to an engine and keeps the node's picture up to date."""
+    """Feeds workload steps to a policy and keeps the node's picture up to date."""
 
-    def __init__(self, engine: Engine, machine: Machine) -> None:
-        self._engine = engine
+    def __init__(self, policy: PolicyPort, machine: Machine) -> None:
+        self._policy = policy
         self._capacity = sum(n.memory for n in machine.nodes.values())
         self._running: dict[str, RunningContainer] = {}
         self._cold: dict[str, int] = {}  # container id -> when its cold start ends (ns)
@@ -199,9 +184,9 @@ class Runner:
         for rc, old in items:
             try:
                 if old is None:
-                    decision = self._engine.create(rc.pod, rc.info)
+                    decision = self._policy.create(rc.pod, rc.info)
                 else:
-                    decision = self._engine.resize(rc.pod, old.info, rc.info.resources)
+                    decision = self._policy.resize(rc.pod, old.info, rc.info.resources)
             except Exception as exc:  # recorded; the simulation goes on with the next one
                 errors.append(_failure(rc.info.id, exc))
                 continue
@@ -246,7 +231,7 @@ class Runner:
         errors: list[Failure] = []
         for cid in ids:
             try:
-                updates = self._engine.release(cid)
+                updates = self._policy.release(cid)
             except Exception as exc:
                 errors.append(_failure(cid, exc))
                 continue
@@ -269,7 +254,7 @@ class Runner:
         for _, cid in due:
             del self._cold[cid]
             try:
-                updates = self._engine.cold_start_done(cid)
+                updates = self._policy.cold_start_done(cid)
             except Exception as exc:
                 errors.append(_failure(cid, exc))
                 continue

@@ -8,21 +8,14 @@ or wrong shows up as a container the runtime pins differently from what the poli
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import CpuKind, Decision, Update
 from nri_topology.policy.views import Assignment, PoolView
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
-
-
-class Views(Protocol):
-    """What the checks read: the policy facade's public views."""
-
-    def assignments(self) -> Mapping[str, Assignment]: ...
-    def pools(self) -> Sequence[PoolView]: ...
 
 
 class InvariantError(AssertionError):
@@ -33,7 +26,7 @@ def _fail(rule: str) -> None:
     raise InvariantError(rule)
 
 
-def check(policy: Views, machine: Machine) -> None:
+def check(policy: PolicyPort, machine: Machine) -> None:
     """Raise `InvariantError` naming the first broken rule."""
     assignments = policy.assignments()
     pools = {p.name: p for p in policy.pools()}
@@ -134,7 +127,7 @@ class RuntimeView:
             if u.placement.mems is not None:
                 self.mems[u.container_id] = u.placement.mems
 
-    def agrees(self, policy: Views) -> None:
+    def agrees(self, policy: PolicyPort) -> None:
         """Raise `InvariantError` when the runtime would pin a container otherwise."""
         assignments = policy.assignments()
         if set(assignments) != set(self.cpus):
