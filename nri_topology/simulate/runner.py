@@ -11,10 +11,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
+from nri_topology.policy.pinning import apply_updates, merged
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
+    Placement,
     PolicyError,
     PoolScore,
     QoS,
@@ -263,26 +265,21 @@ class Runner:
 
     def _apply(self, updates: tuple[Update, ...], moved: dict[str, Moved]) -> None:
         """Apply other containers' new placements; several in one step merge into one line."""
-        for update in updates:
-            cid = update.container_id
-            current = self.assignments.get(cid)
-            if current is None:
-                continue
-            cpus, mems = update.placement.cpus, update.placement.mems
+        current = {
+            u.container_id: Placement(a.cpus, a.mems, a.cpu_shares)
+            for u in updates
+            if (a := self.assignments.get(u.container_id)) is not None
+        }
+        applied = apply_updates(current, updates)
+        for cid, p in applied.placements.items():
             self.assignments[cid] = replace(
-                current,
-                cpus=cpus if cpus is not None else current.cpus,
-                mems=mems if mems is not None else current.mems,
-                cpu_shares=update.placement.cpu_shares
-                if update.placement.cpu_shares is not None
-                else current.cpu_shares,
+                self.assignments[cid], cpus=p.cpus, mems=p.mems, cpu_shares=p.cpu_shares
             )
+        for cid, change in applied.changes.items():
             prev = moved.get(cid)
-            moved[cid] = Moved(
-                cid,
-                cpus if cpus is not None else (prev.cpus if prev else None),
-                mems if mems is not None else (prev.mems if prev else None),
-            )
+            if prev is not None:
+                change = merged(Placement(prev.cpus, prev.mems), change)
+            moved[cid] = Moved(cid, change.cpus, change.mems)
 
     @staticmethod
     def _ordered(moved: dict[str, Moved]) -> tuple[Moved, ...]:

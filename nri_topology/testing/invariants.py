@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from nri_topology.policy.pinning import apply_updates
 from nri_topology.policy.port import PolicyPort
-from nri_topology.policy.types import CpuKind, Decision, Update
+from nri_topology.policy.types import CpuKind, Decision, Placement, Update
 from nri_topology.policy.views import Assignment, PoolView
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
@@ -119,13 +120,17 @@ class RuntimeView:
         self.apply(updates)
 
     def apply(self, updates: Iterable[Update]) -> None:
-        for u in updates:
-            if u.container_id not in self.cpus:
-                _fail(f"update for unknown container {u.container_id}")
-            if u.placement.cpus is not None:
-                self.cpus[u.container_id] = u.placement.cpus
-            if u.placement.mems is not None:
-                self.mems[u.container_id] = u.placement.mems
+        updates = tuple(updates)
+        current = {
+            u.container_id: Placement(self.cpus[u.container_id], self.mems[u.container_id])
+            for u in updates
+            if u.container_id in self.cpus
+        }
+        applied = apply_updates(current, updates)
+        if applied.unknown:
+            _fail(f"update for unknown container {applied.unknown[0]}")
+        for cid, p in applied.placements.items():
+            self.cpus[cid], self.mems[cid] = p.cpus, p.mems
 
     def agrees(self, policy: PolicyPort) -> None:
         """Raise `InvariantError` when the runtime would pin a container otherwise."""
