@@ -42,6 +42,7 @@ from nri_topology.policy.types import (
     PodInfo,
     PolicyError,
     Update,
+    qualified_name,
 )
 from nri_topology.policy.views import RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
@@ -364,7 +365,7 @@ class TopologyPlugin(Plugin):
             self.metrics.error("policy")
             if isinstance(exc, AnnotationError):
                 self.metrics.annotation_refusals.labels(exc.limit or "invalid").inc()
-            who = f"{pod.namespace}/{pod.name}/{info.name}"
+            who = qualified_name(pod.namespace, pod.name, info.name)
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
             raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
@@ -373,7 +374,7 @@ class TopologyPlugin(Plugin):
             self.metrics.annotation_warnings.labels(warning.kind).inc()
             _log.warning(
                 "annotation ignored",
-                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                container=qualified_name(pod.namespace, pod.name, info.name),
                 kind=warning.kind,
                 reason=warning.message,
             )
