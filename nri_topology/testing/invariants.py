@@ -114,6 +114,10 @@ class RuntimeView:
         self.mems[decision.container_id] = decision.placement.mems
         self.apply(decision.updates)
 
+    def resized(self, decision: Decision) -> None:
+        """Other containers' updates, then the resized container's new placement."""
+        self.apply((*decision.updates, Update(decision.container_id, decision.placement)))
+
     def removed(self, container_id: str, updates: Iterable[Update]) -> None:
         self.cpus.pop(container_id, None)
         self.mems.pop(container_id, None)
