@@ -2,8 +2,9 @@
 
 `check(policy)` reads only the public views (`assignments()`, `pools()`), so it judges the policy
 the way the daemon and the runtime see it. `RuntimeView` replays decisions and updates the way a
-runtime applies them and must always agree with the policy's own view: an update that is missing
-or wrong shows up as a container the runtime pins differently from what the policy believes.
+runtime applies them (`policy.pinning`, the simulator's model too) and must always agree with the
+policy's own view: an update that is missing or wrong shows up as a container the runtime pins
+differently from what the policy believes.
 """
 
 from __future__ import annotations
