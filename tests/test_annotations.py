@@ -77,6 +77,8 @@ def test_key_table():
         "cold-start",
         "cpu.preserve",
         "memory.preserve",
+        "topologyhints",
+        "strict.topologyhints",
         "affinity",
         "anti-affinity",
     ]

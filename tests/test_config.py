@@ -142,14 +142,14 @@ def test_cpu_amounts(value, quantity, expected):
                 "prefer_isolated_cpus, prefer_shared_cpus, reserved_resources, "
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
-                "full_pcpus_only, default_memory_tiers"
+                "full_pcpus_only, topology_hints, strict_topology_hints, default_memory_tiers"
             ],
         ),
         (
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose"
+                "metrics, expose, hints"
             ],
         ),
         (
@@ -250,7 +250,7 @@ def test_cpu_amounts(value, quantity, expected):
             "- policy\n",
             [
                 "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, got a list"
+                "state, logging, metrics, expose, hints, got a list"
             ],
         ),
         (

@@ -114,6 +114,8 @@ class PolicySection(_Section):
     distribute_across_numa: StrictBool = False
     distribute_min_group: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
     full_pcpus_only: StrictBool = False
+    topology_hints: StrictBool = True
+    strict_topology_hints: StrictBool = False
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
     ] = ["dram"]
@@ -187,6 +189,22 @@ class ExposeSection(_Section):
     env_prefix: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
 
 
+class PodResourcesSection(_Section):
+    """The kubelet's PodResources API, for the NUMA nodes of devices from device plugins."""
+
+    enabled: StrictBool = False
+    socket: Annotated[str, Field(min_length=1)] = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 2.0  # deadline of one call
+    budget_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # CreateContainer waits this long
+
+
+class HintsSection(_Section):
+    """Where topology hints are looked for (whether they steer placement is a policy option)."""
+
+    devices: StrictBool = True  # the container's devices and device mounts, via sysfs
+    pod_resources: PodResourcesSection = PodResourcesSection()
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -197,6 +215,7 @@ class Config(_Section):
     logging: LoggingSection = LoggingSection()
     metrics: MetricsSection = MetricsSection()
     expose: ExposeSection = ExposeSection()
+    hints: HintsSection = HintsSection()
 
     def to_options(self) -> Options:
         """The policy options this configuration asks for."""
@@ -218,6 +237,8 @@ class Config(_Section):
             distribute_across_numa=p.distribute_across_numa,
             distribute_min_group=p.distribute_min_group,
             full_pcpus_only=p.full_pcpus_only,
+            topology_hints=p.topology_hints,
+            strict_topology_hints=p.strict_topology_hints,
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
         )
 

@@ -7,10 +7,19 @@ a pod's cgroup parent or a container's cpuset lives (docs/nri-protocol.md §5.5,
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nri_topology.nri import api_pb2
-from nri_topology.policy.types import ContainerInfo, Decision, Placement, PodInfo, Resources, Update
+from nri_topology.policy.types import (
+    ContainerInfo,
+    Decision,
+    HintSource,
+    Placement,
+    PodInfo,
+    Resources,
+    Update,
+)
 from nri_topology.topology import cpuset
 
 ENV_PREFIX = "NRI_TOPOLOGY_"
@@ -79,6 +88,36 @@ def container_info(
         oom_score_adj=_optional(ctr.linux, "oom_score_adj"),
         created_at=ctr.created_at,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """A device a container uses, as the runtime names it: a Linux device or a mounted node."""
+
+    source: HintSource
+    path: str  # in the container for devices, on the host for mounts
+    kind: str = ""  # "c", "b", "u" for Linux devices; "" for a mount (stat the path)
+    major: int = 0
+    minor: int = 0
+
+
+def device_refs(ctr: api_pb2.Container) -> tuple[DeviceRef, ...]:
+    """The container's Linux devices and the device nodes it mounts read-write.
+
+    Read-only mounts are left out, as the reference implementation does: a device the container
+    only reads (a disk image, a config) is rarely what it should be placed near.
+    """
+    refs = [
+        DeviceRef(HintSource.DEVICES, d.path, d.type, d.major, d.minor)
+        for d in ctr.linux.devices
+        if d.type in ("c", "b", "u")
+    ]
+    refs += [
+        DeviceRef(HintSource.MOUNTS, m.source)
+        for m in ctr.mounts
+        if m.source.startswith("/dev/") and "ro" not in m.options
+    ]
+    return tuple(refs)
 
 
 def _fill(out: api_pb2.LinuxResources, placement: Placement) -> None:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any, Protocol
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -41,6 +41,9 @@ from nri_topology.policy.types import (
 from nri_topology.policy.views import Assignment, PoolView, RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
 
+if TYPE_CHECKING:
+    from nri_topology.daemon.hints import HintFinder
+
 _log = structlog.get_logger("nri_topology.daemon")
 
 # Containers in these states hold resources; stopped and unknown ones do not.
@@ -53,6 +56,9 @@ _LIVE_STATES = (
 
 class PolicyPort(Protocol):
     """The policy facade as the daemon uses it."""
+
+    @property
+    def options(self) -> Options: ...
 
     def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
@@ -110,8 +116,10 @@ class TopologyPlugin(Plugin):
         runtime_config: Callable[[str], Awaitable[None]] | None = None,
         wall_clock_ns: Callable[[], int] = time.time_ns,
         checkpoint_retry_s: float = 10.0,
+        hints: HintFinder | None = None,
     ) -> None:
         self.policy = policy
+        self.hints = hints
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
@@ -206,17 +214,26 @@ class TopologyPlugin(Plugin):
 
     async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RunPodSandbox").inc()
-        self._pods[pod.id] = convert.pod_info(pod)
+        info = self._pods[pod.id] = convert.pod_info(pod)
+        if self.hints is not None:
+            self.hints.pod_started(info)
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RemovePodSandbox").inc()
         self._pods.pop(pod.id, None)
+        if self.hints is not None:
+            self.hints.pod_removed(pod.id)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
         self.metrics.requests.labels("CreateContainer").inc()
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        if self.hints is not None:  # before the lock: other events go on while it looks
+            refs = convert.device_refs(ctr)
+            found = await self.hints.find(pod_info, info, refs, self.policy.options)
+            if found:
+                info = replace(info, hints=found)
         async with self._lock:
             self._pods[pod_info.id] = pod_info
             if info.id in self._containers:  # a retried creation: place it afresh
@@ -254,6 +271,9 @@ class TopologyPlugin(Plugin):
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
+            old = self._containers.get(info.id)
+            if old is not None and old.hints:  # found at creation; devices do not change
+                info = replace(info, hints=old.hints)
             decision = self._decide(
                 "resize",
                 pod_info,
@@ -306,6 +326,8 @@ class TopologyPlugin(Plugin):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.hints is not None:
+            await self.hints.close()
         await self.flush()
         if self._writer is not None:
             self._writer.close()

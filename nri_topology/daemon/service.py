@@ -31,10 +31,12 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
+from nri_topology.daemon.hints import HintFinder
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
 from nri_topology.policy.types import PolicyError
+from nri_topology.topology.devices import DeviceLocator
 from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import TopologyError, read_machine
 
@@ -81,6 +83,21 @@ def effective(config: Config, o: Overrides) -> Config:
 
 def settings_of(config: Config) -> Settings:
     return Settings(expose_env=config.expose.enabled, env_prefix=config.expose.env_prefix)
+
+
+def hint_finder(config: Config) -> HintFinder | None:
+    """Where the daemon looks for topology hints; None when nowhere."""
+    hints = config.hints
+    locator = DeviceLocator(config.topology.sysfs_root) if hints.devices else None
+    client = None
+    if hints.pod_resources.enabled:
+        from nri_topology.kubelet.podresources import PodResourcesClient  # loads grpc
+
+        pr = hints.pod_resources
+        client = PodResourcesClient(pr.socket, pr.timeout_seconds)
+    if locator is None and client is None:
+        return None
+    return HintFinder(locator, client, hints.pod_resources.budget_seconds)
 
 
 PolicyFactory = Callable[[Machine, Config], PolicyPort]
@@ -152,6 +169,7 @@ class Daemon:
             checkpoint=Checkpoint(Path(self.config.state.path)),
             settings=settings_of(self.config),
             runtime_config=self._runtime_config,
+            hints=hint_finder(self.config),
         )
         self.reloader = self._reloader()
         if self.reloader is not None:
@@ -172,7 +190,7 @@ class Daemon:
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
-            for name in ("topology", "nri", "state", "metrics", "logging")
+            for name in ("topology", "nri", "state", "metrics", "logging", "hints")
             if getattr(new, name) != getattr(self.config, name)
         ]
         if restart_only:

@@ -31,7 +31,10 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
-  (fewest nodes, then lowest average distance) when prefer_closest_numa is on.
+  (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
+* topology hints are NUMA nodes, scored by how many the pool misses (reference: a product of
+  per-hint scores); strict hints filter out pools with CPUs outside the hinted nodes, and memory
+  widened beyond the pool, before any grant (reference: checked after the CPU pick, 5.11).
 """
 
 from __future__ import annotations
@@ -413,11 +416,21 @@ class Engine:
         weights = self._affinity(req)
         for p in self.pools:
             reason = self._unfit(req, p.index, uses_exclusive)
+            if reason is None and req.strict_hints and req.hint_nodes:
+                outside = p.cpu_nodes - req.hint_nodes
+                if outside:
+                    reason = (
+                        f"strict topology hints: CPUs of NUMA {cpuset.format(outside)} are "
+                        f"outside the devices' NUMA {cpuset.format(req.hint_nodes)}"
+                    )
             if reason is None:
                 try:
                     zone, relaxed = self._zone(p.index, tiers, size)
                 except LookupError as e:
                     reason = f"memory: {e}"
+                else:
+                    if relaxed and req.strict_hints and req.hint_nodes:
+                        reason = "strict topology hints: memory would widen beyond the pool"
             if reason is not None:
                 trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
                 continue
@@ -427,6 +440,7 @@ class Engine:
             cand = scoring.Candidate(
                 pool=p,
                 affinity=weights[p.index],
+                hint_miss=len(req.hint_nodes - p.cpu_nodes - p.nodes) if req.hint_nodes else 0,
                 tier_miss=not tiers <= self._pool_tiers[p.index],
                 relaxed=relaxed,
                 burst_short=(
@@ -472,6 +486,8 @@ class Engine:
                 size,
             )
             g.reason = _reason(g, cand.pool.name, fallback, attempt.note)
+            if req.hint_nodes:
+                g.reason += "; " + _hinted(req, cand.hint_miss)
             chosen = (g, key)
             verdicts[cand.pool.name] = "chosen"
         keys = {c[1].pool.name: c[0] for c in candidates}
@@ -1010,6 +1026,13 @@ def _same_amounts(a: Request, b: Request) -> bool:
         and a.memory_preserve == b.memory_preserve
         and a.require_isolated == b.require_isolated
     )
+
+
+def _hinted(req: Request, miss: int) -> str:
+    """What the decision says about the container's topology hints."""
+    providers = ", ".join(sorted({h.provider for h in req.hints}))
+    covered = "covered" if not miss else f"{miss} not covered"
+    return f"devices on NUMA {cpuset.format(req.hint_nodes)} ({providers}): {covered}"
 
 
 def _reason(g: Grant, pool: str, fallback: str, note: str) -> str:

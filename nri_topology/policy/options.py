@@ -34,6 +34,8 @@ class Options:
     distribute_across_numa: bool = False  # KEP-2902
     distribute_min_group: int = 1  # KEP-2902 cpuGroupSize; 1 = use threads per core
     full_pcpus_only: bool = False
+    topology_hints: bool = True  # steer pool choice by the locality of the container's devices
+    strict_topology_hints: bool = False  # refuse rather than place outside the hinted nodes
     # DRAM unless a pod asks for another tier: defaulting to PMEM too would pull every container
     # towards the few pools with PMEM nearby (on SNC machines, all of one socket).
     default_memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
