@@ -232,6 +232,10 @@ def test_daemonset_mounts_socket_sysfs_state_and_config(docs: Callable[[], list]
     assert host["nri-socket"] == "/var/run/nri" and host["sysfs"] == "/sys"
     assert host["state"] == "/var/lib/nri-topology"
     assert mounts["sysfs"]["readOnly"] and mounts["config"]["readOnly"]
+    # the PodResources socket's directory where the config's default socket path expects it
+    default_socket = Config().hints.pod_resources.socket
+    assert host["pod-resources"] == mounts["pod-resources"]["mountPath"]
+    assert default_socket == f"{mounts['pod-resources']['mountPath']}/kubelet.sock"
     args = container["args"]
     assert "--socket=/var/run/nri/nri.sock" in args
     assert f"--sysfs={mounts['sysfs']['mountPath']}" in args
