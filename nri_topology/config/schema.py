@@ -183,10 +183,13 @@ class MetricsSection(_Section):
 
 
 class ExposeSection(_Section):
-    """Telling the workload its placement: environment variables set at container creation."""
+    """Telling the workload its placement: environment variables set at container creation,
+    and a read-only file kept current."""
 
     enabled: StrictBool = True
     env_prefix: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
+    file: StrictBool = False
+    file_dir: Annotated[str, Field(pattern=r"^/\S*$")] = "/.nri-topology"
 
 
 class PodResourcesSection(_Section):

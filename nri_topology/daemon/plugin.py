@@ -43,6 +43,7 @@ from nri_topology.ttrpc.codec import Code, TtrpcError
 
 if TYPE_CHECKING:
     from nri_topology.daemon.hints import HintFinder
+    from nri_topology.daemon.placement_file import PlacementFiles
 
 _log = structlog.get_logger("nri_topology.daemon")
 
@@ -82,6 +83,8 @@ class Settings:
 
     expose_env: bool = True  # give new containers environment variables naming their placement
     env_prefix: str = convert.ENV_PREFIX
+    expose_file: bool = False  # mount a placement file, kept current, into new containers
+    file_dir: str = "/.nri-topology"  # where that file's directory appears in the container
 
 
 class _Timers:
@@ -117,9 +120,11 @@ class TopologyPlugin(Plugin):
         wall_clock_ns: Callable[[], int] = time.time_ns,
         checkpoint_retry_s: float = 10.0,
         hints: HintFinder | None = None,
+        files: PlacementFiles | None = None,
     ) -> None:
         self.policy = policy
         self.hints = hints
+        self.files = files
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
@@ -193,6 +198,9 @@ class TopologyPlugin(Plugin):
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
             self._restore_timers(saved.get("cold_starts") or {}, report)
             self._commit()
+            placed = self._placement_docs() if self.files is not None else {}
+        if self.files is not None:
+            await self.files.adopt(placed)
         for decision in report.decisions.values():
             self._log_decision(decision, "re-placed")
         failed = dict(report.failed)
@@ -249,7 +257,12 @@ class TopologyPlugin(Plugin):
         env = {}
         if self.settings.expose_env:
             env = convert.exposure(decision, self.settings.env_prefix)
-        return convert.adjustment(decision, env), convert.updates(decision.updates)
+        adjust = convert.adjustment(decision, env)
+        if self.files is not None:
+            self.files.updated(decision.updates)
+            if self.settings.expose_file:
+                adjust.mounts.append(await self.files.create(decision, self.settings.file_dir))
+        return adjust, convert.updates(decision.updates)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.requests.labels("StartContainer").inc()
@@ -283,6 +296,9 @@ class TopologyPlugin(Plugin):
             self._containers[info.id] = info
             self._commit()
         self._log_decision(decision, "resized")
+        if self.files is not None:
+            self.files.replaced(decision)
+            self.files.updated(u for u in decision.updates if u.container_id != info.id)
         # The runtime takes the last entry for the container being updated as its new resources.
         own = convert.container_update(info.id, decision.placement)
         others = [u for u in decision.updates if u.container_id != info.id]
@@ -297,6 +313,8 @@ class TopologyPlugin(Plugin):
         # Normally released at stop already; a removal without a stop must not leak resources.
         # Other containers' updates have no reply to ride on here, so they go out separately.
         updates = await self._release(ctr.id, "removed")
+        if self.files is not None:
+            self.files.removed(ctr.id)
         if updates:
             self._send_later(updates, "release")
 
@@ -310,6 +328,8 @@ class TopologyPlugin(Plugin):
             self._observe("reconfigure", started)
             self._commit()
         _log.info("policy options applied", **logs.summarize_updates(updates))
+        if self.files is not None:
+            self.files.updated(updates)
         if updates:
             self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
 
@@ -328,6 +348,8 @@ class TopologyPlugin(Plugin):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.hints is not None:
             await self.hints.close()
+        if self.files is not None:
+            await self.files.flush()
         await self.flush()
         if self._writer is not None:
             self._writer.close()
@@ -350,6 +372,11 @@ class TopologyPlugin(Plugin):
         else:
             self._saved = self._body()
         return self._saved or {}
+
+    def _placement_docs(self) -> dict[str, dict[str, Any]]:
+        from nri_topology.daemon.placement_file import assigned
+
+        return {cid: assigned(a) for cid, a in self.policy.assignments().items()}
 
     def _body(self) -> dict[str, Any]:
         return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
@@ -390,6 +417,8 @@ class TopologyPlugin(Plugin):
             updates = self._release_locked(container_id)
             self._commit()
         _log.info("released", container_id=container_id, why=why, **logs.summarize_updates(updates))
+        if self.files is not None:
+            self.files.updated(updates)
         return convert.updates(updates, ignore_failure=True)
 
     def _release_locked(self, container_id: str) -> tuple[Update, ...]:
@@ -456,6 +485,8 @@ class TopologyPlugin(Plugin):
             self._commit()
         summary = logs.summarize_updates(updates)
         _log.info("cold start over, memory widened", container_id=container_id, **summary)
+        if self.files is not None:
+            self.files.updated(updates)
         if updates:
             await self._send(convert.updates(updates), "cold_start")
 

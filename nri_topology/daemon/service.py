@@ -32,6 +32,7 @@ from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.hints import HintFinder
+from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
@@ -82,7 +83,13 @@ def effective(config: Config, o: Overrides) -> Config:
 
 
 def settings_of(config: Config) -> Settings:
-    return Settings(expose_env=config.expose.enabled, env_prefix=config.expose.env_prefix)
+    e = config.expose
+    return Settings(
+        expose_env=e.enabled,
+        env_prefix=e.env_prefix,
+        expose_file=e.file,
+        file_dir=e.file_dir,
+    )
 
 
 def hint_finder(config: Config) -> HintFinder | None:
@@ -170,6 +177,7 @@ class Daemon:
             settings=settings_of(self.config),
             runtime_config=self._runtime_config,
             hints=hint_finder(self.config),
+            files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
         self.reloader = self._reloader()
         if self.reloader is not None:
