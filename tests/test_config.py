@@ -149,7 +149,7 @@ def test_cpu_amounts(value, quantity, expected):
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose, hints"
+                "metrics, expose, hints, nrt"
             ],
         ),
         (
@@ -250,7 +250,7 @@ def test_cpu_amounts(value, quantity, expected):
             "- policy\n",
             [
                 "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, hints, got a list"
+                "state, logging, metrics, expose, hints, nrt, got a list"
             ],
         ),
         (

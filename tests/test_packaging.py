@@ -191,6 +191,7 @@ def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     "source",
     [
         "daemonset.yaml",
+        "noderesourcetopology-crd.yaml",
         "chart defaults",
         "chart with metrics service",
     ],
@@ -198,6 +199,9 @@ def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_manifests_validate_against_kubernetes_schemas(source: str, version: str) -> None:
     docs = {
         "daemonset.yaml": _static_docs,
+        "noderesourcetopology-crd.yaml": lambda: list(
+            yaml.safe_load_all((PACKAGING / "kubernetes" / source).read_text())
+        ),
         "chart defaults": render_chart,
         "chart with metrics service": lambda: render_chart({"metrics.service": True}),
     }[source]()
@@ -362,3 +366,11 @@ def test_shipped_configurations_are_valid() -> None:
     chart = render_chart({"config": {"policy": {"reserved_resources": {"cpu": "2"}}}})
     text = _by_kind(chart)["ConfigMap"]["data"]["config.yaml"]
     assert parse_config(text, "chart").to_options().reserved_resources.milli == 2000
+
+
+def test_chart_ships_the_same_crd_as_the_manifests() -> None:
+    static = yaml.safe_load(
+        (PACKAGING / "kubernetes" / "noderesourcetopology-crd.yaml").read_text()
+    )
+    chart = yaml.safe_load((CHART / "crds" / "noderesourcetopology.yaml").read_text())
+    assert chart == static

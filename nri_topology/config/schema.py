@@ -208,6 +208,22 @@ class HintsSection(_Section):
     pod_resources: PodResourcesSection = PodResourcesSection()
 
 
+class NrtSection(_Section):
+    """NodeResourceTopology: the node's per-NUMA capacity, published for the scheduler."""
+
+    # auto: publish when running in a cluster (a service account is mounted) or when a
+    # kubeconfig is given; true: always (logs errors without credentials); false: never.
+    publish: StrictBool | Literal["auto"] = "auto"
+    node_name: Annotated[str, Field(min_length=1)] | None = None  # default: $NODE_NAME, hostname
+    kubeconfig: Annotated[str, Field(min_length=1)] | None = None  # systemd mode
+    topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = (
+        "best-effort"
+    )
+    topology_manager_scope: Literal["container", "pod"] = "container"
+    min_interval_seconds: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    max_backoff_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -219,6 +235,7 @@ class Config(_Section):
     metrics: MetricsSection = MetricsSection()
     expose: ExposeSection = ExposeSection()
     hints: HintsSection = HintsSection()
+    nrt: NrtSection = NrtSection()
 
     def to_options(self) -> Options:
         """The policy options this configuration asks for."""
