@@ -374,3 +374,26 @@ def test_chart_ships_the_same_crd_as_the_manifests() -> None:
     )
     chart = yaml.safe_load((CHART / "crds" / "noderesourcetopology.yaml").read_text())
     assert chart == static
+
+
+@pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
+def test_the_pod_may_publish_node_resource_topology(docs: Callable[[], list]) -> None:
+    kinds = _by_kind(docs())
+    pod = _pod(docs())
+    account = kinds["ServiceAccount"]["metadata"]
+    assert pod["serviceAccountName"] == account["name"] and pod["automountServiceAccountToken"]
+    binding = kinds["ClusterRoleBinding"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    assert binding["roleRef"]["name"] == kinds["ClusterRole"]["metadata"]["name"]
+    rules = {
+        (g, r): set(rule["verbs"])
+        for rule in kinds["ClusterRole"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert rules[("", "nodes")] == {"get"}  # the owner's uid
+    assert {"create", "patch"} <= rules[("topology.node.k8s.io", "noderesourcetopologies")]
+    (env,) = pod["containers"][0]["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}

@@ -38,7 +38,7 @@ from nri_topology.policy.types import (
     Resources,
     Update,
 )
-from nri_topology.policy.views import Assignment, PoolView, RestoreReport
+from nri_topology.policy.views import Assignment, NodeCapacity, PoolView, RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
 
 if TYPE_CHECKING:
@@ -75,6 +75,7 @@ class PolicyPort(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
     def pools(self) -> Iterable[PoolView]: ...
     def assignments(self) -> Mapping[str, Assignment]: ...
+    def node_capacity(self) -> Sequence[NodeCapacity]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +126,7 @@ class TopologyPlugin(Plugin):
         self.policy = policy
         self.hints = hints
         self.files = files
+        self.on_change: Callable[[], None] | None = None  # e.g. the NRT publisher
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
@@ -385,6 +387,8 @@ class TopologyPlugin(Plugin):
         """Note a change of state; the writer checkpoints it soon, off the request path."""
         if self._writer is not None:
             self._writer.changed()
+        if self.on_change is not None:
+            self.on_change()
 
     async def flush(self) -> None:
         """Write the latest state now and wait until it is on disk (or its write has failed)."""

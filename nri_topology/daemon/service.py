@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import structlog
 
@@ -36,10 +37,15 @@ from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
+from nri_topology.nrt.build import node_name, node_resource_topology
+from nri_topology.nrt.cluster import in_cluster, wanted
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology.devices import DeviceLocator
 from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import TopologyError, read_machine
+
+if TYPE_CHECKING:
+    from nri_topology.nrt.publish import Publisher
 
 _log = structlog.get_logger("nri_topology.service")
 
@@ -139,6 +145,7 @@ class Daemon:
         self.plugin: TopologyPlugin | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
+        self.publisher: Publisher | None = None  # set when publishing NodeResourceTopology
         self._stop = asyncio.Event()
 
     def setup(self) -> None:
@@ -179,6 +186,7 @@ class Daemon:
             hints=hint_finder(self.config),
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
+        self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
         if self.reloader is not None:
             self.reloader.mark_current()
@@ -198,7 +206,7 @@ class Daemon:
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
-            for name in ("topology", "nri", "state", "metrics", "logging", "hints")
+            for name in ("topology", "nri", "state", "metrics", "logging", "hints", "nrt")
             if getattr(new, name) != getattr(self.config, name)
         ]
         if restart_only:
@@ -242,6 +250,8 @@ class Daemon:
             except OSError as exc:
                 _log.error("cannot open the metrics endpoint", error=str(exc))
                 return 1
+        if self.publisher is not None:
+            self.publisher.start()
         watcher: asyncio.Task[None] | None = None
         reloader = self.reloader
         if reloader is not None:
@@ -272,10 +282,49 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             if self.status is not None:
                 await self.status.close()
+            if self.publisher is not None:
+                await self.publisher.close()
         return status
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _publisher(self, machine: Machine) -> Publisher | None:
+        """The NodeResourceTopology publisher, when publishing is wanted (see `nrt.publish`)."""
+        nrt = self.config.nrt
+        environ = os.environ if self._environ is None else self._environ
+        if not wanted(nrt.publish, nrt.kubeconfig, in_cluster(environ)):
+            return None
+        from nri_topology.nrt.publish import Publisher, make_client  # loads the client library
+
+        try:
+            client = make_client(nrt.kubeconfig)
+        except Exception as exc:  # lightkube raises its own ConfigError, OSError, KeyError...
+            raise StartupError(f"cannot publish NodeResourceTopology: {exc}") from None
+        plugin = self.plugin
+        assert plugin is not None
+        name = node_name(nrt.node_name)
+
+        def build() -> dict[str, Any]:
+            return node_resource_topology(
+                machine,
+                plugin.policy.node_capacity(),
+                name,
+                policy=nrt.topology_manager_policy,
+                scope=nrt.topology_manager_scope,
+            )
+
+        publisher = Publisher(
+            client,
+            name,
+            build,
+            min_interval_s=nrt.min_interval_seconds,
+            max_backoff_s=nrt.max_backoff_seconds,
+            on_error=plugin.metrics.errors.labels("nrt_publish").inc,
+        )
+        plugin.on_change = publisher.changed
+        _log.info("publishing NodeResourceTopology", node=name)
+        return publisher
 
     def _reloader(self) -> Reloader[Config] | None:
         path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well
