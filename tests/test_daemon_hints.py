@@ -137,3 +137,18 @@ def test_config_decides_where_hints_are_looked_for(tmp_path: Path) -> None:
     )
     assert finder is not None and finder.pod_resources is not None
     assert finder.pod_resources.socket == str(tmp_path / "k.sock")
+
+
+async def test_synchronize_finds_device_hints_for_containers_it_must_re_place(
+    sys_root: Path, machine: Machine
+) -> None:
+    """A container without a usable cpuset after a restart is placed anew, near its device."""
+    plugin = TopologyPlugin(Policy(machine, OPTS), hints=HintFinder(DeviceLocator(sys_root), None))
+    p = pod()
+    c = guaranteed("c1", 2, p)
+    c.state = api_pb2.CONTAINER_RUNNING
+    c.linux.devices.add(path="/dev/dri/card0", type="c", major=226, minor=0)
+    updates = await plugin.synchronize([p], [c])
+    (update,) = [u for u in updates if u.container_id == "c1"]
+    assert {machine.cpus[x].node for x in cpuset.parse(update.linux.resources.cpu.cpus)} == {3}
+    await plugin.shutdown()

@@ -93,9 +93,18 @@ class HintFinder:
             task.cancel()
 
     async def find(
-        self, pod: PodInfo, info: ContainerInfo, refs: tuple[DeviceRef, ...], options: Options
+        self,
+        pod: PodInfo,
+        info: ContainerInfo,
+        refs: tuple[DeviceRef, ...],
+        options: Options,
+        *,
+        kubelet: bool = True,
     ) -> tuple[TopologyHint, ...]:
-        """The container's hints from the sources it wants; never raises, warns instead."""
+        """The container's hints from the sources it wants; never raises, warns instead.
+
+        `kubelet=False` leaves the PodResources API out (Synchronize, where waiting for it per
+        pod would hold up the whole restart)."""
         sources = hint_sources(pod, info, options)
         container = info.name
         who = f"{pod.namespace}/{pod.name}/{container}"
@@ -108,7 +117,7 @@ class HintFinder:
                     "device not found in sysfs, no hint from it", container=who, detail=warning
                 )
             hints += found
-        if self.pod_resources is not None and HintSource.POD_RESOURCES in sources:
+        if kubelet and self.pod_resources is not None and HintSource.POD_RESOURCES in sources:
             answer = await self._answer(pod, who)
             if answer is not None:
                 hints += pod_resources_hints(answer, container)

@@ -180,6 +180,8 @@ class TopologyPlugin(Plugin):
         pod_infos = [convert.pod_info(p) for p in pods]
         live = [c for c in containers if c.state in _LIVE_STATES]
         infos = [convert.container_info(c) for c in live]
+        if self.hints is not None:  # device hints, for containers re-placed or resized later
+            infos = await self._with_device_hints(pod_infos, live, infos)
         async with self._lock:
             saved = self._saved_state()
             started = time.perf_counter()
@@ -374,6 +376,24 @@ class TopologyPlugin(Plugin):
         else:
             self._saved = self._body()
         return self._saved or {}
+
+    async def _with_device_hints(
+        self,
+        pods: Sequence[PodInfo],
+        live: Sequence[api_pb2.Container],
+        infos: list[ContainerInfo],
+    ) -> list[ContainerInfo]:
+        assert self.hints is not None
+        by_id = {p.id: p for p in pods}
+        out = []
+        for ctr, info in zip(live, infos, strict=True):
+            refs = convert.device_refs(ctr)
+            pod = by_id.get(info.pod_id)
+            if refs and pod is not None:
+                found = await self.hints.find(pod, info, refs, self.policy.options, kubelet=False)
+                info = replace(info, hints=found) if found else info
+            out.append(info)
+        return out
 
     def _placement_docs(self) -> dict[str, dict[str, Any]]:
         from nri_topology.daemon.placement_file import assigned
