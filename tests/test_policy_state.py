@@ -159,9 +159,10 @@ def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
                 assert accounting(self.e) == before
                 return
             if r.strict_hints and r.hint_nodes and d.kind is not CpuKind.RESERVED:
-                assert d.placement.cpus is None or {
-                    machine.cpus[c].node for c in d.placement.cpus
-                } <= r.hint_nodes, "strict hints: CPUs outside the hinted nodes"
+                assert (
+                    d.placement.cpus is None
+                    or {machine.cpus[c].node for c in d.placement.cpus} <= r.hint_nodes
+                ), "strict hints: CPUs outside the hinted nodes"
             self.record(d)
             self.live.append(cid)
 

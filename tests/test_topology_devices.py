@@ -146,3 +146,30 @@ def test_dax_devices_of_a_shared_dump() -> None:
             link.symlink_to(os.path.relpath(target, link.parent))
         found = locator.device("c", 252, minor)
         assert found is not None and found.nodes == {expected[name]}, name
+
+
+def _rule(
+    allow: bool,
+    kind: str = "",
+    major: int | None = None,
+    minor: int | None = None,
+    access: str = "rwm",
+) -> api_pb2.LinuxDeviceCgroup:
+    r = api_pb2.LinuxDeviceCgroup(allow=allow, type=kind, access=access)
+    if major is not None:
+        r.major.value = major
+    if minor is not None:
+        r.minor.value = minor
+    return r
+
+
+def test_read_only_devices_and_privileged_containers_give_no_refs() -> None:
+    ctr = api_pb2.Container(id="c")
+    ctr.linux.devices.add(path="/dev/dri/card0", type="c", major=226, minor=0)
+    ctr.linux.devices.add(path="/dev/sdb", type="b", major=8, minor=16)
+    rules = ctr.linux.resources.devices
+    rules.extend([_rule(False, access="rwm"), _rule(True, "c", 226, 0, "rw")])
+    rules.append(_rule(True, "b", 8, 16, "r"))
+    assert [r.path for r in device_refs(ctr)] == ["/dev/dri/card0"]  # sdb is read-only
+    rules.append(_rule(True, access="rwm"))  # privileged: every device allowed
+    assert device_refs(ctr) == ()

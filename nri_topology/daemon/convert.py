@@ -101,17 +101,45 @@ class DeviceRef:
     minor: int = 0
 
 
-def device_refs(ctr: api_pb2.Container) -> tuple[DeviceRef, ...]:
-    """The container's Linux devices and the device nodes it mounts read-write.
+def _writable(rules: Iterable[api_pb2.LinuxDeviceCgroup], d: api_pb2.LinuxDevice) -> bool:
+    """Whether the device cgroup rules (the last matching one decides) let the container write
+    to the device; without rules the runtime did not say, so it may."""
+    verdict = True
+    for r in rules:
+        if r.type not in ("", "a", d.type):
+            continue
+        if r.HasField("major") and r.major.value != d.major:
+            continue
+        if r.HasField("minor") and r.minor.value != d.minor:
+            continue
+        verdict = r.allow and ("w" in r.access or not r.access)
+    return verdict
 
-    Read-only mounts are left out, as the reference implementation does: a device the container
-    only reads (a disk image, a config) is rarely what it should be placed near.
+
+def _all_devices(rules: Iterable[api_pb2.LinuxDeviceCgroup]) -> bool:
+    """A rule allowing every device: a privileged container, which lists every host device."""
+    return any(
+        r.allow and r.type in ("", "a") and not r.HasField("major") and not r.HasField("minor")
+        for r in rules
+    )
+
+
+def device_refs(ctr: api_pb2.Container) -> tuple[DeviceRef, ...]:
+    """The devices the container may write to, and the device nodes it mounts read-write.
+
+    As in the reference implementation, read-only devices and mounts are left out: a device the
+    container only reads (a disk image, a config) is rarely what it should be placed near. A
+    privileged container lists every device of the host, which says nothing about what it uses,
+    so its devices are left out too.
     """
-    refs = [
-        DeviceRef(HintSource.DEVICES, d.path, d.type, d.major, d.minor)
-        for d in ctr.linux.devices
-        if d.type in ("c", "b", "u")
-    ]
+    rules = ctr.linux.resources.devices
+    refs = []
+    if not _all_devices(rules):
+        refs = [
+            DeviceRef(HintSource.DEVICES, d.path, d.type, d.major, d.minor)
+            for d in ctr.linux.devices
+            if d.type in ("c", "b", "u") and _writable(rules, d)
+        ]
     refs += [
         DeviceRef(HintSource.MOUNTS, m.source)
         for m in ctr.mounts
