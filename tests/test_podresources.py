@@ -189,3 +189,15 @@ async def test_finder_skips_the_kubelet_when_the_container_opts_out(
         assert await finder.find(pod, MAIN, (), Options()) == ()
     assert kubelet.calls == []
     await finder.close()
+
+
+async def test_a_list_larger_than_grpcs_default_limit(
+    sock: Path, client: PodResourcesClient
+) -> None:
+    ids = [f"GPU-{i:08d}-0000-0000-0000-000000000000" for i in range(130_000)]
+    bulk = pod_resources("bulk", "p", {"c": [("example.com/x", ids, [0])]})
+    kubelet = Kubelet([bulk, *answer([1])], get_implemented=False)
+    assert pb.ListPodResourcesResponse(pod_resources=kubelet.pods).ByteSize() > 4 << 20
+    async with serve(sock, kubelet):
+        got = await client.pod("ml", "train")
+    assert got["main"][0].nodes == {1}

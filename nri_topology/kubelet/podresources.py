@@ -21,6 +21,8 @@ from nri_topology.kubelet import podresources_pb2 as pb
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 _SERVICE = "/v1.PodResourcesLister/"
+# A List answer on a busy node exceeds gRPC's default 4 MiB; the kubelet's own client allows 16.
+MAX_MESSAGE = 16 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,13 +64,15 @@ class PodResourcesClient:
         self._channel: grpc.aio.Channel | None = None
         self._get_unimplemented = False
 
-    def _stubs(self) -> grpc.aio.Channel:
+    def _connected(self) -> grpc.aio.Channel:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(f"unix://{self.socket}")
+            self._channel = grpc.aio.insecure_channel(
+                f"unix://{self.socket}", options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
+            )
         return self._channel
 
     async def _call(self, method: str, request: object, reply: type) -> object:
-        call = self._stubs().unary_unary(
+        call = self._connected().unary_unary(
             _SERVICE + method,
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=reply.FromString,
