@@ -177,3 +177,10 @@ def test_on_an_idle_machine_a_fitting_container_lands_on_its_device_node(
 def test_docs_name_the_criterion() -> None:
     doc = (Path(__file__).resolve().parents[1] / "docs" / "annotations.md").read_text()
     assert "`hints` criterion" in doc
+
+
+def test_in_a_wider_pool_exclusive_cpus_come_from_the_device_nodes(machine: Machine) -> None:
+    d = Policy(machine, OPTS).create(*container(1, 2, (gpu(1), gpu(2))))
+    assert d.pool == "root"
+    assert nodes_of(machine, d.placement.cpus) <= {1, 2}
+    assert d.placement.mems is not None and d.placement.mems <= {1, 2}

@@ -34,11 +34,14 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
 * topology hints are NUMA nodes, scored by how many the pool misses (reference: a product of
   per-hint scores); strict hints filter out pools with CPUs outside the hinted nodes, and memory
-  widened beyond the pool, before any grant (reference: checked after the CPU pick, 5.11).
+  widened beyond the pool, before any grant (reference: checked after the CPU pick, 5.11); in a
+  pool wider than the hinted nodes, exclusive CPUs come from the hinted nodes when they have
+  enough (the reference picks by hints only when annotated, and then splits over the hints).
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
@@ -583,7 +586,7 @@ class Engine:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
         sliceable = self._sliceable(p, k, req.shared if kind is CpuKind.MIXED else 0, kind)
-        excl = self._pick(p, sliceable, k, keep, fpo)
+        excl = self._pick(p, sliceable, k, keep, fpo, self._near_devices(req))
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
         return _Attempt(p, kind, excl, False, zone, relaxed, note)
@@ -607,13 +610,29 @@ class Engine:
             protected[x] = prot
         return self.free[p] - protected[p]
 
+    def _near_devices(self, req: Request) -> frozenset[int]:
+        """The CPUs of the NUMA nodes of the request's devices (none without hints)."""
+        nodes = self.machine.nodes
+        return frozenset().union(*(nodes[n].cpus for n in req.hint_nodes if n in nodes))
+
     def _pick(
-        self, p: int, sliceable: frozenset[int], k: int, keep: frozenset[int], fpo: bool
+        self,
+        p: int,
+        sliceable: frozenset[int],
+        k: int,
+        keep: frozenset[int],
+        fpo: bool,
+        near: frozenset[int] = frozenset(),
     ) -> frozenset[int]:
         opts = self.options
         pool = self.pools[p]
         if len(sliceable) < k:
             raise _GrantFailed(f"{len(sliceable)} CPUs can be sliced, {k} needed")
+        close = sliceable & near
+        if len(close) >= k and close != sliceable and not keep & sliceable:
+            # A pool wider than the devices' nodes: their CPUs first, when they suffice.
+            with contextlib.suppress(_GrantFailed):
+                return self._pick(p, close, k, keep, fpo)
         try:
             kept = keep & sliceable
             if kept:
