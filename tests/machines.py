@@ -90,7 +90,8 @@ def extract(archive_name: str) -> Path:
 _SKIP_DIRS = frozenset(
     {"cpuidle", "power", "acpi_cppc", "thermal_throttle", "hotplug", "microcode", "cpufreq"}
 )
-_CPU_FILES = frozenset({"online", "topology", "cache"})
+_CPU_FILES = frozenset({"online", "topology", "cache", "cpu_capacity", "cpufreq"})
+_CPUFREQ = re.compile(r"^sys/devices/system/cpu/cpufreq(/policy\d+(/cpuinfo_max_freq)?)?$")
 _TOPOLOGY_FILES = frozenset(
     {
         "physical_package_id",
@@ -113,6 +114,8 @@ def _discovery_member(rel: str) -> bool:
     if not rel.startswith(_KEEP_TOP) and rel not in ("sys", "proc", "sys/devices", "sys/bus"):
         return rel == "sys/bus/dax"
     parts = rel.split("/")
+    if _CPUFREQ.match(rel) or (len(parts) == 6 and parts[5] == "cpufreq"):
+        return True  # cpuN/cpufreq links to cpufreq/policyN: only the maximum frequency is read
     if _SKIP_DIRS.intersection(parts):
         return False
     if rel.startswith("sys/devices/system/cpu/cpu") and len(parts) > 5:
@@ -225,9 +228,19 @@ class SyntheticSpec:
     dram_latency: int | None = None
     near_distance: int = 11  # between nodes of the same socket
     remote_distance: int = 21  # between sockets
+    # Hybrid: single-thread efficiency cores per node, numbered after every performance thread,
+    # told apart by "atom" (devices/cpu_core,cpu_atom), "capacity" (cpu_capacity) or "freq"
+    # (cpufreq/cpuinfo_max_freq); "none" writes no kind at all.
+    e_cores: int = 0
+    hybrid_from: str = "atom"
 
     @property
     def cpu_count(self) -> int:
+        n_nodes = self.sockets * self.dies * self.nodes
+        return n_nodes * (self.cores * self.threads + self.e_cores)
+
+    @property
+    def p_count(self) -> int:
         return self.sockets * self.dies * self.nodes * self.cores * self.threads
 
 
@@ -244,6 +257,7 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
     n_cores = spec.sockets * spec.dies * spec.nodes * spec.cores
     n_cpu_nodes = spec.sockets * spec.dies * spec.nodes
     offline = cpuset.parse(spec.offline)
+    e_cpus: dict[int, int] = {}  # efficiency CPU -> its node
     all_ids = range(spec.cpu_count)
     online = [i for i in all_ids if i not in offline]
 
@@ -271,6 +285,24 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
             _write(top / "core_id", str(in_die))
             _write(top / "thread_siblings_list", cpuset.format(threads))
             _write(top / "core_cpus_list", cpuset.format(threads))
+    for n in range(n_cpu_nodes):
+        socket, rest = divmod(n, spec.dies * spec.nodes)
+        die = rest // spec.nodes
+        for i in range(spec.e_cores):
+            cpu = spec.p_count + n * spec.e_cores + i
+            e_cpus[cpu] = n
+            node_cpus[n].add(cpu)
+            key = {"node": (n,), "die": (socket, die), "socket": (socket,)}[spec.l3]
+            l3_groups.setdefault(key, set()).add(cpu)
+            if cpu in offline:
+                continue
+            top = cpu_dir / f"cpu{cpu}" / "topology"
+            _write(top / "physical_package_id", str(socket))
+            _write(top / "die_id", str(die))
+            _write(top / "core_id", str(per_die + (rest % spec.nodes) * spec.e_cores + i))
+            _write(top / "thread_siblings_list", str(cpu))
+            _write(top / "core_cpus_list", str(cpu))
+    _write_core_kinds(root, spec, frozenset(e_cpus), offline)
     for group in l3_groups.values():
         for cpu in group:
             if cpu in offline:
@@ -278,6 +310,8 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
             cache = cpu_dir / f"cpu{cpu}" / "cache"
             g = cpu % n_cores
             siblings = cpuset.format(t * n_cores + g for t in range(spec.threads))
+            if cpu in e_cpus:
+                siblings = str(cpu)
             for idx, (level, kind, shared) in enumerate(
                 [(1, "Data", siblings), (2, "Unified", siblings), (3, "Unified", None)]
             ):
@@ -330,6 +364,25 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
     _write(node_dir / "online", cpuset.format(range(n_nodes)))
     _write(node_dir / "possible", cpuset.format(range(n_nodes)))
     return root
+
+
+def _write_core_kinds(
+    root: Path, spec: SyntheticSpec, e_cpus: frozenset[int], offline: frozenset[int]
+) -> None:
+    """What tells efficiency cores from performance ones, as `spec.hybrid_from` says."""
+    if not e_cpus or spec.hybrid_from == "none":
+        return
+    online = [c for c in range(spec.cpu_count) if c not in offline]
+    if spec.hybrid_from == "atom":
+        _write(root / "devices/cpu_atom/cpus", cpuset.format(c for c in online if c in e_cpus))
+        _write(root / "devices/cpu_core/cpus", cpuset.format(c for c in online if c not in e_cpus))
+        return
+    rel, perf, eff = {
+        "capacity": ("cpu_capacity", 1024, 410),
+        "freq": ("cpufreq/cpuinfo_max_freq", 5000000, 3800000),
+    }[spec.hybrid_from]
+    for c in online:
+        _write(root / f"devices/system/cpu/cpu{c}/{rel}", str(eff if c in e_cpus else perf))
 
 
 def _write_access(node: Path, initiator: int, bandwidth: int, latency: int | None) -> None:

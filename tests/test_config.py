@@ -142,7 +142,8 @@ def test_cpu_amounts(value, quantity, expected):
                 "prefer_isolated_cpus, prefer_shared_cpus, reserved_resources, "
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
-                "full_pcpus_only, topology_hints, strict_topology_hints, default_memory_tiers"
+                "full_pcpus_only, topology_hints, strict_topology_hints, numa_policy, "
+                "default_memory_tiers"
             ],
         ),
         (

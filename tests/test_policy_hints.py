@@ -80,7 +80,7 @@ def test_a_device_pulls_the_container_to_its_node(machine: Machine) -> None:
     keys = {s.pool: s.key for s in d.trace}
     assert keys["NUMA node #0"][hints_at] == 1 and keys["NUMA node #3"][hints_at] == 0
     assert verdicts["NUMA node #0"] == "lost to NUMA node #3 on hints"
-    assert verdicts["socket #1"] == "lost to NUMA node #3 on numa"  # covers, but wider
+    assert verdicts["socket #1"] == "lost to NUMA node #3 on depth"  # covers, but wider
 
 
 def test_a_full_node_falls_back_to_the_pool_covering_it(machine: Machine) -> None:

@@ -116,6 +116,7 @@ class PolicySection(_Section):
     full_pcpus_only: StrictBool = False
     topology_hints: StrictBool = True
     strict_topology_hints: StrictBool = False
+    numa_policy: Literal["best-effort", "single-numa-node"] = "best-effort"
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
     ] = ["dram"]
@@ -259,6 +260,7 @@ class Config(_Section):
             full_pcpus_only=p.full_pcpus_only,
             topology_hints=p.topology_hints,
             strict_topology_hints=p.strict_topology_hints,
+            single_numa_node=p.numa_policy == "single-numa-node",
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
         )
 

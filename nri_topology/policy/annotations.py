@@ -138,6 +138,20 @@ ANNOTATIONS: tuple[AnnotationSpec, ...] = (
         "Push placements apart (weight -1 by default; a positive weight is negated).",
         prefixed=True,
     ),
+    AnnotationSpec(
+        "prefer-cpu-priority",
+        "high, normal, low, none or default",
+        "Which cores exclusive CPUs come from first on hybrid machines: high and normal prefer "
+        "performance cores, low efficiency cores, none no preference; default (or no "
+        "annotation): by QoS class, Guaranteed high, Burstable normal, BestEffort low.",
+    ),
+    AnnotationSpec(
+        "numa-policy",
+        "single-numa-node or best-effort",
+        "single-numa-node: CPUs and memory of one NUMA node only; creation fails when no NUMA "
+        "node can hold the container. best-effort: span nodes when needed (overrides the "
+        "numa_policy option).",
+    ),
 )
 
 SPECS: Mapping[str, AnnotationSpec] = {spec.name: spec for spec in ANNOTATIONS}

@@ -37,6 +37,13 @@ start is annotated), masked to the tiers the machine has memory in; when none re
 falls back to DRAM. A cold start > 0 removes DRAM from the tiers (the engine restores it later);
 when no other tier remains the cold start is dropped, since there is nothing else to start on.
 
+`prefer-cpu-priority` (high, normal, low, none; `default` or none given: Guaranteed high,
+Burstable normal, BestEffort low) sets `cpu_priority`, the core kind exclusive CPUs come from
+first on hybrid machines.
+
+`numa-policy` (`single-numa-node` or `best-effort`, else the `single_numa_node` option) sets
+`single_numa`: the engine then refuses the container rather than span NUMA nodes.
+
 Every annotation is validated; an invalid value raises `PolicyError` naming the container, the
 annotation key, the value and what is accepted.
 """
@@ -60,6 +67,7 @@ from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
+    CpuPriority,
     HintSource,
     PodInfo,
     PolicyError,
@@ -418,6 +426,42 @@ def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[i
     return frozenset(n for n in nodes if n in machine.nodes)
 
 
+_NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
+
+
+def _single_numa(a: _Annotations, options: Options) -> bool:
+    """Whether the container must stay in one NUMA node: `numa-policy`, else the option."""
+    found = a.find("numa-policy")
+    if found is None:
+        return options.single_numa_node
+    value = _NUMA_POLICIES.get(found.value.strip().lower())
+    if value is None:
+        raise _invalid(a.who, found, "expected single-numa-node or best-effort")
+    return value
+
+
+_QOS_PRIORITY = {
+    QoS.GUARANTEED: CpuPriority.HIGH,
+    QoS.BURSTABLE: CpuPriority.NORMAL,
+    QoS.BEST_EFFORT: CpuPriority.LOW,
+}
+_PRIORITY_HELP = "expected high, normal, low, none or default"
+
+
+def _cpu_priority(a: _Annotations, qos: QoS) -> CpuPriority:
+    """`prefer-cpu-priority`, else (and for `default`) by QoS class."""
+    found = a.find("prefer-cpu-priority")
+    if found is None:
+        return _QOS_PRIORITY[qos]
+    value = found.value.strip().lower()
+    if value == "default":
+        return _QOS_PRIORITY[qos]
+    try:
+        return CpuPriority(value)
+    except ValueError:
+        raise _invalid(a.who, found, _PRIORITY_HELP) from None
+
+
 def _machine_tiers(machine: Machine) -> frozenset[MemoryTier]:
     return frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
 
@@ -466,6 +510,8 @@ def build_request(
     sources = _hint_sources(a, options)
     hints = tuple(h for h in container.hints if h.source in sources)
     strict = a.boolean("strict.topologyhints")
+    single_numa = _single_numa(a, options)
+    cpu_priority = _cpu_priority(a, qos)
 
     affinities: list[affinity.Affinity] = []
     for name, anti in (("affinity", False), ("anti-affinity", True)):
@@ -502,6 +548,8 @@ def build_request(
         exclusive=exclusive,
         shared=shared,
         require_isolated=require_isolated,
+        single_numa=single_numa,
+        cpu_priority=cpu_priority,
         memory_tiers=tiers,
         memory_preserve=memory_preserve,
         hide_hyperthreads=hide is not None and hide[0],

@@ -30,6 +30,17 @@ class CpuKind(StrEnum):
     PRESERVE = "preserve"  # CPU pinning left as it is (annotation cpu.preserve)
 
 
+class CpuPriority(StrEnum):
+    """Which kind of core exclusive CPUs come from first on hybrid machines (annotation
+    `prefer-cpu-priority`): high and normal prefer performance cores, low efficiency cores,
+    none has no preference. Machines that are not hybrid have performance cores only."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+    NONE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """The Linux resources the runtime reports for a container (None = not set)."""
@@ -162,6 +173,8 @@ class Request:
     exclusive: int = 0  # whole CPUs of its own (EXCLUSIVE, MIXED, ISOLATED)
     shared: int = 0  # milli-CPU from the pool's shared CPUs (or the reserved CPUs for RESERVED)
     require_isolated: bool = False  # fail unless all exclusive CPUs are isolated
+    single_numa: bool = False  # fail unless CPUs and memory fit one NUMA node
+    cpu_priority: CpuPriority = CpuPriority.NONE  # core kind preferred for exclusive CPUs
     memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
     memory_preserve: bool = False  # leave cpuset.mems untouched
     hide_hyperthreads: bool = False  # pin one thread per physical core

@@ -3,7 +3,8 @@
 An installed package has no sysfs dumps to read, so the simulator ships machines in this form
 (`nri_topology/data/machines/*.json`) and `bundle.py` generates them from real dumps. The format
 is documented in docs/simulate.md. What it keeps: packages, dies, cores (as thread lists), NUMA
-nodes with CPUs, memory, tier, hugepages and distances, isolated and offline CPUs. What it
+nodes with CPUs, memory, tier, hugepages and distances, isolated and offline CPUs, and the CPUs
+of efficiency cores on hybrid machines. What it
 derives: a core's L2 is its threads, L3 is its die; clusters equal cores.
 """
 
@@ -21,7 +22,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from nri_topology.quantity import memory_bytes
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
+from nri_topology.topology.model import CoreKind, Cpu, Machine, MemoryTier, NumaNode
 
 FORMAT_VERSION = 1
 
@@ -85,6 +86,7 @@ class MachineSpec(_Strict):
     source: str = ""  # where the description came from (a dump, or "hand-written")
     isolated: CpuList = frozenset()
     offline: CpuList = frozenset()
+    efficiency: CpuList = frozenset()  # CPUs of efficiency cores (hybrid machines)
     packages: list[PackageSpec] = Field(min_length=1)
     nodes: list[NodeSpec] = Field(min_length=1)
     distances: list[list[int]]  # rows and columns in the order of `nodes`
@@ -133,6 +135,9 @@ def _build(spec: MachineSpec) -> Machine:
                         threads=threads,
                         l2=threads,
                         l3=die_cpus,
+                        kind=(
+                            CoreKind.EFFICIENCY if cpu in spec.efficiency else CoreKind.PERFORMANCE
+                        ),
                     )
     unknown = set(node_of) - set(cpus)
     if unknown:
@@ -140,6 +145,15 @@ def _build(spec: MachineSpec) -> Machine:
     if not spec.isolated <= cpus.keys():
         missing = cpuset.format(spec.isolated - cpus.keys())
         raise MachineSpecError(f"isolated: CPUs {missing} are in no package's cores")
+    if not spec.efficiency <= cpus.keys():
+        missing = cpuset.format(spec.efficiency - cpus.keys())
+        raise MachineSpecError(f"efficiency: CPUs {missing} are in no package's cores")
+    split = [c for c in spec.efficiency if not cpus[c].threads <= spec.efficiency]
+    if split:
+        raise MachineSpecError(
+            f"efficiency: CPU {min(split)} is an efficiency core but its sibling threads "
+            f"{cpuset.format(cpus[min(split)].threads)} are not all listed"
+        )
     if spec.offline & cpus.keys():
         online = cpuset.format(spec.offline & cpus.keys())
         raise MachineSpecError(f"offline: CPUs {online} are listed as online cores")
@@ -163,7 +177,13 @@ def _build(spec: MachineSpec) -> Machine:
             distances=dict(zip(node_ids, row, strict=True)),
             hugepages=dict(node.hugepages),
         )
-    return Machine(cpus=cpus, nodes=nodes, isolated=spec.isolated, offline=spec.offline)
+    return Machine(
+        cpus=cpus,
+        nodes=nodes,
+        isolated=spec.isolated,
+        offline=spec.offline,
+        core_kinds_from="machine description" if spec.efficiency else "",
+    )
 
 
 def _errors(exc: ValidationError) -> str:
@@ -230,13 +250,17 @@ def from_machine(machine: Machine, *, name: str, description: str, source: str) 
         if node.hugepages:
             doc["hugepages"] = {str(k): v for k, v in sorted(node.hugepages.items())}
         node_docs.append(doc)
-    return {
+    head: dict[str, Any] = {
         "format": FORMAT_VERSION,
         "name": name,
         "description": description,
         "source": source,
         "isolated": cpuset.format(machine.isolated),
         "offline": cpuset.format(machine.offline),
+    }
+    if machine.efficiency_cpus:  # only on hybrid machines, so other descriptions stay as they were
+        head["efficiency"] = cpuset.format(machine.efficiency_cpus)
+    return head | {
         "packages": pkg_docs,
         "nodes": node_docs,
         "distances": [[machine.distance(a, b) for b in node_ids] for a in node_ids],

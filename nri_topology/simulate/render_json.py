@@ -119,6 +119,7 @@ def to_document(sim: Simulation, *, explain: bool = False) -> dict[str, Any]:
             "cpus": cpuset.format(m.cpus),
             "isolated": cpuset.format(m.isolated),
             "offline": cpuset.format(m.offline),
+            "efficiency": cpuset.format(m.efficiency_cpus),
             "nodes": [
                 {
                     "id": n.id,
