@@ -201,3 +201,15 @@ async def test_a_list_larger_than_grpcs_default_limit(
     async with serve(sock, kubelet):
         got = await client.pod("ml", "train")
     assert got["main"][0].nodes == {1}
+
+
+async def test_a_pod_removed_while_its_container_waits(
+    sock: Path, client: PodResourcesClient
+) -> None:
+    finder = HintFinder(None, client, budget_s=5)
+    async with serve(sock, Kubelet(answer([1]), gate=asyncio.Event())):
+        waiting = asyncio.ensure_future(finder.find(POD, MAIN, (), Options()))
+        await asyncio.sleep(0.05)
+        finder.pod_removed(POD.id)
+        assert await waiting == ()
+    await finder.close()

@@ -140,13 +140,17 @@ class HintFinder:
             )
             if self._pods.get(pod.id) is task:
                 del self._pods[pod.id]
+        except asyncio.CancelledError:
+            if not task.cancelled():
+                raise  # this call is cancelled, not the lookup
+            # the pod was removed meanwhile: nothing to wait for
         return None
 
     async def close(self) -> None:
         for task in self._pods.values():
             task.cancel()
         for task in self._pods.values():
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._pods.clear()
         if self.pod_resources is not None:
