@@ -169,3 +169,13 @@ async def test_the_daemon_keeps_each_containers_file_current(node) -> None:
     root = Path(daemon.config.state.path).parent / "containers"
     assert sorted(p.name for p in root.iterdir()) == ["web"]
     assert source is None or not source.exists()
+
+
+async def test_an_unwritable_root_means_no_mount_rather_than_a_failed_container(
+    tmp_path: Path,
+) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    files = PlacementFiles(blocker / "containers")
+    assert await files.create(decision("a", "0-3"), "/p") is None
+    assert "a" not in files

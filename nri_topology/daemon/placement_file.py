@@ -85,11 +85,16 @@ class PlacementFiles:
     def __contains__(self, container_id: str) -> bool:
         return container_id in self._docs
 
-    async def create(self, decision: Decision, mount_dir: str) -> api_pb2.Mount:
-        """Write a new container's file now; the mount that shows it inside the container."""
+    async def create(self, decision: Decision, mount_dir: str) -> api_pb2.Mount | None:
+        """Write a new container's file now; the mount that shows it inside the container, or
+        None when the file could not be written (a mount of a missing directory would fail the
+        container; it runs without the file instead, and the failure is logged)."""
         cid = decision.container_id
         self._set(cid, document(decision))
         await self.flush()
+        if not (self.root / cid / FILE_NAME).is_file():
+            self._docs.pop(cid, None)
+            return None
         return api_pb2.Mount(
             destination=mount_dir,
             type="bind",

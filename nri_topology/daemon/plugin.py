@@ -265,7 +265,9 @@ class TopologyPlugin(Plugin):
         if self.files is not None:
             self.files.updated(decision.updates)
             if self.settings.expose_file:
-                adjust.mounts.append(await self.files.create(decision, self.settings.file_dir))
+                mount = await self.files.create(decision, self.settings.file_dir)
+                if mount is not None:
+                    adjust.mounts.append(mount)
         return adjust, convert.updates(decision.updates)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
