@@ -6,7 +6,8 @@ The scheduler-plugins NodeResourceTopologyMatch plugin reads zones of type `Node
 resources (capacity, allocatable, available) and `costs` (NUMA distances to the other nodes),
 and the node's topology manager policy and scope from the top-level `attributes` (older versions
 from the deprecated `topologyPolicies`). Zones of type `Socket` (`socket-<package>`) are the
-parents of the node zones; the scheduler ignores them, people and other tools read them.
+parents of the node zones, with their nodes' sums (memory of every tier); the scheduler ignores
+them, people and other tools read them.
 
 A NUMA node without CPUs (PMEM, HBM, CXL, device memory) is a zone of its own with memory only,
 under the socket of its closest CPU node; its tier is the zone attribute `memory.tier` (every
