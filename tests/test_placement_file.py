@@ -179,3 +179,40 @@ async def test_an_unwritable_root_means_no_mount_rather_than_a_failed_container(
     files = PlacementFiles(blocker / "containers")
     assert await files.create(decision("a", "0-3"), "/p") is None
     assert "a" not in files
+
+
+async def test_a_restarted_plugin_rewrites_the_files_of_what_still_runs(tmp_path: Path) -> None:
+    from nri_topology.daemon.plugin import Settings, TopologyPlugin
+    from nri_topology.policy.options import CpuAmount, Options
+    from nri_topology.policy.policy import Policy
+    from nri_topology.testing.harness import connected
+
+    machine = machines.synthetic(tmp_path, nodes=1, cores=4, threads=1)
+    root = tmp_path / "state" / "containers"
+
+    def plugin() -> TopologyPlugin:
+        return TopologyPlugin(
+            Policy(machine, Options(reserved_resources=CpuAmount(cpus=frozenset({0})))),
+            files=PlacementFiles(root),
+            settings=Settings(expose_file=True, file_dir="/run/nri"),
+        )
+
+    web, db = pod("web", "burstable"), pod("db", "")
+    async with connected(plugin()) as (peer, _):
+        await peer.create_container(web, container("web", web, 500, limit=False))
+        await peer.create_container(db, container("db", db, 2000, limit=True))
+        before = file_of(peer, "web")
+        running = {cid: c for cid, c in peer.containers.items()}
+    assert before["generation"] == 2  # shrunk once by db's exclusive CPUs
+    # db went away while the plugin was down; web still runs as the runtime last pinned it
+    survivor = running["web"]
+    survivor.state = api_pb2.CONTAINER_RUNNING
+    after_peer = RuntimePeer(pods=[web], containers=[survivor])
+    async with connected(plugin(), after_peer):
+        pass  # connected: synchronized, and the files are rewritten before the reply
+    assert sorted(p.name for p in root.iterdir()) == ["web"]
+    doc = read(root, "web")
+    assert (
+        doc["generation"] == 3
+        and doc["cpus"] == after_peer.containers["web"].linux.resources.cpu.cpus
+    )
