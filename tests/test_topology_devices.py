@@ -173,3 +173,16 @@ def test_read_only_devices_and_privileged_containers_give_no_refs() -> None:
     assert [r.path for r in device_refs(ctr)] == ["/dev/dri/card0"]  # sdb is read-only
     rules.append(_rule(True, access="rwm"))  # privileged: every device allowed
     assert device_refs(ctr) == ()
+
+
+def test_known_says_what_the_cache_answers(sys_root: Path) -> None:
+    locator = DeviceLocator(sys_root)
+    assert not locator.known("c", 226, 0)
+    locator.device("c", 226, 0)
+    assert locator.known("c", 226, 0) and not locator.known("b", 226, 0)
+    assert not locator.known("c", 10, 196, "/dev/vfio/42")
+    locator.device("c", 10, 196, "/dev/vfio/42")
+    assert locator.known("c", 10, 196, "/dev/vfio/42")
+    with pytest.raises(DeviceError):
+        locator.device("c", 9, 9)
+    assert not locator.known("c", 9, 9)  # unknown devices are looked up again

@@ -3,8 +3,8 @@
 Two sources, each optional:
 
 * sysfs, for the devices the runtime hands the plugin (Linux devices by major:minor, VFIO
-  groups, device nodes among the mounts): read in a worker thread, cached per device by the
-  `DeviceLocator`;
+  groups, device nodes among the mounts): cached per device by the `DeviceLocator`, read in a
+  worker thread when a device is new (or a mounted node must be looked at);
 * the kubelet's PodResources API, for devices that device plugins allocated: asked once per pod,
   as soon as its sandbox runs, and kept until the pod is removed. CreateContainer waits for the
   answer at most `budget_s`; a slower, failing or absent kubelet means a warning and placement
@@ -110,8 +110,12 @@ class HintFinder:
         who = f"{pod.namespace}/{pod.name}/{container}"
         hints: tuple[TopologyHint, ...] = ()
         wanted = tuple(r for r in refs if r.source in sources)
-        if self.locator is not None and wanted:
-            found, warnings = await asyncio.to_thread(sysfs_hints, self.locator, wanted)
+        locator = self.locator
+        if locator is not None and wanted:
+            if all(r.kind and locator.known(r.kind, r.major, r.minor, r.path) for r in wanted):
+                found, warnings = sysfs_hints(locator, wanted)  # all cached: no I/O, no thread
+            else:
+                found, warnings = await asyncio.to_thread(sysfs_hints, locator, wanted)
             for warning in warnings:
                 _log.warning(
                     "device not found in sysfs, no hint from it", container=who, detail=warning

@@ -12,8 +12,8 @@ container's mounts. From sysfs (relative to its root):
 
 A device under `devices/virtual` (a tty, `/dev/null`, the VFIO group nodes themselves) and one
 whose parents say nothing has no locality: `None`, not an error. Results are cached per device
-(devices do not move between NUMA nodes); reading is blocking I/O, so the daemon calls this off
-its event loop.
+(devices do not move between NUMA nodes); reading is blocking I/O, so the daemon reads a device
+it has not seen before (`known` says which) off its event loop.
 """
 
 from __future__ import annotations
@@ -68,6 +68,13 @@ class DeviceLocator:
                 raise DeviceError(f"{link} does not exist")
             self._by_number[key] = self._walk(Path(os.path.realpath(link)))
         return self._by_number[key]
+
+    def known(self, kind: str, major: int, minor: int, path: str = "") -> bool:
+        """Whether `device` would answer from the cache, without touching sysfs."""
+        m = _VFIO_GROUP.match(path)
+        if m:
+            return m.group(1) in self._by_group
+        return ("block" if kind == "b" else "char", major, minor) in self._by_number
 
     def vfio_group(self, group: str) -> Locality | None:
         """The PCI functions of an IOMMU group, together; DeviceError when the group is unknown."""
