@@ -1,7 +1,10 @@
 """`nri-topology topology`: show the machine as the plugin sees it, as a tree or as JSON.
 
-The JSON form is documented in `nri_topology.topology.render` (`JSON_SCHEMA`). Unreadable or
-inconsistent sysfs data exits with status 2 and the reason on stderr.
+The JSON form is documented in `nri_topology.topology.render` (`JSON_SCHEMA`). `--machine-json`
+prints instead a machine description (docs/simulate.md) that `simulate --machine FILE` loads as
+exactly the machine read here; `--nrt` the NodeResourceTopology object the daemon publishes
+(`nri_topology.nrt.build`). Unreadable or inconsistent sysfs data exits with status 2 and
+the reason on stderr.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from pathlib import Path
 
 from nri_topology.config.schema import Config
+from nri_topology.simulate.machine_spec import dumps, from_machine
 from nri_topology.topology.model import Machine
 from nri_topology.topology.render import machine_json, machine_text
 from nri_topology.topology.sysfs import ENV_SYSFS, TopologyError, default_sysfs_root, read_machine
@@ -55,6 +59,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="with --nrt: the object's name (default: nrt.node_name, $NODE_NAME, the host name)",
     )
     parser.add_argument(
+        "--machine-json",
+        action="store_true",
+        help="print a machine description for `simulate --machine FILE` (docs/simulate.md)",
+    )
+    parser.add_argument(
+        "--name", default="this-host", help="the machine's name in --machine-json output"
+    )
+    parser.add_argument(
         "--windows-groups",
         action="store_true",
         help="show CPU sets as Windows processor groups (group:0xMASK, KEP-4885)",
@@ -70,7 +82,10 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.nrt:
         return _nrt(machine, args)
-    if args.json:
+    if args.machine_json:
+        doc = from_machine(machine, name=args.name, description="", source=str(root))
+        sys.stdout.write(dumps(doc))
+    elif args.json:
         doc = machine_json(machine, windows_groups=args.windows_groups)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

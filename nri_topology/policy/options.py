@@ -20,6 +20,25 @@ class CpuAmount:
 
 
 @dataclass(frozen=True, slots=True)
+class AnnotationLimits:
+    """Bounds on what one pod's annotations may cost (docs/annotations.md, "Limits")."""
+
+    max_value_bytes: int = 16384  # any annotation value the policy reads
+    max_affinity_rules: int = 8  # affinity plus anti-affinity rules that apply to one container
+    max_affinity_values: int = 16  # values (names or glob patterns) of one expression
+    max_affinity_globs: int = 8  # glob patterns with wildcards in all rules of one container
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """Namespaces (globs) whose pods may use each privileged annotation; others are ignored."""
+
+    reserved_cpus: tuple[str, ...] = ("kube-system",)  # prefer-reserved-cpus: true
+    preserve: tuple[str, ...] = ("kube-system",)  # cpu.preserve, memory.preserve: true
+    isolated_cpus: tuple[str, ...] = ("*",)  # prefer-/require-isolated-cpus: true
+
+
+@dataclass(frozen=True, slots=True)
 class Options:
     pin_cpu: bool = True
     pin_memory: bool = True
@@ -40,3 +59,5 @@ class Options:
     # DRAM unless a pod asks for another tier: defaulting to PMEM too would pull every container
     # towards the few pools with PMEM nearby (on SNC machines, all of one socket).
     default_memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
+    annotation_limits: AnnotationLimits = AnnotationLimits()
+    trust: Trust = Trust()

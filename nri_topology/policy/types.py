@@ -146,10 +146,31 @@ class Decision:
     trace: tuple[PoolScore, ...] = ()
     memory_relaxed: bool = False  # memory widened beyond the pool because it ran out
     cold_start: ColdStart | None = None
+    warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
 
 
 class PolicyError(Exception):
     """A request that cannot be met or is invalid; the policy state is unchanged."""
+
+
+class AnnotationError(PolicyError):
+    """An annotation value refused: `key` is the annotation, `limit` the bound it broke ("" when
+    the value is merely invalid). The message names the container, the key and the limit."""
+
+    def __init__(self, message: str, *, key: str, limit: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationWarning:
+    """An annotation the policy ignored or cut back rather than refuse; `kind` is its metric label
+    ("untrusted": a privileged annotation from a namespace not trusted with it; "claim_cut":
+    `noderesource.dev/resources` asked for more than the container's cgroup settings allow)."""
+
+    kind: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,3 +207,4 @@ class Request:
     hints: tuple[TopologyHint, ...] = ()  # the hints that apply (sources not turned off)
     hint_nodes: frozenset[int] = frozenset()  # NUMA nodes of the hints, CPUs resolved to nodes
     strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
+    warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
