@@ -213,3 +213,15 @@ async def test_a_pod_removed_while_its_container_waits(
         finder.pod_removed(POD.id)
         assert await waiting == ()
     await finder.close()
+
+
+async def test_the_client_follows_a_restarted_kubelet(sock: Path) -> None:
+    client = PodResourcesClient(str(sock), timeout_s=10)
+    try:
+        async with serve(sock, Kubelet(answer([1]))):
+            assert (await client.pod("ml", "train"))["main"][0].nodes == {1}
+        # the kubelet restarts: its socket goes away and comes back with a new answer
+        async with serve(sock, Kubelet(answer([3]))):
+            assert (await client.pod("ml", "train"))["main"][0].nodes == {3}
+    finally:
+        await client.close()

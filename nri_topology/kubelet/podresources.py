@@ -22,7 +22,16 @@ from nri_topology.kubelet import podresources_pb2 as pb
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 _SERVICE = "/v1.PodResourcesLister/"
 # A List answer on a busy node exceeds gRPC's default 4 MiB; the kubelet's own client allows 16.
-MAX_MESSAGE = 16 << 20
+# The kubelet recreates its socket when it restarts: reconnect within seconds, not the default
+# two minutes of backoff, and let a call made meanwhile wait (up to its deadline) for the new
+# connection rather than fail at once. Channels of this client share no connection state with
+# other channels in the process.
+_CHANNEL_OPTIONS = (
+    ("grpc.max_receive_message_length", 16 << 20),
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.use_local_subchannel_pool", 1),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +76,7 @@ class PodResourcesClient:
     def _connected(self) -> grpc.aio.Channel:
         if self._channel is None:
             self._channel = grpc.aio.insecure_channel(
-                f"unix://{self.socket}", options=[("grpc.max_receive_message_length", MAX_MESSAGE)]
+                f"unix://{self.socket}", options=_CHANNEL_OPTIONS
             )
         return self._channel
 
@@ -77,7 +86,7 @@ class PodResourcesClient:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=reply.FromString,
         )
-        return await call(request, timeout=self.timeout_s)
+        return await call(request, timeout=self.timeout_s, wait_for_ready=True)
 
     async def pod(self, namespace: str, name: str) -> dict[str, tuple[DeviceAssignment, ...]]:
         """The pod's devices by container; PodResourcesError when the kubelet cannot tell."""
