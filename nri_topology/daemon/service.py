@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 import structlog
 
+from nri_topology import __version__
 from nri_topology.config.load import (
     DEFAULT_PATH,
     ConfigError,
@@ -37,7 +39,7 @@ from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
-from nri_topology.nrt.build import node_name, node_resource_topology
+from nri_topology.nrt.build import node_resource_topology
 from nri_topology.nrt.cluster import in_cluster, wanted
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology.devices import DeviceLocator
@@ -143,6 +145,7 @@ class Daemon:
         self._reload_interval = reload_interval
         self.config = Config()
         self.plugin: TopologyPlugin | None = None
+        self.machine: Machine | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
         self.publisher: Publisher | None = None  # set when publishing NodeResourceTopology
@@ -174,6 +177,7 @@ class Daemon:
             raise StartupError(f"cannot read the machine topology: {exc}") from None
         for warning in machine.warnings:
             _log.warning("topology", detail=warning)
+        self.machine = machine
         try:
             policy = self._policy_factory(machine, self.config)
         except PolicyError as exc:
@@ -192,6 +196,7 @@ class Daemon:
             self.reloader.mark_current()
         _log.info(
             "starting",
+            version=__version__,
             cpus=len(machine.cpus),
             nodes=len(machine.nodes),
             socket=self.config.nri.socket,
@@ -220,7 +225,7 @@ class Daemon:
             await self.apply(config)
         except (ConfigError, PolicyError) as exc:
             assert self.plugin is not None
-            self.plugin.metrics.errors.labels("config").inc()
+            self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
 
     async def serve(self) -> int:
@@ -242,8 +247,16 @@ class Daemon:
             return 1
         plugin.stub = stub
         if config.metrics.enabled:
+            from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
+
+            assert self.machine is not None
+            pages = StatusPages(plugin, self.machine, self.node_name())
             self.status = StatusServer(
-                plugin.metrics.registry, plugin.ready, config.metrics.address, config.metrics.port
+                plugin.metrics.registry,
+                plugin.ready,
+                config.metrics.address,
+                config.metrics.port,
+                pages=pages.routes(),
             )
             try:
                 await self.status.start()
@@ -303,7 +316,7 @@ class Daemon:
             raise StartupError(f"cannot publish NodeResourceTopology: {exc}") from None
         plugin = self.plugin
         assert plugin is not None
-        name = node_name(nrt.node_name)
+        name = nrt.node_name or self.node_name().lower()  # node names are lower case
 
         def build() -> dict[str, Any]:
             return node_resource_topology(
@@ -325,6 +338,11 @@ class Daemon:
         plugin.on_change = publisher.changed
         _log.info("publishing NodeResourceTopology", node=name)
         return publisher
+
+    def node_name(self) -> str:
+        """The Kubernetes node name when the DaemonSet gives it (NODE_NAME), else the host's."""
+        environ = os.environ if self._environ is None else self._environ
+        return environ.get("NODE_NAME") or socket.gethostname()
 
     def _reloader(self) -> Reloader[Config] | None:
         path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well
