@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.scoring import CRITERIA
+from nri_topology.policy.scoring import CRITERIA, labelled
 from nri_topology.policy.types import (
     ContainerInfo,
     HintSource,
@@ -79,6 +79,7 @@ def test_a_device_pulls_the_container_to_its_node(machine: Machine) -> None:
     verdicts = {s.pool: s.verdict for s in d.trace}
     keys = {s.pool: s.key for s in d.trace}
     assert keys["NUMA node #0"][hints_at] == 1 and keys["NUMA node #3"][hints_at] == 0
+    assert labelled(keys["NUMA node #0"])["hint_miss"] == 1
     assert verdicts["NUMA node #0"] == "lost to NUMA node #3 on hints"
     assert verdicts["socket #1"] == "lost to NUMA node #3 on depth"  # covers, but wider
 

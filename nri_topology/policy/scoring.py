@@ -116,11 +116,12 @@ def labelled(key: tuple[object, ...]) -> dict[str, object]:
     """
     if not key:
         return {}
-    affinity, tiers, memory, burst, isolated, numa, cores, depth, load, index = key
+    affinity, hints, tiers, memory, burst, isolated, numa, cores, depth, load, index = key
     nodes, distance = numa  # type: ignore[misc]
     colocated, free = load  # type: ignore[misc]
     return {
         "affinity": -affinity + 0.0,  # type: ignore[operator]
+        "hint_miss": hints,
         "tier_miss": bool(tiers),
         "memory_relaxed": bool(memory),
         "burst_short": bool(burst),
