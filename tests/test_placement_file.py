@@ -216,3 +216,17 @@ async def test_a_restarted_plugin_rewrites_the_files_of_what_still_runs(tmp_path
         doc["generation"] == 3
         and doc["cpus"] == after_peer.containers["web"].linux.resources.cpu.cpus
     )
+
+
+async def test_the_file_is_readable_by_any_user_whatever_the_umask(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    old = os.umask(0o077)
+    try:
+        files = PlacementFiles(tmp_path / "containers")
+        await files.create(decision("a", "0-3"), "/p")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "containers" / "a").stat().st_mode) == 0o755
+    assert stat.S_IMODE((tmp_path / "containers" / "a" / FILE_NAME).stat().st_mode) == 0o644

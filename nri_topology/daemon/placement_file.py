@@ -190,7 +190,11 @@ class PlacementFiles:
                 if doc is None:
                     shutil.rmtree(folder, ignore_errors=True)
                     continue
-                folder.mkdir(parents=True, exist_ok=True)
+                if not folder.is_dir():
+                    folder.mkdir(parents=True)
+                    # readable by the container's user whatever the daemon's umask (the file and
+                    # its directory say only where the container runs)
+                    os.chmod(folder, 0o755)
                 tmp = folder / f".{FILE_NAME}.tmp"
                 tmp.write_text(json.dumps(doc, sort_keys=True) + "\n")
                 os.chmod(tmp, 0o644)
