@@ -161,7 +161,8 @@ def test_strict_hints_switched_off_per_container(machine: Machine) -> None:
 def test_reconfigure_keeps_hinted_placements(machine: Machine) -> None:
     p = Policy(machine, OPTS)
     d = p.create(*container(1, 2, (gpu(3),)))
-    assert p.reconfigure(replace(OPTS, prefer_closest_numa=False)) == ()
+    report = p.reconfigure(replace(OPTS, prefer_closest_numa=False))
+    assert report.adopted == ("c1",) and report.updates == ()
     assert p.assignments()["c1"].cpus == d.placement.cpus
 
 
