@@ -24,9 +24,9 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -39,6 +39,7 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
 from nri_topology.policy.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     AnnotationError,
     ColdStart,
@@ -47,11 +48,14 @@ from nri_topology.policy.types import (
     Placement,
     PodInfo,
     PolicyError,
-    Resources,
     Update,
+    qualified_name,
 )
-from nri_topology.policy.views import Assignment, PoolView, RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
+
+if TYPE_CHECKING:
+    from nri_topology.daemon.hints import HintFinder
+    from nri_topology.daemon.placement_file import PlacementFiles
 
 _log = structlog.get_logger("nri_topology.daemon")
 _KEYS_LISTED = 8  # unknown annotation keys named in one warning
@@ -64,26 +68,6 @@ _LIVE_STATES = (
     api_pb2.CONTAINER_RUNNING,
     api_pb2.CONTAINER_PAUSED,
 )
-
-
-class PolicyPort(Protocol):
-    """The policy facade as the daemon uses it."""
-
-    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
-    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
-    def release(self, container_id: str) -> tuple[Update, ...]: ...
-    def restore(
-        self,
-        pods: Sequence[PodInfo],
-        containers: Sequence[ContainerInfo],
-        saved: Mapping[str, Any] | None,
-    ) -> RestoreReport: ...
-    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
-    def reconfigure(self, options: Options) -> RestoreReport: ...
-    def snapshot(self) -> dict[str, Any]: ...
-    def pools(self) -> Iterable[PoolView]: ...
-    def assignments(self) -> Mapping[str, Assignment]: ...
-    def placements(self, ids: Iterable[str] | None = None) -> dict[str, Placement]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +87,8 @@ class Settings:
     env_prefix: str = convert.ENV_PREFIX
     cgroup_root: Path | None = None  # where containers' cgroups are read; None: never checked
     verify_interval_s: float = 10.0  # periodic cgroup check; 0: only after a container starts
+    expose_file: bool = False  # mount a placement file, kept current, into new containers
+    file_dir: str = "/.nri-topology"  # where that file's directory appears in the container
 
 
 def _is_ns(value: Any) -> bool:
@@ -146,8 +132,13 @@ class TopologyPlugin(Plugin):
         runtime_config: Callable[[str], Awaitable[None]] | None = None,
         wall_clock_ns: Callable[[], int] = time.time_ns,
         checkpoint_retry_s: float = 10.0,
+        hints: HintFinder | None = None,
+        files: PlacementFiles | None = None,
     ) -> None:
         self.policy = policy
+        self.hints = hints
+        self.files = files
+        self.on_change: Callable[[], None] | None = None  # e.g. the NRT publisher
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
@@ -213,6 +204,8 @@ class TopologyPlugin(Plugin):
         pod_infos = [convert.pod_info(p) for p in pods]
         live = [c for c in containers if c.state in _LIVE_STATES]
         infos = [convert.container_info(c) for c in live]
+        if self.hints is not None:  # device hints, for containers re-placed or resized later
+            infos = await self._with_device_hints(pod_infos, live, infos)
         async with self._lock:
             saved = self._saved_state()
             started = time.perf_counter()
@@ -236,6 +229,9 @@ class TopologyPlugin(Plugin):
             created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
             self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
             self._commit()
+            placed = self._placement_docs() if self.files is not None else {}
+        if self.files is not None:
+            await self.files.adopt(placed)
         for cid, decision in report.decisions.items():  # the re-placed ones only
             self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
         self._explain_adopted(report.adopted)
@@ -275,11 +271,15 @@ class TopologyPlugin(Plugin):
 
     async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RunPodSandbox").inc()
-        self._pods[pod.id] = convert.pod_info(pod)
+        info = self._pods[pod.id] = convert.pod_info(pod)
+        if self.hints is not None:
+            self.hints.pod_started(info)
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RemovePodSandbox").inc()
         self._pods.pop(pod.id, None)
+        if self.hints is not None:
+            self.hints.pod_removed(pod.id)
         self._keys_reported.pop(pod.id, None)
 
     async def create_container(
@@ -287,6 +287,11 @@ class TopologyPlugin(Plugin):
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
         self.metrics.requests.labels("CreateContainer").inc()
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        if self.hints is not None:  # before the lock: other events go on while it looks
+            refs = convert.device_refs(ctr)
+            found = await self.hints.find(pod_info, info, refs, self.policy.options)
+            if found:
+                info = replace(info, hints=found)
         self._report_keys(pod_info, info)
         async with self._lock:
             self._pods[pod_info.id] = pod_info
@@ -305,7 +310,14 @@ class TopologyPlugin(Plugin):
         env = {}
         if self.settings.expose_env:
             env = convert.exposure(decision, self.settings.env_prefix)
-        return convert.adjustment(decision, env), convert.updates(decision.updates)
+        adjust = convert.adjustment(decision, env)
+        if self.files is not None:
+            self.files.updated(decision.updates)
+            if self.settings.expose_file:
+                mount = await self.files.create(decision, self.settings.file_dir)
+                if mount is not None:
+                    adjust.mounts.append(mount)
+        return adjust, convert.updates(decision.updates)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.requests.labels("StartContainer").inc()
@@ -333,6 +345,9 @@ class TopologyPlugin(Plugin):
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
+            old = self._containers.get(info.id)
+            if old is not None and old.hints:  # found at creation; devices do not change
+                info = replace(info, hints=old.hints)
             decision = self._decide(
                 "resize",
                 pod_info,
@@ -342,6 +357,9 @@ class TopologyPlugin(Plugin):
             self._containers[info.id] = info
             self._commit()
         self._log_decision(decision, "resized")
+        if self.files is not None:
+            self.files.replaced(decision)
+            self.files.updated(u for u in decision.updates if u.container_id != info.id)
         # The runtime takes the last entry for the container being updated as its new resources.
         own = convert.container_update(info.id, decision.placement)
         others = [u for u in decision.updates if u.container_id != info.id]
@@ -356,6 +374,8 @@ class TopologyPlugin(Plugin):
         # Normally released at stop already; a removal without a stop must not leak resources.
         # Other containers' updates have no reply to ride on here, so they go out separately.
         updates = await self._release(ctr.id, "removed")
+        if self.files is not None:
+            self.files.removed(ctr.id)
         if updates:
             self._send_later(updates, "release")
 
@@ -379,6 +399,10 @@ class TopologyPlugin(Plugin):
             replaced=len(report.replaced),
             **logs.summarize_updates(updates),
         )
+        if self.files is not None:
+            for decision in report.decisions.values():
+                self.files.replaced(decision)
+            self.files.updated(updates)
         if updates:
             self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
 
@@ -400,6 +424,10 @@ class TopologyPlugin(Plugin):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.hints is not None:
+            await self.hints.close()
+        if self.files is not None:
+            await self.files.flush()
         await self.flush()
         if self._writer is not None:
             self._writer.close()
@@ -431,6 +459,29 @@ class TopologyPlugin(Plugin):
             self._saved = self._body()
         return self._saved or {}
 
+    async def _with_device_hints(
+        self,
+        pods: Sequence[PodInfo],
+        live: Sequence[api_pb2.Container],
+        infos: list[ContainerInfo],
+    ) -> list[ContainerInfo]:
+        assert self.hints is not None
+        by_id = {p.id: p for p in pods}
+        out = []
+        for ctr, info in zip(live, infos, strict=True):
+            refs = convert.device_refs(ctr)
+            pod = by_id.get(info.pod_id)
+            if refs and pod is not None:
+                found = await self.hints.find(pod, info, refs, self.policy.options, kubelet=False)
+                info = replace(info, hints=found) if found else info
+            out.append(info)
+        return out
+
+    def _placement_docs(self) -> dict[str, dict[str, Any]]:
+        from nri_topology.daemon.placement_file import assigned
+
+        return {cid: assigned(a) for cid, a in self.policy.assignments().items()}
+
     def _body(self) -> dict[str, Any]:
         return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
 
@@ -438,6 +489,8 @@ class TopologyPlugin(Plugin):
         """Note a change of state; the writer checkpoints it soon, off the request path."""
         if self._writer is not None:
             self._writer.changed()
+        if self.on_change is not None:
+            self.on_change()
 
     async def flush(self) -> None:
         """Write the latest state now and wait until it is on disk (or its write has failed)."""
@@ -458,7 +511,7 @@ class TopologyPlugin(Plugin):
             self.metrics.error("policy")
             if isinstance(exc, AnnotationError):
                 self.metrics.annotation_refusals.labels(exc.limit or "invalid").inc()
-            who = f"{pod.namespace}/{pod.name}/{info.name}"
+            who = qualified_name(pod.namespace, pod.name, info.name)
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
             raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
@@ -467,7 +520,7 @@ class TopologyPlugin(Plugin):
             self.metrics.annotation_warnings.labels(warning.kind).inc()
             _log.warning(
                 "annotation ignored",
-                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                container=qualified_name(pod.namespace, pod.name, info.name),
                 kind=warning.kind,
                 reason=warning.message,
             )
@@ -498,6 +551,8 @@ class TopologyPlugin(Plugin):
             updates = self._release_locked(container_id)
             self._commit()
         _log.info("released", container_id=container_id, why=why, **logs.summarize_updates(updates))
+        if self.files is not None:
+            self.files.updated(updates)
         return convert.updates(updates, ignore_failure=True)
 
     def _release_locked(self, container_id: str) -> tuple[Update, ...]:
@@ -577,6 +632,8 @@ class TopologyPlugin(Plugin):
             self._commit()
         summary = logs.summarize_updates(updates)
         _log.info("cold start over, memory widened", container_id=container_id, **summary)
+        if self.files is not None:
+            self.files.updated(updates)
         if updates:
             await self._send(convert.updates(updates), "cold_start")
 

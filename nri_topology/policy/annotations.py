@@ -45,7 +45,7 @@ class Scope(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Found:
+class ScopedAnnotation:
     """An annotation that applies: the exact key it was found under, its value and scope."""
 
     key: str
@@ -120,6 +120,18 @@ ANNOTATIONS: tuple[AnnotationSpec, ...] = (
         "Leave the container's memory node pinning as the runtime set it.",
     ),
     AnnotationSpec(
+        "topologyhints",
+        f"{_BOOL}, or a comma list of devices, mounts, pod-resources, all, none",
+        "Which device locality hints steer the pool choice (default: all sources the daemon "
+        "has turned on); false or none turns them off for the container.",
+    ),
+    AnnotationSpec(
+        "strict.topologyhints",
+        _BOOL,
+        "true: refuse the container rather than place it on CPUs outside its devices' NUMA "
+        "nodes; false: prefer them only. Overrides the strict_topology_hints option.",
+    ),
+    AnnotationSpec(
         "affinity",
         "YAML map of container name to a list of affinities or of container names",
         "Pull the named containers' placements towards each other (weight +1 by default).",
@@ -160,9 +172,7 @@ UNSUPPORTED: frozenset[str] = frozenset(
         "pick-resources-by-hints",
         "rdtclass",
         "scheduling-class",
-        "strict.topologyhints",
         "test.topologyhints",
-        "topologyhints",
         "toptierlimit",
         "unlimited-burstable",
     }
@@ -211,7 +221,7 @@ def lookup(
     container: str,
     pod_annotations: Mapping[str, str],
     container_annotations: Mapping[str, str] | None = None,
-) -> Found | None:
+) -> ScopedAnnotation | None:
     """The annotation `name` that applies to `container`, or None when none is set."""
     if name not in SPECS:
         raise KeyError(f"unknown annotation {name!r}")
@@ -220,7 +230,7 @@ def lookup(
         for source in sources:
             value = source.get(key)
             if value is not None:
-                return Found(key, value, scope)
+                return ScopedAnnotation(key, value, scope)
     return None
 
 

@@ -64,8 +64,8 @@ from typing import Any
 from nri_topology.policy import affinity
 from nri_topology.policy.annotations import (
     RESOURCES_KEY,
-    Found,
     Scope,
+    ScopedAnnotation,
     lookup,
     relevant,
     shown,
@@ -78,11 +78,14 @@ from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
     CpuPriority,
+    HintSource,
     PodInfo,
     PolicyError,
     QoS,
     Request,
     Resources,
+    TopologyHint,
+    qualified_name,
 )
 from nri_topology.quantity import (
     MAX_QUANTITY_CHARS,
@@ -161,11 +164,6 @@ def qos_of(pod: PodInfo) -> QoS:
     return QoS.GUARANTEED
 
 
-def who(pod: PodInfo, container: ContainerInfo) -> str:
-    """The name that error messages give a container: namespace/pod/container."""
-    return f"{pod.namespace}/{pod.name}/{container.name}"
-
-
 def shares_to_milli(shares: int | None) -> int:
     """CPU request from cgroup shares; 2 (the minimum) means no request.
 
@@ -178,7 +176,7 @@ def shares_to_milli(shares: int | None) -> int:
     return -(-shares * 1000 // 1024)
 
 
-def _invalid(w: str, found: Found, accepted: str) -> PolicyError:
+def _invalid(w: str, found: ScopedAnnotation, accepted: str) -> PolicyError:
     return AnnotationError(
         f"{w}: annotation {found.key}: invalid value {shown(found.value)}; {accepted}",
         key=found.key,
@@ -217,12 +215,12 @@ class _Annotations:
     def __init__(self, pod: PodInfo, container: ContainerInfo, options: Options) -> None:
         self.pod = pod
         self.container = container
-        self.who = who(pod, container)
+        self.who = qualified_name(pod.namespace, pod.name, container.name)
         self.any = relevant(pod.annotations) or relevant(container.annotations)
         self.max_bytes = options.annotation_limits.max_value_bytes
         self.warnings: list[AnnotationWarning] = []
 
-    def find(self, name: str) -> Found | None:
+    def find(self, name: str) -> ScopedAnnotation | None:
         if not self.any:
             return None
         found = lookup(name, self.container.name, self.pod.annotations, self.container.annotations)
@@ -311,7 +309,7 @@ def _from_annotation(
     text = pod.annotations.get(RESOURCES_KEY)
     if text is None:
         return None
-    w = who(pod, container)
+    w = qualified_name(pod.namespace, pod.name, container.name)
     check_size(w, RESOURCES_KEY, text, max_bytes)
     accepted = (
         'expected JSON {"containers": {NAME: {"requests": {"cpu": Q, "memory": Q}, '
@@ -524,6 +522,50 @@ def _classify(
     return (CpuKind.MIXED if frac else CpuKind.EXCLUSIVE), cores, frac, False
 
 
+_ALL_SOURCES = frozenset(HintSource)
+_SOURCE_WORDS = {s.value: frozenset({s}) for s in HintSource} | {
+    "all": _ALL_SOURCES,
+    "none": frozenset(),
+}
+_HINTS_HELP = f"expected {BOOL_HELP}, or a comma list of devices, mounts, pod-resources, all, none"
+
+
+def _hint_sources(a: _Annotations, options: Options) -> frozenset[HintSource]:
+    """The hint sources that apply: all unless turned off by option or annotation."""
+    found = a.find("topologyhints")
+    if found is None:
+        return _ALL_SOURCES if options.topology_hints else frozenset()
+    flag = parse_bool(found.value.strip())
+    if flag is not None:
+        return _ALL_SOURCES if flag else frozenset()
+    sources: set[HintSource] = set()
+    for part in found.value.split(","):
+        words = _SOURCE_WORDS.get(part.strip().lower())
+        if words is None:
+            raise _invalid(a.who, found, _HINTS_HELP)
+        sources |= words
+    return frozenset(sources)
+
+
+def hint_sources(pod: PodInfo, container: ContainerInfo, options: Options) -> frozenset[HintSource]:
+    """Which hint sources the daemon needs to look at for a container (invalid values: none,
+    since `build_request` refuses the container with the message anyway)."""
+    try:
+        return _hint_sources(_Annotations(pod, container, options), options)
+    except PolicyError:
+        return frozenset()
+
+
+def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[int]:
+    """NUMA nodes of the hints; a hint with CPUs but no nodes counts the nodes of its CPUs."""
+    nodes: set[int] = set()
+    for h in hints:
+        nodes |= h.nodes
+        if not h.nodes:
+            nodes |= {machine.cpus[c].node for c in h.cpus if c in machine.cpus}
+    return frozenset(n for n in nodes if n in machine.nodes)
+
+
 _NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
 
 
@@ -573,7 +615,7 @@ def build_request(
     resources: Resources | None = None,
 ) -> Request:
     """Classify a container's resource request; `resources` overrides its own (resize)."""
-    w = who(pod, container)
+    w = qualified_name(pod.namespace, pod.name, container.name)
     a = _Annotations(pod, container, options)
     qos = qos_of(pod)
     limits = options.annotation_limits
@@ -616,6 +658,9 @@ def build_request(
             cold_start_ns = 0
 
     hide = a.boolean("hide-hyperthreads")
+    sources = _hint_sources(a, options)
+    hints = tuple(h for h in container.hints if h.source in sources)
+    strict = a.boolean("strict.topologyhints")
     single_numa = _single_numa(a, options)
     cpu_priority = _cpu_priority(a, qos)
 
@@ -682,5 +727,8 @@ def build_request(
         labels=dict(container.labels),
         created_at=container.created_at,
         pod_labels=dict(pod.labels),
+        hints=hints,
+        hint_nodes=hint_nodes(hints, machine),
+        strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
     )
