@@ -29,3 +29,28 @@ def test_one_image_name() -> None:
     assert f"-t {image} " in (REPO / "packaging/Containerfile").read_text()
     assert f"`{image}`" in (REPO / "docs/operations.md").read_text()
     assert build.NAME in (REPO / ".github/workflows/release.yml").read_text()
+
+
+def test_image_requirements_pin_every_runtime_dependency() -> None:
+    """The image installs with --no-deps: the pinned list must hold the whole closure."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    pinned = {}
+    for line in (REPO / "packaging/image/requirements.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pinned[name] = version
+    want, todo = set(), ["nri-topology"]
+    while todo:
+        dist = metadata.distribution(todo.pop())
+        for text in dist.requires or []:
+            req = Requirement(text)
+            key = req.name.lower().replace("_", "-")
+            if (req.marker and not req.marker.evaluate({"extra": ""})) or key in want:
+                continue
+            want.add(key)
+            todo.append(req.name)
+    assert want <= pinned.keys(), f"not in the image: {sorted(want - pinned.keys())}"

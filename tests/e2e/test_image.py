@@ -63,11 +63,13 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
     paths = {}
     for volume in spec["volumes"]:
         if "hostPath" in volume:
-            paths[volume["name"]] = host[volume["hostPath"]["path"]]
+            path = volume["hostPath"]["path"]
+            # Host directories the test does not provide (kubelet sockets) are empty ones.
+            paths[volume["name"]] = host.get(path, run.dir / "host" / path.lstrip("/"))
         elif "configMap" in volume:
             paths[volume["name"]] = config_dir
     for p in paths.values():
-        p.mkdir(exist_ok=True)
+        p.mkdir(parents=True, exist_ok=True)
     mounts = [
         cri.Mount(
             container_path=m["mountPath"],
