@@ -615,13 +615,13 @@ async def test_stop_at_any_moment_of_connecting_ends_run(yields: int) -> None:
 
 @pytest.mark.parametrize(("offset", "warned"), [(-1.0, True), (5.0, False), (None, False)])
 async def test_late_answers_are_logged(offset: float | None, warned: bool) -> None:
-    async def handler(payload: bytes, ctx: CallContext) -> bytes:
-        return payload
+    async def handler(req: api_pb2.Empty, ctx: CallContext) -> api_pb2.Empty:
+        return api_pb2.Empty()
 
     deadline = None if offset is None else time.monotonic() + offset
-    ctx = CallContext(stub.PLUGIN_SERVICE, "CreateContainer", 1, deadline)
+    ctx = CallContext(stub.PLUGIN_SERVICE, "RunPodSandbox", 1, deadline)
     with structlog.testing.capture_logs() as logs:
-        assert await stub._watch_deadline(handler)(b"x", ctx) == b"x"
+        assert await stub._endpoint(api_pb2.Empty, handler)(b"", ctx) == b""
     assert any("deadline" in entry["event"] for entry in logs) is warned
 
 
@@ -649,3 +649,21 @@ async def test_every_event_is_logged(nri_version: str) -> None:
             "CreateContainer",
             "RemovePodSandbox",
         ]
+
+
+def test_method_tables_come_from_the_service_descriptor() -> None:
+    """Every Plugin RPC but Shutdown is served; every event has a handler of its name."""
+    service = stub._PluginService(stub.Stub(Plugin(), "p", "10", environ={}), None)  # type: ignore[arg-type]
+    rpcs = {m.name for m in api_pb2.DESCRIPTOR.services_by_name["Plugin"].methods}
+    assert set(service.methods) == rpcs - {"Shutdown"}
+    events = set(api_pb2.Event.keys()) - {"UNKNOWN", "LAST"}
+    assert {name.upper() for name in stub.HANDLER_EVENTS} == events
+    assert all(callable(getattr(Plugin, name)) for name in stub.HANDLER_EVENTS)
+    assert stub.STATE_CHANGE_EVENTS[api_pb2.POST_CREATE_CONTAINER] == (
+        "post_create_container",
+        True,
+    )
+    assert stub.STATE_CHANGE_EVENTS[api_pb2.STOP_POD_SANDBOX] == ("stop_pod_sandbox", False)
+    # answered with data, so never a plain notification
+    for special in ("create_container", "update_container", "stop_container", "update_pod_sandbox"):
+        assert all(handler != special for handler, _ in stub.STATE_CHANGE_EVENTS.values())
