@@ -25,7 +25,7 @@ from nri_topology.nri.stub import (
 )
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
-from nri_topology.ttrpc.codec import HEADER_SIZE, encode_response
+from nri_topology.ttrpc.codec import HEADER_SIZE, Code, TtrpcError, encode_response
 from nri_topology.ttrpc.server import CallContext
 
 
@@ -667,3 +667,13 @@ def test_method_tables_come_from_the_service_descriptor() -> None:
     # answered with data, so never a plain notification
     for special in ("create_container", "update_container", "stop_container", "update_pod_sandbox"):
         assert all(handler != special for handler, _ in stub.STATE_CHANGE_EVENTS.values())
+
+
+async def test_refused_becomes_an_unknown_status_with_the_message_as_is() -> None:
+    async def handler(req: api_pb2.Empty, ctx: CallContext) -> api_pb2.Empty:
+        raise stub.Refused("no room")
+
+    ctx = CallContext(stub.PLUGIN_SERVICE, "CreateContainer", 1, None)
+    with pytest.raises(TtrpcError) as err:
+        await stub._endpoint(api_pb2.Empty, handler)(b"", ctx)
+    assert (err.value.code, err.value.message) == (Code.UNKNOWN, "no room")

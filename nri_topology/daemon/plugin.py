@@ -28,7 +28,7 @@ from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.daemon.writer import CheckpointWriter
 from nri_topology.nri import api_pb2
-from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
+from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
     ContainerInfo,
@@ -39,7 +39,6 @@ from nri_topology.policy.types import (
     Update,
 )
 from nri_topology.policy.views import Assignment, PoolView, RestoreReport
-from nri_topology.ttrpc.codec import Code, TtrpcError
 
 _log = structlog.get_logger("nri_topology.daemon")
 
@@ -357,7 +356,7 @@ class TopologyPlugin(Plugin):
             who = f"{pod.namespace}/{pod.name}/{info.name}"
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
-            raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
+            raise Refused(f"nri-topology: {exc}") from exc
         self._observe(operation, started)
         return decision
 

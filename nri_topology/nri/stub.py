@@ -60,7 +60,8 @@ class Plugin:
 
     Only overridden handlers are subscribed to (configure and synchronize are always called).
     Handlers run while the runtime waits, under its request timeout (2 s by default); they must
-    not await `Stub.update_containers`, which needs a lock the runtime holds meanwhile.
+    not await `Stub.update_containers`, which needs a lock the runtime holds meanwhile. A handler
+    raises `Refused` to fail the request with a message for the runtime to report.
     """
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
@@ -171,6 +172,10 @@ def overridden_events(plugin: Plugin) -> int:
         if getattr(type(plugin), name) is not getattr(Plugin, name):
             mask |= event_bit(event)
     return mask
+
+
+class Refused(Exception):
+    """Raised by a handler to fail the request; the runtime reports the message as is."""
 
 
 class StubError(Exception):
@@ -440,6 +445,8 @@ def _endpoint(request: type[Message], handler: RequestHandler) -> Handler:
             raise TtrpcError(Code.INTERNAL, f"cannot decode {request.__name__}: {exc}") from None
         try:
             return (await handler(req, ctx)).SerializeToString()
+        except Refused as exc:
+            raise TtrpcError(Code.UNKNOWN, str(exc)) from exc
         finally:
             late = ctx.remaining()
             if late is not None and late < 0:
