@@ -12,6 +12,9 @@ from collections.abc import Iterable
 
 import pytest
 import structlog.testing
+from google.protobuf.message import Message
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nri_topology.nri import api_pb2, stub
 from nri_topology.nri.mux import HEADER, Mux
@@ -677,3 +680,42 @@ async def test_refused_becomes_an_unknown_status_with_the_message_as_is() -> Non
     with pytest.raises(TtrpcError) as err:
         await stub._endpoint(api_pb2.Empty, handler)(b"", ctx)
     assert (err.value.code, err.value.message) == (Code.UNKNOWN, "no room")
+
+
+def _update(i: int, id_size: int = 8) -> api_pb2.ContainerUpdate:
+    update = api_pb2.ContainerUpdate(container_id=f"{i}".rjust(id_size, "c"))
+    update.linux.resources.cpu.cpus = f"0-{i}"
+    update.linux.resources.cpu.shares.value = 2 + i
+    return update
+
+
+@given(
+    st.lists(st.integers(0, 300), max_size=20),
+    st.sampled_from([1, 100, 130, 20000]),
+    st.sampled_from(
+        [
+            api_pb2.CreateContainerResponse,
+            api_pb2.UpdateContainerResponse,
+            api_pb2.StopContainerResponse,
+            api_pb2.SynchronizeResponse,
+            api_pb2.UpdateContainersRequest,
+        ]
+    ),
+)
+def test_encoded_updates_give_the_bytes_of_copied_ones(
+    ids: list[int], id_size: int, reply_type: type[Message]
+) -> None:
+    updates = [_update(i, id_size) for i in ids]
+    copied = reply_type()
+    if reply_type is api_pb2.CreateContainerResponse:
+        copied.adjust.linux.resources.cpu.cpus = "3"  # type: ignore[attr-defined]
+    encoded = reply_type()
+    encoded.CopyFrom(copied)
+    batch = stub.EncodedUpdates((u, stub.delimited(u)) for u in updates)
+    assert list(batch) == updates
+    plain = stub.with_updates(copied, updates)
+    assert isinstance(plain, Message)
+    fast = stub.with_updates(encoded, batch)
+    assert (fast if isinstance(fast, bytes) else fast.SerializeToString()) == (
+        plain.SerializeToString()
+    )

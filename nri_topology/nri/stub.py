@@ -23,7 +23,7 @@ import os
 import random
 import re
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,7 +52,49 @@ NRI_VERSION = "v0.12.2"
 _NAME = re.compile(r"^[a-zA-Z0-9_.+-]+$")
 _IDX = re.compile(r"^[0-9]{2}$")
 
-Updates = list[api_pb2.ContainerUpdate]
+Updates = Sequence[api_pb2.ContainerUpdate]
+
+
+class EncodedUpdates(tuple[api_pb2.ContainerUpdate, ...]):
+    """Updates that come with their wire form, which the stub writes into the reply instead of
+    copying every message into it: a reply re-pinning hundreds of containers spent most of its
+    encoding time on those copies. `delimited[i]` is `delimited(self[i])`."""
+
+    delimited: tuple[bytes, ...]
+
+    def __new__(cls, pairs: Iterable[tuple[api_pb2.ContainerUpdate, bytes]]) -> EncodedUpdates:
+        pairs = list(pairs)
+        self = super().__new__(cls, [message for message, _ in pairs])
+        self.delimited = tuple(data for _, data in pairs)
+        return self
+
+
+def delimited(message: Message) -> bytes:
+    """`message` as an element of a repeated field, less the tag: length varint, then body."""
+    body = message.SerializeToString()
+    size = len(body)
+    prefix = bytearray()
+    while size > 0x7F:
+        prefix.append(size & 0x7F | 0x80)
+        size >>= 7
+    prefix.append(size)
+    return bytes(prefix) + body
+
+
+def with_updates(message: Message, updates: Updates) -> Message | bytes:
+    """`message` with `updates` in its repeated `update` field, serialized when that is cheaper.
+
+    The encoded updates are appended after the other fields: the same bytes as adding them to
+    `message` whenever no field numbered above `update` is set, and valid protobuf either way.
+    """
+    if not isinstance(updates, EncodedUpdates):
+        message.update.extend(updates)  # type: ignore[attr-defined]
+        return message
+    if not updates:
+        return message
+    number = message.DESCRIPTOR.fields_by_name["update"].number
+    tag = bytes([number << 3 | 2])  # field numbers below 16 take one byte
+    return message.SerializeToString() + tag + tag.join(updates.delimited)
 
 
 class Plugin:
@@ -345,11 +387,11 @@ class Stub:
         session = self._session
         if session is None or not session.registered:
             raise NotConnectedError("not registered with the NRI runtime")
-        req = api_pb2.UpdateContainersRequest(update=updates)
+        req = with_updates(api_pb2.UpdateContainersRequest(), updates)
+        if not isinstance(req, bytes):
+            req = req.SerializeToString()
         try:
-            payload = await session.client.call(
-                RUNTIME_SERVICE, "UpdateContainers", req.SerializeToString()
-            )
+            payload = await session.client.call(RUNTIME_SERVICE, "UpdateContainers", req)
         except TtrpcError as exc:
             if session.client.closed:
                 raise NotConnectedError(f"NRI connection lost during update: {exc}") from exc
@@ -430,8 +472,8 @@ async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
             task.cancel()
 
 
-RequestHandler = Callable[[Any, CallContext], Awaitable[Message]]
-"""A decoded request in, the response message out."""
+RequestHandler = Callable[[Any, CallContext], Awaitable[Message | bytes]]
+"""A decoded request in, the response message (or its encoding) out."""
 
 
 def _endpoint(request: type[Message], handler: RequestHandler) -> Handler:
@@ -444,7 +486,8 @@ def _endpoint(request: type[Message], handler: RequestHandler) -> Handler:
         except DecodeError as exc:
             raise TtrpcError(Code.INTERNAL, f"cannot decode {request.__name__}: {exc}") from None
         try:
-            return (await handler(req, ctx)).SerializeToString()
+            reply = await handler(req, ctx)
+            return reply if isinstance(reply, bytes) else reply.SerializeToString()
         except Refused as exc:
             raise TtrpcError(Code.UNKNOWN, str(exc)) from exc
         finally:
@@ -517,7 +560,9 @@ class _PluginService:
         )
         return api_pb2.ConfigureResponse(events=mask)
 
-    async def synchronize(self, req: api_pb2.SynchronizeRequest, ctx: CallContext) -> Message:
+    async def synchronize(
+        self, req: api_pb2.SynchronizeRequest, ctx: CallContext
+    ) -> Message | bytes:
         self.session.sync_pods.extend(req.pods)
         self.session.sync_containers.extend(req.containers)
         if req.more:
@@ -525,7 +570,7 @@ class _PluginService:
         pods, containers = self.session.sync_pods, self.session.sync_containers
         self.session.sync_pods, self.session.sync_containers = [], []
         updates = await self.plugin.synchronize(pods, containers)
-        reply = api_pb2.SynchronizeResponse(update=updates)
+        reply = with_updates(api_pb2.SynchronizeResponse(), updates)
         if not self.session.ready:
             self.session.ready = True
             log.info("synchronized", pods=len(pods), containers=len(containers))
@@ -545,25 +590,27 @@ class _PluginService:
 
     async def create_container(
         self, req: api_pb2.CreateContainerRequest, ctx: CallContext
-    ) -> Message:
+    ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         adjust, updates = await self.plugin.create_container(req.pod, req.container)
-        reply = api_pb2.CreateContainerResponse(update=updates)
+        reply = api_pb2.CreateContainerResponse()
         if adjust is not None:
             reply.adjust.CopyFrom(adjust)
-        return reply
+        return with_updates(reply, updates)
 
     async def update_container(
         self, req: api_pb2.UpdateContainerRequest, ctx: CallContext
-    ) -> Message:
+    ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         updates = await self.plugin.update_container(req.pod, req.container, req.linux_resources)
-        return api_pb2.UpdateContainerResponse(update=updates)
+        return with_updates(api_pb2.UpdateContainerResponse(), updates)
 
-    async def stop_container(self, req: api_pb2.StopContainerRequest, ctx: CallContext) -> Message:
+    async def stop_container(
+        self, req: api_pb2.StopContainerRequest, ctx: CallContext
+    ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         updates = await self.plugin.stop_container(req.pod, req.container)
-        return api_pb2.StopContainerResponse(update=updates)
+        return with_updates(api_pb2.StopContainerResponse(), updates)
 
     async def update_pod_sandbox(
         self, req: api_pb2.UpdatePodSandboxRequest, ctx: CallContext
