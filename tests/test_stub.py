@@ -296,19 +296,25 @@ async def test_64_concurrent_requests() -> None:
         assert not peer.errors
 
 
+@pytest.mark.looptime
 async def test_request_timeout_drops_the_plugin_which_reconnects() -> None:
+    """On the loop's virtual clock: the runtime's 2 s deadline against a handler taking 3 s."""
+
     class Slow(Plugin):
         async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
             if ctr.id == "ctr0":
-                await asyncio.sleep(1)
+                await asyncio.sleep(3)
             return None, []
 
-    peer = RuntimePeer(request_timeout=0.2)
+    loop = asyncio.get_running_loop()
+    peer = RuntimePeer(request_timeout=2.0)
     async with connected(Slow(), peer) as (peer, s):
-        assert s.request_timeout == 0.2
+        assert s.request_timeout == 2.0
         first = peer.plugin
+        asked = loop.time()
         with pytest.raises(PluginError, match="DEADLINE_EXCEEDED"):
             await peer.create_container(pod(), ctr(0))
+        assert 2.0 <= loop.time() - asked < 2.1
         assert first is not None and first.closed
         second = await peer.wait_plugin()
         assert second is not first
@@ -719,3 +725,25 @@ def test_encoded_updates_give_the_bytes_of_copied_ones(
     assert (fast if isinstance(fast, bytes) else fast.SerializeToString()) == (
         plain.SerializeToString()
     )
+
+
+async def test_unreachable_runtime_is_logged_with_its_errno_and_a_short_delay() -> None:
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "absent.sock")
+        s = Stub(Plugin(), "p", "10", path, environ={}, backoff_initial=0.0123456789)
+        with structlog.testing.capture_logs() as logs:
+            task = asyncio.create_task(s.run())
+            await _until(lambda: any(e["event"] == "NRI runtime not reachable" for e in logs))
+            await s.stop()
+            await asyncio.wait_for(task, 5)
+    entry = next(e for e in logs if e["event"] == "NRI runtime not reachable")
+    assert entry["errno"] == "ENOENT" and entry["error"] == "No such file or directory"
+    assert entry["retry_in"] == round(entry["retry_in"], 2)
+
+
+async def test_one_synchronized_line_at_info_level() -> None:
+    with structlog.testing.capture_logs() as logs:
+        async with connected(Recorder()):
+            pass
+    synced = [e for e in logs if e["event"] == "synchronized"]
+    assert synced and all(e["log_level"] == "debug" for e in synced)

@@ -1,6 +1,6 @@
 """The policy-backed NRI plugin: runtime events in, placements out, state kept across restarts.
 
-Rules it keeps (docs/nri-protocol.md §6):
+Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
 * changes to other containers travel in the reply of the event that caused them; changes with no
   event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
@@ -10,12 +10,15 @@ Rules it keeps (docs/nri-protocol.md §6):
   the snapshot under the lock once the policy is idle (at most about a second later) and writes
   it; shutdown writes the latest state. A crash in between loses no placement, because the
   runtime's Synchronize reports every container's cpuset and the policy adopts it;
-* a request the policy refuses fails with the policy's message; the state stays as it was.
+* a request the policy refuses fails with the policy's message; the state stays as it was;
+* annotations the policy ignored or cut back are logged as warnings and counted, unknown keys of
+  our annotation domains once per pod.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +32,10 @@ from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.daemon.writer import CheckpointWriter
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
+from nri_topology.policy.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
+    AnnotationError,
     ContainerInfo,
     Decision,
     PodInfo,
@@ -41,6 +46,7 @@ from nri_topology.policy.types import (
 from nri_topology.policy.views import Assignment, PoolView, RestoreReport
 
 _log = structlog.get_logger("nri_topology.daemon")
+_KEYS_LISTED = 8  # unknown annotation keys named in one warning
 
 # Containers in these states hold resources; stopped and unknown ones do not.
 _LIVE_STATES = (
@@ -67,6 +73,15 @@ class PolicyPort(Protocol):
     def snapshot(self) -> dict[str, Any]: ...
     def pools(self) -> Iterable[PoolView]: ...
     def assignments(self) -> Mapping[str, Assignment]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Explained:
+    """Why a container holds what it holds: the decision that placed it, and when."""
+
+    what: str  # created, resized, adopted (kept as found at a restart), re-placed
+    at_ns: int  # wall clock
+    decision: Decision
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +135,10 @@ class TopologyPlugin(Plugin):
         self._lock = asyncio.Lock()
         self._pods: dict[str, PodInfo] = {}
         self._containers: dict[str, ContainerInfo] = {}
+        self._keys_reported: dict[str, set[str]] = {}  # pod id -> unknown keys warned about
         self._timers = _Timers()
+        # The last decision for each placed container, for `nri-topology explain`.
+        self.decisions: dict[str, Explained] = {}
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
@@ -130,7 +148,7 @@ class TopologyPlugin(Plugin):
                 checkpoint,
                 self._body,
                 self._lock,
-                self.metrics.errors.labels("checkpoint_write").inc,
+                lambda: self.metrics.error("checkpoint_write"),
                 retry_s=checkpoint_retry_s,
             )
 
@@ -174,7 +192,7 @@ class TopologyPlugin(Plugin):
                     raise
                 # A checkpoint this policy cannot use (from another version, or edited with a
                 # fresh checksum) must not take the plugin down: rebuild from the runtime alone.
-                self.metrics.errors.labels("restore").inc()
+                self.metrics.error("restore")
                 _log.error(
                     "restoring state failed, rebuilding without the checkpoint", error=str(exc)
                 )
@@ -182,13 +200,16 @@ class TopologyPlugin(Plugin):
             self._observe("restore", started)
             self._pods = {p.id: p for p in pod_infos}
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
+            self.decisions = {c: e for c, e in self.decisions.items() if c in self._containers}
+            self._keys_reported = {}
             self._restore_timers(saved.get("cold_starts") or {}, report)
             self._commit()
-        for decision in report.decisions.values():
-            self._log_decision(decision, "re-placed")
+        adopted = set(report.adopted)
+        for cid, decision in report.decisions.items():
+            self._log_decision(decision, "adopted" if cid in adopted else "re-placed")
         failed = dict(report.failed)
         if failed:
-            self.metrics.errors.labels("restore_failed").inc(len(failed))
+            self.metrics.error("restore_failed", len(failed))
             for cid, why in failed.items():
                 _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
         _log.info(
@@ -200,6 +221,10 @@ class TopologyPlugin(Plugin):
             failed=len(failed),
             **logs.summarize_updates(report.updates),
         )
+        for info in infos:
+            pod = self._pods.get(info.pod_id)
+            if pod is not None:
+                self._report_keys(pod, info)
         self.metrics.registered.set(1)
         return convert.updates(report.updates, ignore_failure=True)
 
@@ -210,12 +235,14 @@ class TopologyPlugin(Plugin):
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RemovePodSandbox").inc()
         self._pods.pop(pod.id, None)
+        self._keys_reported.pop(pod.id, None)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
         self.metrics.requests.labels("CreateContainer").inc()
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        self._report_keys(pod_info, info)
         async with self._lock:
             self._pods[pod_info.id] = pod_info
             if info.id in self._containers:  # a retried creation: place it afresh
@@ -352,13 +379,41 @@ class TopologyPlugin(Plugin):
             decision = call()
         except PolicyError as exc:
             self._observe(operation, started)
-            self.metrics.errors.labels("policy").inc()
+            self.metrics.error("policy")
+            if isinstance(exc, AnnotationError):
+                self.metrics.annotation_refusals.labels(exc.limit or "invalid").inc()
             who = f"{pod.namespace}/{pod.name}/{info.name}"
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
             raise Refused(f"nri-topology: {exc}") from exc
         self._observe(operation, started)
+        for warning in decision.warnings:
+            self.metrics.annotation_warnings.labels(warning.kind).inc()
+            _log.warning(
+                "annotation ignored",
+                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                kind=warning.kind,
+                reason=warning.message,
+            )
         return decision
+
+    def _report_keys(self, pod: PodInfo, info: ContainerInfo) -> None:
+        """Warn once per pod about keys of our domains that the policy does not act on."""
+        reported = self._keys_reported.setdefault(pod.id, set())
+        keys = [
+            k for k in (*pod.annotations, *info.annotations) if in_domains(k) and k not in reported
+        ]
+        problems = key_problems(keys)
+        reported.update(keys)
+        if not problems:
+            return
+        for problem in problems:
+            self.metrics.annotation_warnings.labels(f"{problem.kind}_key").inc()
+        listed = [p.message for p in problems[:_KEYS_LISTED]]
+        more = {"more": len(problems) - len(listed)} if len(problems) > len(listed) else {}
+        _log.warning(
+            "annotation keys ignored", pod=f"{pod.namespace}/{pod.name}", keys=listed, **more
+        )
 
     async def _release(self, container_id: str, why: str) -> Updates:
         async with self._lock:
@@ -378,6 +433,7 @@ class TopologyPlugin(Plugin):
             updates = ()
         self._observe("release", started)
         self._containers.pop(container_id, None)
+        self.decisions.pop(container_id, None)
         self._timers.cancel(container_id)
         return updates
 
@@ -425,7 +481,7 @@ class TopologyPlugin(Plugin):
             try:
                 updates = self.policy.cold_start_done(container_id)
             except PolicyError as exc:
-                self.metrics.errors.labels("cold_start").inc()
+                self.metrics.error("cold_start")
                 _log.error("cold start widening failed", container_id=container_id, error=str(exc))
                 self._commit()
                 return
@@ -447,23 +503,27 @@ class TopologyPlugin(Plugin):
             await self.stub.update_containers(updates)
         except NotConnectedError as exc:
             # Synchronize on reconnect compares the runtime's view with ours and repairs it.
-            self.metrics.errors.labels("update_not_connected").inc()
+            self.metrics.error("update_not_connected")
             _log.warning(
                 "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
             )
         except StubError as exc:
-            self.metrics.errors.labels("update_failed").inc()
+            self.metrics.error("update_failed")
             _log.warning("runtime refused updates", why=why, error=str(exc))
 
     def _log_decision(self, decision: Decision, what: str) -> None:
-        """Log a decision once the reply carrying it is out: its fields (the cpusets of dozens of
-        updated containers) are a visible share of a reply's time."""
+        """Log and keep a decision once the reply carrying it is out: its fields (the cpusets of
+        dozens of updated containers) are a visible share of a reply's time."""
         info = self._containers.get(decision.container_id)
         pod = self._pods.get(info.pod_id) if info else None
         pod_name = f"{pod.namespace}/{pod.name}" if pod else ""
         name = f"{pod_name}/{info.name}" if info else decision.container_id
-        asyncio.get_running_loop().call_soon(self._emit_decision, decision, what, name, pod_name)
+        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, name, pod_name)
 
-    @staticmethod
-    def _emit_decision(decision: Decision, what: str, name: str, pod_name: str) -> None:
+    def _after_reply(self, decision: Decision, what: str, name: str, pod_name: str) -> None:
         _log.info(f"container {what}", **logs.decision_fields(decision, name, pod_name))
+        cid = decision.container_id
+        if cid in self._containers:  # not released meanwhile
+            # Without the other containers' updates, which explain nothing about this one.
+            kept = dataclasses.replace(decision, updates=())
+            self.decisions[cid] = Explained(what, self._now_ns(), kept)

@@ -1,7 +1,7 @@
 """The plugin side of NRI: connect, register, and turn runtime requests into handler calls.
 
 A plugin author subclasses `Plugin` and overrides only the handlers it needs; `Stub` owns the
-socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/nri-protocol.md §2, §6):
+socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/protocol.md §2, §6):
 
 * the socket is the `NRI_PLUGIN_SOCKET` fd when the runtime launched us, else a connection to
   the runtime's socket path; a launched plugin ends when its socket closes, an external one
@@ -9,7 +9,7 @@ socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/nri-pro
 * reading starts before RegisterPlugin is sent, because the runtime's Configure can arrive
   before the RegisterPlugin reply;
 * the subscribed events are the handlers the subclass overrides, cut down to the bits the
-  runtime's NRI version knows (§9.3);
+  runtime's NRI version knows (§7);
 * lifecycle notifications arrive either as dedicated RPCs (NRI ≥ v0.12) or as StateChange
   (older runtimes); both reach the same handler;
 * Synchronize may come in chunks; the handler sees all pods and containers at once.
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import re
@@ -364,7 +365,13 @@ class Stub:
                     raise StubError(f"cannot use the NRI socket handed over: {exc}") from exc
                 delay = self.backoff(attempt)
                 attempt += 1
-                log.info("NRI runtime not reachable", path=self.socket_path, retry_in=delay)
+                log.info(
+                    "NRI runtime not reachable",
+                    path=self.socket_path,
+                    error=exc.strerror or str(exc),
+                    errno=errno.errorcode.get(exc.errno or 0, exc.errno),
+                    retry_in=round(delay, 2),
+                )
                 await self._sleep(delay)
                 continue
             registered = await self._serve(reader, writer)
@@ -373,7 +380,7 @@ class Stub:
             attempt = 0 if registered else attempt + 1
             if not self._stopping.is_set():
                 delay = self.backoff(0 if registered else attempt)
-                log.info("reconnecting to the NRI runtime", retry_in=delay)
+                log.info("reconnecting to the NRI runtime", retry_in=round(delay, 2))
                 await self._sleep(delay)
 
     async def stop(self) -> None:
@@ -573,7 +580,8 @@ class _PluginService:
         reply = with_updates(api_pb2.SynchronizeResponse(), updates)
         if not self.session.ready:
             self.session.ready = True
-            log.info("synchronized", pods=len(pods), containers=len(containers))
+            # debug: the plugin logs the synchronization with what it made of it
+            log.debug("synchronized", pods=len(pods), containers=len(containers))
             # after the reply: a hook calling update_containers must not hold up Synchronize
             self.stub._spawn(self.stub._became_ready())
         return reply

@@ -181,6 +181,7 @@ class Engine:
         self.taken: frozenset[int] = frozenset()
         self.reserved_granted = 0
         self.grants: dict[str, Grant] = {}
+        self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
         # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry).
         self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
@@ -576,8 +577,7 @@ class Engine:
     def _affinity(self, req: Request) -> list[float]:
         if not req.affinities:
             return [0.0] * len(self.pools)
-        others = (g.request for g in self.grants.values())
-        weights = affinity.container_weights(req, others)
+        weights = self.by_attribute.weights(req)
         per_pool: dict[int, float] = {}
         for cid, w in weights.items():
             g = self.grants.get(cid)
@@ -804,12 +804,14 @@ class Engine:
             self.users[g.pool][cid] = g
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
+        self.by_attribute.add(g.request)
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
         del self.grants[cid]
+        self.by_attribute.remove(cid)
         if g.exclusive:
             self.taken -= g.exclusive
             for x in self._pools_touching(g.exclusive):
@@ -900,6 +902,7 @@ class Engine:
             trace=trace,
             memory_relaxed=g.relaxed,
             cold_start=g.cold_start,
+            warnings=g.request.warnings,
         )
 
     def placement(self, g: Grant) -> Placement:
@@ -986,6 +989,7 @@ class Engine:
             return self.place(req)
         if _same_amounts(old.request, req):
             old.request = req  # pinning details (hyperthreads, memory) may still change
+            self.by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
         self._validate(req)

@@ -123,10 +123,31 @@ class Decision:
     trace: tuple[PoolScore, ...] = ()
     memory_relaxed: bool = False  # memory widened beyond the pool because it ran out
     cold_start: ColdStart | None = None
+    warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
 
 
 class PolicyError(Exception):
     """A request that cannot be met or is invalid; the policy state is unchanged."""
+
+
+class AnnotationError(PolicyError):
+    """An annotation value refused: `key` is the annotation, `limit` the bound it broke ("" when
+    the value is merely invalid). The message names the container, the key and the limit."""
+
+    def __init__(self, message: str, *, key: str, limit: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationWarning:
+    """An annotation the policy ignored or cut back rather than refuse; `kind` is its metric label
+    ("untrusted": a privileged annotation from a namespace not trusted with it; "claim_cut":
+    `noderesource.dev/resources` asked for more than the container's cgroup settings allow)."""
+
+    kind: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,3 +181,4 @@ class Request:
     labels: Mapping[str, str] = field(default_factory=dict)
     created_at: int = 0
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # affinity keys pod/labels/<k>
+    warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back

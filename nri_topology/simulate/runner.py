@@ -48,6 +48,20 @@ class Engine(Protocol):
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
 
 
+class NodeState(Protocol):
+    """A node's pools and placements, as the tree and the picture draw them: the end of a
+    simulation, or a live node (`nri-topology status`)."""
+
+    @property
+    def machine(self) -> Machine: ...
+    @property
+    def machine_name(self) -> str: ...
+    @property
+    def assignments(self) -> Mapping[str, Assignment]: ...
+    @property
+    def pools(self) -> tuple[PoolView, ...]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Assignment:
     """Where a container runs right now, as the simulated runtime has applied it."""
@@ -75,6 +89,7 @@ class Placed:
     trace: tuple[PoolScore, ...]
     memory_relaxed: bool
     cold_start: ColdStart | None
+    warnings: tuple[str, ...] = ()  # annotations ignored or cut back
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +232,7 @@ class Runner:
                     decision.trace,
                     decision.memory_relaxed,
                     decision.cold_start,
+                    tuple(w.message for w in decision.warnings),
                 )
             )
             self._apply(decision.updates, moved)

@@ -2,7 +2,7 @@
 
 The h11 way: `ServerConnection` and `ClientConnection` hold all an endpoint must remember about
 its streams (which ids are valid, which calls are open, what is owed to whom) and the answers
-the Go peer gives when a rule is broken (nri-protocol.md §4), so these rules are table-tested
+the Go peer gives when a rule is broken (docs/protocol.md §4), so these rules are table-tested
 without sockets. The asyncio endpoints in `server` and `client` only move bytes and run handlers.
 
 Only unary calls exist: a stream opens with one request and closes with its one response.
