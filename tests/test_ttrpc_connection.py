@@ -230,10 +230,10 @@ frames = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(frames, st.integers(1, 64))
-def test_server_answers_every_frame_but_responses_in_any_split(
+def test_server_gives_one_event_per_frame_in_any_split(
     wire: list[tuple[int, int]], chunk: int
 ) -> None:
-    """Every request frame gets exactly one event; accepted ids are odd and strictly rising,
+    """Every frame gets exactly one event; accepted ids are odd and strictly rising,
     whatever the read boundaries were."""
     data = b"".join(request(s, type_=t) for s, t in wire)
     conn = ServerConnection()
