@@ -150,15 +150,15 @@ def test_cpu_amounts(value, quantity, expected):
                 "prefer_isolated_cpus, prefer_shared_cpus, reserved_resources, "
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
-                "full_pcpus_only, numa_policy, default_memory_tiers, annotation_limits, "
-                "trusted_namespaces"
+                "full_pcpus_only, topology_hints, strict_topology_hints, numa_policy, "
+                "default_memory_tiers, annotation_limits, trusted_namespaces"
             ],
         ),
         (
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose"
+                "metrics, expose, hints, nrt"
             ],
         ),
         (
@@ -259,7 +259,7 @@ def test_cpu_amounts(value, quantity, expected):
             "- policy\n",
             [
                 "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, got a list"
+                "state, logging, metrics, expose, hints, nrt, got a list"
             ],
         ),
         (
