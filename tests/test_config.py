@@ -142,7 +142,8 @@ def test_cpu_amounts(value, quantity, expected):
                 "prefer_isolated_cpus, prefer_shared_cpus, reserved_resources, "
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
-                "full_pcpus_only, default_memory_tiers"
+                "full_pcpus_only, default_memory_tiers, on_unfit, "
+                "strict_reserved_cpus, shared_placement, max_moves"
             ],
         ),
         (

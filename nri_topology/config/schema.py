@@ -117,6 +117,10 @@ class PolicySection(_Section):
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
     ] = ["dram"]
+    on_unfit: Annotated[Literal["degrade", "refuse"], BeforeValidator(_lower)] = "degrade"
+    strict_reserved_cpus: StrictBool = False
+    shared_placement: Annotated[Literal["pack", "spread"], BeforeValidator(_lower)] = "pack"
+    max_moves: Annotated[StrictInt, Field(ge=0, le=64)] = 4
 
 
 def _node_id(value: object) -> object:
@@ -219,6 +223,10 @@ class Config(_Section):
             distribute_min_group=p.distribute_min_group,
             full_pcpus_only=p.full_pcpus_only,
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
+            on_unfit=p.on_unfit,
+            strict_reserved_cpus=p.strict_reserved_cpus,
+            shared_placement=p.shared_placement,
+            max_moves=p.max_moves,
         )
 
     def tier_overrides(self) -> dict[int, MemoryTier]:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from nri_topology.policy import affinity, cpuallocator, numasets, scoring
+from nri_topology.policy import admission, affinity, consolidate, cpuallocator, numasets, scoring
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
@@ -49,6 +49,7 @@ from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
     Decision,
+    Degradation,
     Placement,
     PolicyError,
     PoolScore,
@@ -99,6 +100,7 @@ class Grant:
     cpus: frozenset[int] | None = None
     mems: frozenset[int] | None = None
     reason: str = ""
+    degraded: tuple[Degradation, ...] = ()
 
     @property
     def uses_shared(self) -> bool:
@@ -321,6 +323,20 @@ class Engine:
             )
         if req.cold_start_ns > 0:
             tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
+        return self._with_normal_memory(tiers)
+
+    def _with_normal_memory(self, tiers: frozenset[MemoryTier]) -> frozenset[MemoryTier]:
+        """The tiers, with the first tier holding normal memory added when they hold none.
+
+        Movable-only memory (not in has_normal_memory) cannot serve the kernel's allocations for
+        the container; the pool's nodes of the added tier are the closest normal memory.
+        """
+        nodes = self.machine.nodes.values()
+        if any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
+            return tiers
+        for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
+            if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
+                return tiers | {tier}
         return tiers
 
     def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
@@ -331,11 +347,30 @@ class Engine:
             nodes = self._nodes_cache[key] = self.pools[p].nodes_of(tiers)
         return nodes
 
-    def _zone(self, p: int, tiers: frozenset[MemoryTier], size: int) -> tuple[frozenset[int], bool]:
-        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full.
+    def _zone(
+        self, p: int, tiers: frozenset[MemoryTier], size: int, widen: bool = False
+    ) -> tuple[frozenset[int], bool]:
+        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
+        when `widen`, into the next tiers (`admission.TIER_ORDER`), again from the pool up.
 
         Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it.
         """
+        try:
+            return self._zone_in(p, tiers, size)
+        except LookupError:
+            wider: frozenset[MemoryTier] | None = tiers
+            while widen and wider is not None:
+                wider = admission.widen_tiers(wider, self._tiers_on_machine)
+                if wider is not None:
+                    try:
+                        return self._zone_in(p, wider, size)[0], True
+                    except LookupError:
+                        continue
+            raise
+
+    def _zone_in(
+        self, p: int, tiers: frozenset[MemoryTier], size: int
+    ) -> tuple[frozenset[int], bool]:
         first = True
         last: frozenset[int] = frozenset()
         for a in self._chain[p]:
@@ -359,11 +394,145 @@ class Engine:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self.grants:
             raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+        req = admission.kubelet_request(req, self.options)
         self._validate(req)
         op = _Op()
-        grant, trace = self._choose(req, hint, keep)
-        self._commit(grant, op)
-        return self._decision(grant, trace, self._diff(op, skip=req.container_id))
+        grant, trace, moved = self._admit(req, hint, keep, op)
+        updates = self._updates(op, req.container_id, moved)
+        return self._decision(grant, trace, updates, tuple(sorted(moved)))
+
+    def _admit(
+        self, req: Request, hint: int | None, keep: frozenset[int], op: _Op
+    ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
+        """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
+
+        Returns the grant, its trace and the shared containers moved for it (their old grants).
+        """
+        try:
+            g, trace = self._choose(req, hint, keep)
+        except PolicyError as e:
+            refusal = e
+        else:
+            self._commit(g, op)
+            self._note_degradation(g, req)
+            return g, trace, {}
+        if not self._kubelet_admits(req):
+            raise refusal
+        room = consolidate.make_room(self, req, hint, keep, op)
+        if room is not None:
+            self._note_degradation(room[0], req)
+            return room
+        if not admission.may_degrade(req, self.options):
+            raise refusal
+        if req.kind in _EXCLUSIVE_KINDS:
+            try:
+                g, trace, moved = self._admit(
+                    admission.as_kind(req, CpuKind.SHARED), None, frozenset(), op
+                )
+            except PolicyError:
+                raise refusal from None
+            g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
+            self._note_degradation(g, req)
+            return g, trace, moved
+        g = self._on_reserved(req)
+        if g is None:
+            raise refusal
+        self._commit(g, op)
+        self._note_degradation(g, req)
+        return g, (PoolScore(self.pools[0].name, (), "chosen"),), {}
+
+    def try_moves(
+        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
+    ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
+        """Take the movers out, place `req`, place the movers again; all or nothing.
+
+        Returns the committed grant, its trace and the movers' old grants, or None with the
+        state exactly as before.
+        """
+        olds = {cid: self.grants[cid] for cid in movers}
+        trial = _Op()
+        for old in olds.values():
+            self._uncommit(old, trial)
+        placed: list[Grant] = []
+        try:
+            g, trace = self._choose(req, hint, keep)
+            self._commit(g, trial)
+            placed.append(g)
+            for cid in sorted(olds, key=lambda c: (-olds[c].shared, c)):
+                placed.append(self._move(olds[cid], req, trial))
+        except PolicyError:
+            for done in reversed(placed):
+                self._uncommit(done, _Op())
+            for old in olds.values():
+                self._commit(old, _Op())
+            return None
+        op.touched |= trial.touched
+        return g, trace, olds
+
+    def _move(self, old: Grant, cause: Request, op: _Op) -> Grant:
+        """Place a shared container taken out for `cause` again (committed); PolicyError if not."""
+        try:
+            g, _ = self._choose(old.request, None, frozenset())
+        except PolicyError:
+            last = self._on_reserved(old.request)
+            if last is None or not admission.may_degrade(old.request, self.options):
+                raise
+            g = last
+        if old.cold_start is None:
+            g.cold_start = None
+        self._commit(g, op)
+        self._note_degradation(g, old.request)
+        g.degraded = tuple(dict.fromkeys(old.degraded + g.degraded))
+        g.reason = f"moved to make room for {_who(cause)}: {g.reason}"
+        return g
+
+    def _kubelet_admits(self, req: Request) -> bool:
+        """Whether the kubelet would admit the container next to those placed: CPU requests
+        within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
+        allocatable = 1000 * len(self.allowed) - self.reserved_capacity
+        requested = sum(g.request.cpu_request for g in self.grants.values())
+        if requested + req.cpu_request > allocatable:
+            return False
+        return req.exclusive * 1000 <= allocatable
+
+    def _on_reserved(self, req: Request) -> Grant | None:
+        """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
+        if self.options.strict_reserved_cpus or not self.reserved_all:
+            return None
+        if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
+            return None
+        size = memory_size(req) if not req.memory_preserve else 0
+        try:
+            zone, relaxed = self._zone(0, self._tiers(req), size, widen=True)
+        except LookupError:
+            return None
+        shared = admission.as_kind(req, CpuKind.RESERVED)
+        g = self._grant(
+            shared, 0, CpuKind.RESERVED, frozenset(), False, req.cpu_request, zone, relaxed, size
+        )
+        g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
+        return g
+
+    def _note_degradation(self, g: Grant, asked: Request) -> None:
+        tiers = self._tiers(g.request)
+        widened = any(self.machine.nodes[n].tier not in tiers for n in g.zone)
+        g.degraded = admission.degradations(asked.kind, g.kind, widened)
+        if widened and "memory widened into" not in g.reason:
+            names = ",".join(sorted({str(self.machine.nodes[n].tier) for n in g.zone}))
+            g.reason += f"; memory widened into tiers {names} because its own ran out"
+
+    def _updates(self, op: _Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
+        """The diff of the operation, with every moved container's new cpuset and memset."""
+        updates = {u.container_id: u for u in self._diff(op, skip=cid)}
+        for mid, old in moved.items():
+            new = self.grants[mid]
+            cpus = new.cpus if new.cpus != old.cpus else None
+            mems = new.mems if new.mems != old.mems else None
+            if cpus is not None or mems is not None:
+                updates[mid] = Update(mid, Placement(cpus=cpus, mems=mems))
+            else:
+                updates.pop(mid, None)
+        return tuple(updates[k] for k in sorted(updates))
 
     def _validate(self, req: Request) -> None:
         if req.kind in _EXCLUSIVE_KINDS and req.exclusive < 1:
@@ -411,11 +580,13 @@ class Engine:
         candidates: list[tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool]] = []
         trace: list[PoolScore] = []
         weights = self._affinity(req)
+        widen = admission.may_degrade(req, self.options)
+        pack = self.options.shared_placement == "pack"
         for p in self.pools:
             reason = self._unfit(req, p.index, uses_exclusive)
             if reason is None:
                 try:
-                    zone, relaxed = self._zone(p.index, tiers, size)
+                    zone, relaxed = self._zone(p.index, tiers, size, widen)
                 except LookupError as e:
                     reason = f"memory: {e}"
             if reason is not None:
@@ -439,7 +610,8 @@ class Engine:
                 numa_nodes=n_nodes,
                 numa_distance=dist,
                 exclusive=uses_exclusive,
-                colocated=len(self.users[p.index]),
+                # packing: pools already hosting shared containers first, whole pools stay free
+                colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
                 free_shared=alloc,
             )
             candidates.append((scoring.sort_key(cand), cand, zone, relaxed))
@@ -491,7 +663,7 @@ class Engine:
         self, req: Request, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
         try:
-            return self._zone(0, tiers, size)
+            return self._zone(0, tiers, size, admission.may_degrade(req, self.options))
         except LookupError as e:
             raise PolicyError(f"{_who(req)}: memory does not fit at the root: {e}") from None
 
@@ -676,7 +848,8 @@ class Engine:
         cold: ColdStart | None = None
         if req.cold_start_ns > 0 and zone:
             dram = frozenset(n for n in zone if self.machine.nodes[n].tier is MemoryTier.DRAM)
-            if dram and zone - dram:
+            nodes = self.machine.nodes
+            if dram and any(nodes[n].normal for n in zone - dram):  # no start on movable only
                 cold = ColdStart(delay_ns=req.cold_start_ns, then_mems=zone)
         if kind is CpuKind.EXCLUSIVE or (kind is CpuKind.ISOLATED and not req.shared):
             shared = 0
@@ -795,7 +968,11 @@ class Engine:
         return tuple([changed[cid] for cid in sorted(changed)])
 
     def _decision(
-        self, g: Grant, trace: tuple[PoolScore, ...], updates: tuple[Update, ...]
+        self,
+        g: Grant,
+        trace: tuple[PoolScore, ...],
+        updates: tuple[Update, ...],
+        moved: tuple[str, ...] = (),
     ) -> Decision:
         return Decision(
             container_id=g.request.container_id,
@@ -809,6 +986,8 @@ class Engine:
             trace=trace,
             memory_relaxed=g.relaxed,
             cold_start=g.cold_start,
+            degraded=g.degraded,
+            moved=moved,
         )
 
     def placement(self, g: Grant) -> Placement:
@@ -860,20 +1039,20 @@ class Engine:
             old.request = req  # pinning details (hyperthreads, memory) may still change
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
+        req = admission.kubelet_request(req, self.options)
         self._validate(req)
         op = _Op()
         self._uncommit(old, op)
         try:
-            g, trace = self._choose(req, old.pool, old.exclusive)
+            g, trace, others = self._admit(req, old.pool, old.exclusive, op)
         except PolicyError:
             self._commit(old, _Op())
             raise
-        self._commit(g, op)
         moved = g.pool != old.pool or not (
             old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
         )
         g.reason = ("moved: " if moved else "resized in place: ") + g.reason
-        return self._decision(g, trace, self._diff(op, skip=cid))
+        return self._decision(g, trace, self._updates(op, cid, others), tuple(sorted(others)))
 
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
         g = self.grants.get(container_id)
@@ -903,6 +1082,7 @@ class Engine:
         """
         if req.container_id in self.grants:
             raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+        req = admission.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
@@ -949,7 +1129,11 @@ class Engine:
     def _check_fits(self, g: Grant) -> None:
         """Whether a grant given from outside (adoption) keeps the accounting valid."""
         if g.kind is CpuKind.RESERVED:
-            if g.shared > self.reserved_capacity - self.reserved_granted:
+            # Beyond the reserved capacity only as the shared CPUs of last resort (`_on_reserved`).
+            last_resort = not self.options.strict_reserved_cpus and admission.may_degrade(
+                g.request, self.options
+            )
+            if g.shared > self.reserved_capacity - self.reserved_granted and not last_resort:
                 raise PolicyError("reserved capacity exhausted")
             return
         k = 0 if g.isolated else len(g.exclusive)

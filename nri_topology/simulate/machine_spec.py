@@ -76,6 +76,7 @@ class NodeSpec(_Strict):
     memory: Bytes = 0
     tier: MemoryTier | None = None  # default: dram for nodes with CPUs; required otherwise
     hugepages: dict[int, int] = Field(default_factory=dict)  # page size in kB -> pages
+    normal_memory: bool = True  # false: movable-only memory, not in has_normal_memory
 
 
 class MachineSpec(_Strict):
@@ -162,6 +163,7 @@ def _build(spec: MachineSpec) -> Machine:
             tier_source="cpu" if node.cpus and tier is MemoryTier.DRAM else "config",
             distances=dict(zip(node_ids, row, strict=True)),
             hugepages=dict(node.hugepages),
+            normal=node.normal_memory,
         )
     return Machine(cpus=cpus, nodes=nodes, isolated=spec.isolated, offline=spec.offline)
 
@@ -229,6 +231,8 @@ def from_machine(machine: Machine, *, name: str, description: str, source: str) 
         doc["tier"] = str(node.tier)
         if node.hugepages:
             doc["hugepages"] = {str(k): v for k, v in sorted(node.hugepages.items())}
+        if not node.normal:
+            doc["normal_memory"] = False
         node_docs.append(doc)
     return {
         "format": FORMAT_VERSION,

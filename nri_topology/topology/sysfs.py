@@ -9,6 +9,8 @@ What is read, relative to the sysfs root:
 * per NUMA node `devices/system/node/nodeN/`: `cpulist` (fallback `cpumap`), `distance`,
   `meminfo` (MemTotal), `hugepages/hugepages-*kB/nr_hugepages`, HMAT `access1`/`access0`
   initiator attributes and `memory_side_cache`.
+* `devices/system/node/has_normal_memory`: nodes not listed (when the file exists) hold movable
+  memory only (`NumaNode.normal`).
 * `bus/dax/devices/*` (`target_node` and where the device sits) as a kernel hint of the memory kind.
 * `<proc_root>/cmdline` for `isolcpus=` when a proc root is given; `<proc_root>/meminfo` when the
   kernel has no NUMA node directories at all.
@@ -162,6 +164,7 @@ def read_machine(
     cpus = _read_cpus(r, online, cpu_node)
     distances = _distance_matrix(r, nodes_raw)
     tiers = _classify(r, nodes_raw, distances, tier_overrides or {})
+    normal = r.ids(f"{_NODE_DIR}/has_normal_memory", optional=True)
     nodes = {
         n.id: NumaNode(
             id=n.id,
@@ -171,6 +174,7 @@ def read_machine(
             tier_source=tiers[n.id][1],
             distances=distances[n.id],
             hugepages=n.hugepages,
+            normal=normal is None or n.id in normal or n.memory == 0,
         )
         for n in nodes_raw
     }

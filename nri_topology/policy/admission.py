@@ -1,0 +1,100 @@
+"""Admission parity with the kubelet: what a container that does not fit as asked gets instead.
+
+Under NRI a refusal is a failed container creation of a pod the scheduler and the kubelet have
+already admitted, so the pod is stuck on the node. The engine therefore places every container the
+kubelet would admit, degrading it when it must, in this order:
+
+1. as asked;
+2. as asked, after moving a few shared containers to fewer pools (`consolidate`);
+3. exclusive CPUs asked for: the same amount of shared CPUs (`Degradation.SHARED_CPUS`);
+4. no shared CPU left in any pool: the reserved CPUs, which the kubelet keeps in its shared pool
+   unless `strict_reserved_cpus` is on (`Degradation.RESERVED_CPUS`).
+
+Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
+`Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness itself
+(`require-isolated-cpus`) or the operator set `on_unfit: refuse`.
+
+`full_pcpus_only` is the kubelet's admission rule for integer requests: a count of exclusive CPUs
+that is not a multiple of the threads per core is refused, as the kubelet refuses it
+(SMTAlignmentError). Fractional Guaranteed requests never get exclusive CPUs from the kubelet, so
+under the option they run on shared CPUs (`kubelet_request`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nri_topology.policy.options import Options
+from nri_topology.policy.types import CpuKind, Degradation, Request
+from nri_topology.topology.model import MemoryTier
+
+ON_UNFIT = ("degrade", "refuse")
+SHARED_PLACEMENT = ("pack", "spread")
+
+# Memory tiers a container spills into, in this order, when its own tiers are full. HBM is small
+# and fast: it is used only when asked for.
+TIER_ORDER = (MemoryTier.DRAM, MemoryTier.CXL, MemoryTier.PMEM)
+
+# (kind asked for, kind granted) pairs a degraded grant can show; restore reads them back.
+DEGRADED_KINDS = frozenset(
+    {
+        (CpuKind.EXCLUSIVE, CpuKind.SHARED),
+        (CpuKind.MIXED, CpuKind.SHARED),
+        (CpuKind.ISOLATED, CpuKind.SHARED),
+        (CpuKind.SHARED, CpuKind.RESERVED),
+        (CpuKind.EXCLUSIVE, CpuKind.RESERVED),
+        (CpuKind.MIXED, CpuKind.RESERVED),
+        (CpuKind.ISOLATED, CpuKind.RESERVED),
+    }
+)
+
+
+def kubelet_request(req: Request, options: Options) -> Request:
+    """The request as the kubelet's rules shape it: fractional ones share under full_pcpus_only."""
+    if (
+        options.full_pcpus_only
+        and req.kind in (CpuKind.MIXED, CpuKind.ISOLATED)
+        and req.shared > 0
+        and not req.require_isolated
+    ):
+        return as_kind(req, CpuKind.SHARED)
+    return req
+
+
+def as_kind(req: Request, kind: CpuKind) -> Request:
+    """The request degraded to shared (or reserved) CPUs: all of its CPU request, no whole CPU."""
+    return replace(req, kind=kind, exclusive=0, shared=req.cpu_request, require_isolated=False)
+
+
+def strict(req: Request) -> bool:
+    """Whether the container itself asked to be refused rather than degraded."""
+    return req.require_isolated
+
+
+def may_degrade(req: Request, options: Options) -> bool:
+    return options.on_unfit == "degrade" and not strict(req)
+
+
+def widen_tiers(
+    tiers: frozenset[MemoryTier], on_machine: frozenset[MemoryTier]
+) -> frozenset[MemoryTier] | None:
+    """The tiers with the next one of `TIER_ORDER` the machine has added, None when none is left."""
+    for tier in TIER_ORDER:
+        if tier not in tiers and tier in on_machine:
+            return tiers | {tier}
+    return None
+
+
+_WHOLE_CPUS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
+
+
+def degradations(asked: CpuKind, granted: CpuKind, tier_widened: bool) -> tuple[Degradation, ...]:
+    """What a grant of `granted` CPUs gives a request of `asked` CPUs less of."""
+    out: list[Degradation] = []
+    if asked in _WHOLE_CPUS and granted not in _WHOLE_CPUS:
+        out.append(Degradation.SHARED_CPUS)
+    if granted is CpuKind.RESERVED and asked is not CpuKind.RESERVED:
+        out.append(Degradation.RESERVED_CPUS)
+    if tier_widened:
+        out.append(Degradation.MEMORY_TIER)
+    return tuple(out)
