@@ -363,7 +363,7 @@ class Engine:
                 wider = admission.widen_tiers(wider, self._tiers_on_machine)
                 if wider is not None:
                     try:
-                        return self._zone_in(p, wider, size)[0], True
+                        return self._zone_in(p, wider, size)
                     except LookupError:
                         continue
             raise

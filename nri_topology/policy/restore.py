@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nri_topology.policy import admission
 from nri_topology.policy.engine import SNAPSHOT_VERSION, Engine
 from nri_topology.policy.types import CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
@@ -87,7 +88,9 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
         zone = cpuset.parse(str(entry["zone"]))
     except (KeyError, ValueError) as e:
         raise PolicyError(f"saved entry unusable: {e}") from None
-    if kind != req.kind:
+    if kind != req.kind and (req.kind, kind) in admission.DEGRADED_KINDS and not isolated:
+        f = Found(admission.as_kind(req, kind), f.cpus, f.mems)  # placed degraded
+    elif kind != req.kind:
         if (req.kind, kind) not in _FALLBACKS or isolated:
             raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
         if req.kind is CpuKind.RESERVED:  # it had spilled over to shared CPUs
