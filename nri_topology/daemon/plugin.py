@@ -359,7 +359,26 @@ class TopologyPlugin(Plugin):
             # The policy's message names the container and says why; the runtime shows it as is.
             raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
         self._observe(operation, started)
+        if decision.degraded or decision.moved:
+            self._count_admission(operation, pod, info, decision)
         return decision
+
+    def _count_admission(
+        self, operation: str, pod: PodInfo, info: ContainerInfo, decision: Decision
+    ) -> None:
+        """Degraded placements warn and count; moves of other containers count."""
+        for degradation in decision.degraded:
+            self.metrics.degraded.labels(str(degradation)).inc()
+        if decision.moved:
+            self.metrics.moves.inc(len(decision.moved))
+        if decision.degraded:
+            _log.warning(
+                "placement degraded",
+                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                operation=operation,
+                degraded=[str(d) for d in decision.degraded],
+                reason=decision.reason,
+            )
 
     async def _release(self, container_id: str, why: str) -> Updates:
         async with self._lock:
