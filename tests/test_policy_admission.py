@@ -205,7 +205,7 @@ def test_without_moves_the_fragmented_case_degrades_or_refuses() -> None:
 
 
 def test_packing_shared_containers_leaves_room_without_moves() -> None:
-    e = _fragmented(Options())
+    e = _fragmented(Options(shared_placement="pack"))
     assert len({e.grants[f"b{i}"].pool for i in range(4)}) == 1
     d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
     assert len(d.exclusive) == 6 and d.moved == ()

@@ -119,7 +119,7 @@ class PolicySection(_Section):
     ] = ["dram"]
     on_unfit: Annotated[Literal["degrade", "refuse"], BeforeValidator(_lower)] = "degrade"
     strict_reserved_cpus: StrictBool = False
-    shared_placement: Annotated[Literal["pack", "spread"], BeforeValidator(_lower)] = "pack"
+    shared_placement: Annotated[Literal["pack", "spread"], BeforeValidator(_lower)] = "spread"
     max_moves: Annotated[StrictInt, Field(ge=0, le=64)] = 4
 
 

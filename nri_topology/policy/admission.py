@@ -29,7 +29,6 @@ from nri_topology.policy.types import CpuKind, Degradation, Request
 from nri_topology.topology.model import MemoryTier
 
 ON_UNFIT = ("degrade", "refuse")
-SHARED_PLACEMENT = ("pack", "spread")
 
 # Memory tiers a container spills into, in this order, when its own tiers are full. HBM is small
 # and fast: it is used only when asked for.
