@@ -501,6 +501,8 @@ class Engine:
             return None
         if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
             return None
+        if req.cpu_request > self.reserved_capacity - self.reserved_granted:
+            return None  # the reserved CPUs are never over-committed
         size = memory_size(req) if not req.memory_preserve else 0
         try:
             zone, relaxed = self._zone(0, self._tiers(req), size, widen=True)
@@ -508,7 +510,7 @@ class Engine:
             return None
         shared = admission.as_kind(req, CpuKind.RESERVED)
         g = self._grant(
-            shared, 0, CpuKind.RESERVED, frozenset(), False, req.cpu_request, zone, relaxed, size
+            shared, 0, CpuKind.RESERVED, frozenset(), False, shared.shared, zone, relaxed, size
         )
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
@@ -1129,11 +1131,7 @@ class Engine:
     def _check_fits(self, g: Grant) -> None:
         """Whether a grant given from outside (adoption) keeps the accounting valid."""
         if g.kind is CpuKind.RESERVED:
-            # Beyond the reserved capacity only as the shared CPUs of last resort (`_on_reserved`).
-            last_resort = not self.options.strict_reserved_cpus and admission.may_degrade(
-                g.request, self.options
-            )
-            if g.shared > self.reserved_capacity - self.reserved_granted and not last_resort:
+            if g.shared > self.reserved_capacity - self.reserved_granted:
                 raise PolicyError("reserved capacity exhausted")
             return
         k = 0 if g.isolated else len(g.exclusive)

@@ -14,8 +14,9 @@
   the policy may widen into (every tier but HBM, which is used only when asked for).
 
 Kernel-isolated CPUs are assignable CPUs for the kubelet, which does not know them. The policy
-keeps them for containers that prefer isolated CPUs; other containers reach them only through
-the reserved CPUs of last resort, so with `strict_reserved_cpus` they are counted out here.
+keeps them for containers that prefer isolated CPUs and never gives them to others, so they are
+counted out here (a known difference: a node whose isolated CPUs the kubelet would hand to
+ordinary pods can refuse some of them).
 """
 
 from __future__ import annotations
@@ -84,8 +85,7 @@ class KubeletAdmission:
             count = -(-reserved_milli // 1000)
             usable = machine.all_cpus - machine.isolated  # where the policy takes them from
             reserved_cpus = cpuallocator.take_cpus(machine, usable, count) if count else frozenset()
-        if options.strict_reserved_cpus:
-            cpus -= len(machine.isolated - reserved_cpus)
+        cpus -= len(machine.isolated - reserved_cpus)
         self.allocatable = 1000 * cpus - reserved_milli
         self.assignable = cpus - -(-reserved_milli // 1000)
         siblings = frozenset().union(*(machine.cpus[c].threads for c in reserved_cpus))
