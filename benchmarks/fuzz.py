@@ -10,7 +10,12 @@ Targets, each given an equal share of the inputs:
 * ``nri-payloads`` - the payload of every Plugin method the stub serves (half of them well-formed
   protobuf with odd values: see `twist`), sent by the runtime-side
   test peer through the real unix socket, mux and ttrpc server into the stub, which decodes it and
-  calls our policy-backed plugin (a fresh one every 2000 inputs, so the state stays bounded).
+  calls our policy-backed plugin (a fresh one every 2000 inputs, so the state stays bounded);
+* ``annotations`` - CreateContainer (then RemoveContainer) of pods whose annotations are hostile
+  contents (`annotation_value`: nesting, anchors and aliases, huge and tiny numbers, unicode, long
+  strings, the cases of `nri_topology.testing.hostile`) under every key the policy reads and
+  misspelled ones, through the same socket into the real policy; each must be answered within the
+  runtime's 2 s request timeout.
 
 Inputs are seeded: valid encodings mutated (bit flips, overwritten, inserted, deleted and
 duplicated bytes, several at once), truncated, random bytes, and oversized frames (announced
@@ -48,17 +53,19 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.mux import HEADER, MAX_ACCEPTED_PAYLOAD, MuxDecoder, MuxProtocolError
 from nri_topology.nri.mux import frame_message as mux_frame
 from nri_topology.nri.stub import PLUGIN_SERVICE
-from nri_topology.policy.annotations import ANNOTATIONS, DOMAIN, RESOURCES_KEY
+from nri_topology.policy.annotations import ALIAS_DOMAIN, ANNOTATIONS, DOMAIN, RESOURCES_KEY
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import QoS
+from nri_topology.testing import hostile
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine
 from nri_topology.ttrpc import codec
 from nri_topology.ttrpc.codec import MAX_DATA, Code, Frame, FrameDecoder, ProtocolError, TtrpcError
 
-TARGETS = ("ttrpc-frames", "ttrpc-envelopes", "mux-frames", "nri-payloads")
+TARGETS = ("ttrpc-frames", "ttrpc-envelopes", "mux-frames", "nri-payloads", "annotations")
+RUNTIME_TIMEOUT = 2.0  # the runtime's default request timeout
 CALL_TIMEOUT = 5.0
 PLUGIN_LIFETIME = 2000  # NRI inputs per plugin instance
 
@@ -372,16 +379,19 @@ def _classify(exc: TtrpcError) -> str:
 
 
 async def _nri_session(
-    machine: Machine, batch: list[tuple[str, bytes]], report: TargetReport
+    machine: Machine,
+    batch: list[tuple[str, bytes]],
+    report: TargetReport,
+    timeout: float = CALL_TIMEOUT,
 ) -> None:
     plugin = TopologyPlugin(Policy(machine, Options()))
-    async with connected(plugin, RuntimePeer(request_timeout=CALL_TIMEOUT)) as (peer, _):
+    async with connected(plugin, RuntimePeer(request_timeout=timeout)) as (peer, _):
         conn = await peer.wait_plugin()
         for method, data in batch:
             report.inputs += 1
             started = time.perf_counter()
             try:
-                await conn.client.call(PLUGIN_SERVICE, method, data, timeout=CALL_TIMEOUT)
+                await conn.client.call(PLUGIN_SERVICE, method, data, timeout=timeout)
                 report.outcomes["answered"] += 1
             except TtrpcError as exc:
                 if exc.code == Code.DEADLINE_EXCEEDED or conn.client.closed:
@@ -423,6 +433,116 @@ def fuzz_nri(rng: random.Random, count: int, machine: Machine) -> TargetReport:
     return report
 
 
+# --- annotation contents ------------------------------------------------------------------------
+
+_ANNOTATION_KEYS_ALL = (
+    *_ANNOTATION_KEYS,
+    *(f"{spec.name}.{ALIAS_DOMAIN}/container.app" for spec in ANNOTATIONS if not spec.prefixed),
+    f"require-isolated-cpu.{DOMAIN}",
+    f"cpu-class.{DOMAIN}",
+    f"prefer-cpu-priority.{DOMAIN}/pod",
+)
+
+
+def _number(rng: random.Random) -> str:
+    return rng.choice(
+        [
+            "9" * rng.randint(1, 6000),
+            f"0.{'0' * rng.randint(1, 400)}1",
+            f"1e{rng.randint(-999, 999)}",
+            "0x" + "f" * rng.randint(1, 60),
+            str(rng.randint(-(2**70), 2**70)),
+            rng.choice(["0", "-0", ".inf", "-.nan", "1_000", "1:2:3"]),
+        ]
+    )
+
+
+def _scalar_text(rng: random.Random) -> str:
+    return rng.choice(
+        [
+            _number(rng),
+            "x" * rng.choice([1, 64, 65, 16384, 16385, 300_000]),
+            "".join(rng.choice("é€𝄞\u202e\x00\n\t:#&*!{}[]") for _ in range(rng.randint(0, 30))),
+            rng.choice(["true", "false", "T", "dram,pmem", "mixed", "duration: 60s", "~", ""]),
+        ]
+    )
+
+
+def _yaml(rng: random.Random, depth: int = 0) -> str:
+    """A random YAML-ish value: flow collections, anchors, aliases, tags, scalars."""
+    roll = rng.random()
+    if depth > 4 or roll < 0.35:
+        return json.dumps(_scalar_text(rng)) if rng.random() < 0.5 else _number(rng)
+    if roll < 0.55:
+        return "[" + ", ".join(_yaml(rng, depth + 1) for _ in range(rng.randint(0, 4))) + "]"
+    if roll < 0.75:
+        items = (f"{json.dumps(_scalar_text(rng)[:20])}: {_yaml(rng, depth + 1)}" for _ in range(3))
+        return "{" + ", ".join(items) + "}"
+    return rng.choice([f"&a {_yaml(rng, depth + 1)}", "*a", f"!!str {_yaml(rng, depth + 1)}"])
+
+
+def annotation_value(rng: random.Random) -> str:
+    """Hostile annotation contents: a grammar of YAML and JSON, and the cases of issue 10."""
+    big = rng.randint(1, 40_000)
+    return rng.choice(
+        [
+            lambda: _yaml(rng),
+            lambda: _scalar_text(rng),
+            lambda: hostile.nested_brackets(big),
+            lambda: hostile.nested_cold_start(big),
+            lambda: hostile.deep_json(big),
+            lambda: hostile.anchored_rules(rng.randint(1, 1200), rng.randint(1, 250)),
+            lambda: hostile.alias_bomb(rng.randint(1, 9), rng.randint(1, 9)),
+            lambda: hostile.worst_affinity(
+                rng.randint(1, 12), rng.randint(1, 20), rng.randint(0, 12)
+            ),
+            lambda: hostile.claim("app", _number(rng), _number(rng)),
+            lambda: hostile.huge_raw_number(rng.randint(1, 6000)),
+            lambda: f"duration: {_number(rng)}{rng.choice(['', 'h', 'ms', 'µs'])}",
+            lambda: "app: " + _yaml(rng),
+        ]
+    )()
+
+
+def _annotated_pair(rng: random.Random, i: int) -> tuple[api_pb2.PodSandbox, api_pb2.Container]:
+    spec = rng.choice(
+        [
+            Spec(QoS.BURSTABLE, cpu=100),
+            Spec(QoS.GUARANTEED, cpu=1000, memory=1 << 28),
+            Spec(QoS.BEST_EFFORT),
+        ]
+    )
+    pod, ctr = nri_pair(f"a{i}", spec)
+    pod.namespace = rng.choice(["tenant", "kube-system"])
+    for _ in range(rng.randint(1, 3)):
+        pod.annotations[rng.choice(_ANNOTATION_KEYS_ALL)] = annotation_value(rng)
+    return pod, ctr
+
+
+def fuzz_annotations(rng: random.Random, count: int, machine: Machine) -> TargetReport:
+    """CreateContainer of pods with hostile annotations (and RemoveContainer after each)."""
+    report = TargetReport("annotations")
+    batch: list[tuple[str, bytes]] = []
+    for i in range(count // 2):
+        pod, ctr = _annotated_pair(rng, i)
+        batch.append(
+            (
+                "CreateContainer",
+                api_pb2.CreateContainerRequest(pod=pod, container=ctr).SerializeToString(),
+            )
+        )
+        batch.append(
+            (
+                "RemoveContainer",
+                api_pb2.RemoveContainerRequest(pod=pod, container=ctr).SerializeToString(),
+            )
+        )
+        if len(batch) >= PLUGIN_LIFETIME or i == count // 2 - 1:
+            asyncio.run(_nri_session(machine, batch, report, timeout=RUNTIME_TIMEOUT))
+            batch = []
+    return report
+
+
 def run(total: int, seed: int, machine: Machine) -> dict[str, dict[str, object]]:
     """Fuzz every target with `total` inputs in all; summaries by target."""
     rng = random.Random(seed)
@@ -431,7 +551,8 @@ def run(total: int, seed: int, machine: Machine) -> dict[str, dict[str, object]]
         fuzz_frames(random.Random(rng.random()), share),
         fuzz_envelopes(random.Random(rng.random()), share),
         fuzz_mux(random.Random(rng.random()), share),
-        fuzz_nri(random.Random(rng.random()), total - 3 * share, machine),
+        fuzz_nri(random.Random(rng.random()), share, machine),
+        fuzz_annotations(random.Random(rng.random()), total - 4 * share, machine),
     ]
     return {r.target: r.summary() for r in reports}
 

@@ -169,7 +169,7 @@ def synchronize(machine: Machine, count: int) -> dict[str, object]:
     return out
 
 
-def _rss_kib(pid: int) -> int:
+def rss_kib(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
@@ -198,13 +198,13 @@ async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
         try:
             await peer.wait_plugin(timeout=120)
             await asyncio.sleep(0.5)  # let the first checkpoint write finish
-            started = _rss_kib(proc.pid)
+            started = rss_kib(proc.pid)
             for i in range(count):
                 pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
                 await peer.run_pod_sandbox(pod)
                 await peer.create_container(pod, ctr)
             await asyncio.sleep(0.5)
-            filled = _rss_kib(proc.pid)
+            filled = rss_kib(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 30)

@@ -120,7 +120,7 @@ def sysfs_root(name: str, workdir: Path) -> Path:
     if name == "synthetic-256":
         spec = machines.SyntheticSpec(sockets=2, nodes=4, cores=16, threads=2, memory=64 << 30)
         return machines.write_sysfs(workdir, spec)
-    return machines.roots(name)[0]
+    return machines.write_machine_sysfs(workdir, machines.load(name))
 
 
 def node_cpus(machine: Machine) -> int:

@@ -31,6 +31,9 @@ _SUFFIXES: Mapping[str, Fraction] = {
 }
 _QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])?)")
 QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 1e3, 512Mi or 1G"
+# Far beyond any real amount (the API server keeps 18 significant digits), far below the 4300
+# digits Python's int() refuses: what a quantity may cost stays bounded.
+MAX_QUANTITY_CHARS = 64
 
 
 class QuantityError(ValueError):
@@ -40,6 +43,11 @@ class QuantityError(ValueError):
 @lru_cache(maxsize=1024)
 def parse_quantity(text: str) -> Fraction:
     """The exact value of a Kubernetes quantity ("1500m" → 3/2, "1Ki" → 1024, "1e3" → 1000)."""
+    if isinstance(text, str) and len(text) > MAX_QUANTITY_CHARS:
+        raise QuantityError(
+            f"{text[:MAX_QUANTITY_CHARS]!r}…({len(text)} characters) is longer than "
+            f"{MAX_QUANTITY_CHARS} characters"
+        )
     m = _QUANTITY.fullmatch(text.strip()) if isinstance(text, str) else None
     if m is None:
         raise QuantityError(f"{text!r} is not {QUANTITY_HELP}")

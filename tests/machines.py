@@ -1,14 +1,25 @@
-"""Test machines: the real sysfs dumps in ../shared/topologies by short name, and synthetic trees.
+"""Test machines by short name, from committed machine files, plus synthetic sysfs trees.
 
-`load("server")` gives the discovered `Machine` of a shared dump (extracted once per test
-session into a temporary directory that is removed at exit); `roots("server")` gives its sysfs
-and proc roots for tests that read the tree themselves. `write_sysfs(tmp_path,
+`load("server")` gives the `Machine` of a real host from its committed machine description
+(`nri_topology/data/machines/` for the simulator's bundled ones, `tests/data/machines/` for the
+rest), so no test needs the sysfs dumps to run. The descriptions are converted from the dumps
+in ../shared/topologies (see `main` below); `read_dump(name)` reads a dump with the topology
+reader itself and `roots(name)` gives its sysfs and proc roots, for the tests of sysfs parsing
+(they skip with the reason when ../shared is not beside the repository). Dumps are extracted
+once per session into a scratch directory removed at exit. `write_sysfs(tmp_path,
 SyntheticSpec(...))` writes a small, regular sysfs tree for edge cases and benchmarks;
-`synthetic(...)` writes one and reads it back.
+`synthetic(...)` writes one and reads it back; `write_machine_sysfs` writes the tree of any
+machine, e.g. a committed one for running the daemon on it.
+
+Regenerate the committed descriptions after a change to the topology reader or the format:
+
+    .venv/bin/python -m tests.machines            # rewrites tests/data/machines/*.json
+    .venv/bin/python -m tests.machines --check    # exit 1 if any file differs
 """
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import functools
 import os
@@ -21,6 +32,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
+from nri_topology.simulate import bundle, machine_spec
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -32,6 +46,9 @@ sys.modules.setdefault("tests.machines", sys.modules[__name__])
 # shared/ is a sibling of the repository folder (CI clones the repo with shared/ beside it).
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared"
 TOPOLOGIES = SHARED / "topologies"
+NO_DUMPS = "needs the sysfs dumps in ../shared/topologies (not beside this checkout)"
+# Test-only machine descriptions; the simulator's bundled ones live in the package.
+DATA = Path(__file__).resolve().parent / "data" / "machines"
 
 # short name -> (archive in ../shared/topologies, directory inside it holding sys/ and maybe proc/)
 MACHINES: dict[str, tuple[str, str]] = {
@@ -57,9 +74,40 @@ MACHINES: dict[str, tuple[str, str]] = {
     "offline-cpu0": ("hwloc-offline-cpu0-node0.tar.bz2", "offline-cpu0-node0"),
 }
 ALL_MACHINES: tuple[str, ...] = tuple(MACHINES)
+BUNDLED: dict[str, bundle.Source] = {s.name: s for s in bundle.SOURCES}
 
 _extracted: dict[str, Path] = {}
 _workdir: Path | None = None
+
+
+def have_dumps() -> bool:
+    return TOPOLOGIES.is_dir()
+
+
+needs_dumps = pytest.mark.skipif(not have_dumps(), reason=NO_DUMPS)
+
+
+def _archive(name: str) -> Path:
+    """An archive of ../shared/topologies; skips the calling test when it is not there."""
+    archive = TOPOLOGIES / name
+    if not archive.is_file():
+        pytest.skip(f"{NO_DUMPS}: no {name}")
+    return archive
+
+
+def _scratch() -> Path:
+    """The session's extraction directory, on a tmpfs when the host has one.
+
+    A dump is tens of thousands of small files; a memory file system writes and deletes them
+    far faster than a disk, which matters at every test run.
+    """
+    global _workdir
+    if _workdir is None:
+        shm = Path("/dev/shm")
+        base = shm if shm.is_dir() and os.access(shm, os.W_OK) else None
+        _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-", dir=base))
+        atexit.register(_cleanup)
+    return _workdir
 
 
 def _cleanup() -> None:
@@ -68,21 +116,16 @@ def _cleanup() -> None:
 
 
 def extract(archive_name: str) -> Path:
-    """Extract an archive of ../shared/topologies once per session; returns the extraction dir."""
-    global _workdir
-    if archive_name in _extracted:
-        return _extracted[archive_name]
-    archive = TOPOLOGIES / archive_name
-    if not archive.is_file():
-        raise FileNotFoundError(f"no topology archive {archive} (is ../shared beside the repo?)")
-    if _workdir is None:
-        _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-"))
-        atexit.register(_cleanup)
-    dst = _workdir / archive_name.removesuffix(".tar.bz2")
-    with tarfile.open(archive) as tar:
-        tar.extractall(dst, filter="tar")
-    _extracted[archive_name] = dst
-    return dst
+    """Extract a whole archive of ../shared/topologies once per session; the extraction dir."""
+    if archive_name not in _extracted:
+        archive = _archive(archive_name)
+        dst = _scratch() / archive_name.removesuffix(".tar.bz2")
+        made: set[Path] = set()
+        with tarfile.open(archive) as tar:
+            for m in tar:
+                _write_member(tar, m, dst, made)
+        _extracted[archive_name] = dst
+    return _extracted[archive_name]
 
 
 # What discovery reads, so `roots` can skip the bulk of a dump (cpuidle, power, ... are most of
@@ -90,7 +133,8 @@ def extract(archive_name: str) -> Path:
 _SKIP_DIRS = frozenset(
     {"cpuidle", "power", "acpi_cppc", "thermal_throttle", "hotplug", "microcode", "cpufreq"}
 )
-_CPU_FILES = frozenset({"online", "topology", "cache"})
+_CPU_FILES = frozenset({"online", "topology", "cache", "cpu_capacity", "cpufreq"})
+_CPUFREQ = re.compile(r"^sys/devices/system/cpu/cpufreq(/policy\d+(/cpuinfo_max_freq)?)?$")
 _TOPOLOGY_FILES = frozenset(
     {
         "physical_package_id",
@@ -113,6 +157,8 @@ def _discovery_member(rel: str) -> bool:
     if not rel.startswith(_KEEP_TOP) and rel not in ("sys", "proc", "sys/devices", "sys/bus"):
         return rel == "sys/bus/dax"
     parts = rel.split("/")
+    if _CPUFREQ.match(rel) or (len(parts) == 6 and parts[5] == "cpufreq"):
+        return True  # cpuN/cpufreq links to cpufreq/policyN: only the maximum frequency is read
     if _SKIP_DIRS.intersection(parts):
         return False
     if rel.startswith("sys/devices/system/cpu/cpu") and len(parts) > 5:
@@ -129,15 +175,12 @@ def _discovery_member(rel: str) -> bool:
 
 def _extract_lean(archive: str) -> Path:
     """Extract, once per session, only what discovery reads of every machine in `archive`."""
-    global _workdir
     if archive not in _lean:
-        if _workdir is None:
-            _workdir = Path(tempfile.mkdtemp(prefix="nri-topology-machines-"))
-            atexit.register(_cleanup)
-        dst = _workdir / ("lean-" + archive.removesuffix(".tar.bz2"))
+        path = _archive(archive)
+        dst = _scratch() / ("lean-" + archive.removesuffix(".tar.bz2"))
         prefixes = tuple(inner + "/" for a, inner in MACHINES.values() if a == archive)
         made: set[Path] = set()
-        with tarfile.open(TOPOLOGIES / archive) as tar:
+        with tarfile.open(path) as tar:
             for m in tar:
                 prefix = next((p for p in prefixes if m.name.startswith(p)), None)
                 if prefix is not None and _discovery_member(m.name[len(prefix) :]):
@@ -166,7 +209,7 @@ def _write_member(tar: tarfile.TarFile, m: tarfile.TarInfo, dst: Path, made: set
 
 
 def roots(name: str) -> tuple[Path, Path | None]:
-    """(sysfs root, proc root or None) of a shared machine by short name.
+    """(sysfs root, proc root or None) of a shared dump by short name; skips without ../shared.
 
     Only the files topology discovery reads are extracted (once per session and archive); use
     `extract(archive)` for the complete dump.
@@ -178,12 +221,68 @@ def roots(name: str) -> tuple[Path, Path | None]:
 
 
 @functools.cache
-def load(name: str) -> Machine:
-    """The discovered `Machine` of a shared dump by short name (see `MACHINES`), cached."""
+def read_dump(name: str) -> Machine:
+    """A shared dump read by the topology reader itself (skips without ../shared), cached."""
     from nri_topology.topology.sysfs import read_machine
 
     sys_root, proc_root = roots(name)
     return read_machine(sys_root, proc_root=proc_root)
+
+
+def machine_file(name: str) -> Path:
+    """The committed description of a machine by short name."""
+    if name in BUNDLED:
+        return (
+            Path(machine_spec.__file__).resolve().parents[1] / "data" / "machines" / f"{name}.json"
+        )
+    return DATA / f"{name}.json"
+
+
+@functools.cache
+def load(name: str) -> Machine:
+    """The `Machine` of a real host by short name (see `MACHINES`), from its committed file."""
+    path = machine_file(name)
+    return machine_spec.to_machine(machine_spec.load_spec(path), origin=str(path))
+
+
+def describe(name: str, machine: Machine) -> str:
+    """The committed file's text for `machine`, as converted from its dump."""
+    if name in BUNDLED:
+        return bundle.describe(BUNDLED[name], machine)
+    archive, inner = MACHINES[name]
+    doc = machine_spec.from_machine(
+        machine, name=name, description=_summary(machine), source=f"{archive}:{inner}"
+    )
+    return machine_spec.dumps(doc)
+
+
+def _summary(m: Machine) -> str:
+    dies = {(c.package, c.die) for c in m.cpus.values()}
+    return (
+        f"{len(m.packages)} packages, {len(dies)} dies, {len(m.cores)} cores, {len(m.cpus)} CPUs,"
+        f" NUMA nodes {cpuset.format(m.nodes)}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Convert every dump to its committed description (or, with --check, compare)."""
+    parser = argparse.ArgumentParser(description=main.__doc__)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a file is not fresh")
+    args = parser.parse_args(argv)
+    if not have_dumps():
+        print(f"error: {NO_DUMPS}", file=sys.stderr)
+        return 2
+    stale = []
+    for name in ALL_MACHINES:
+        path, text = machine_file(name), describe(name, read_dump(name))
+        if path.is_file() and path.read_text() == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        print(("stale: " if args.check else "wrote: ") + str(path))
+    return 1 if args.check and stale else 0
 
 
 # --- synthetic trees -------------------------------------------------------------------------
@@ -225,9 +324,19 @@ class SyntheticSpec:
     dram_latency: int | None = None
     near_distance: int = 11  # between nodes of the same socket
     remote_distance: int = 21  # between sockets
+    # Hybrid: single-thread efficiency cores per node, numbered after every performance thread,
+    # told apart by "atom" (devices/cpu_core,cpu_atom), "capacity" (cpu_capacity) or "freq"
+    # (cpufreq/cpuinfo_max_freq); "none" writes no kind at all.
+    e_cores: int = 0
+    hybrid_from: str = "atom"
 
     @property
     def cpu_count(self) -> int:
+        n_nodes = self.sockets * self.dies * self.nodes
+        return n_nodes * (self.cores * self.threads + self.e_cores)
+
+    @property
+    def p_count(self) -> int:
         return self.sockets * self.dies * self.nodes * self.cores * self.threads
 
 
@@ -244,6 +353,7 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
     n_cores = spec.sockets * spec.dies * spec.nodes * spec.cores
     n_cpu_nodes = spec.sockets * spec.dies * spec.nodes
     offline = cpuset.parse(spec.offline)
+    e_cpus: dict[int, int] = {}  # efficiency CPU -> its node
     all_ids = range(spec.cpu_count)
     online = [i for i in all_ids if i not in offline]
 
@@ -271,6 +381,24 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
             _write(top / "core_id", str(in_die))
             _write(top / "thread_siblings_list", cpuset.format(threads))
             _write(top / "core_cpus_list", cpuset.format(threads))
+    for n in range(n_cpu_nodes):
+        socket, rest = divmod(n, spec.dies * spec.nodes)
+        die = rest // spec.nodes
+        for i in range(spec.e_cores):
+            cpu = spec.p_count + n * spec.e_cores + i
+            e_cpus[cpu] = n
+            node_cpus[n].add(cpu)
+            key = {"node": (n,), "die": (socket, die), "socket": (socket,)}[spec.l3]
+            l3_groups.setdefault(key, set()).add(cpu)
+            if cpu in offline:
+                continue
+            top = cpu_dir / f"cpu{cpu}" / "topology"
+            _write(top / "physical_package_id", str(socket))
+            _write(top / "die_id", str(die))
+            _write(top / "core_id", str(per_die + (rest % spec.nodes) * spec.e_cores + i))
+            _write(top / "thread_siblings_list", str(cpu))
+            _write(top / "core_cpus_list", str(cpu))
+    _write_core_kinds(root, spec, frozenset(e_cpus), offline)
     for group in l3_groups.values():
         for cpu in group:
             if cpu in offline:
@@ -278,6 +406,8 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
             cache = cpu_dir / f"cpu{cpu}" / "cache"
             g = cpu % n_cores
             siblings = cpuset.format(t * n_cores + g for t in range(spec.threads))
+            if cpu in e_cpus:
+                siblings = str(cpu)
             for idx, (level, kind, shared) in enumerate(
                 [(1, "Data", siblings), (2, "Unified", siblings), (3, "Unified", None)]
             ):
@@ -332,6 +462,25 @@ def write_sysfs(tmp_path: Path, spec: SyntheticSpec) -> Path:
     return root
 
 
+def _write_core_kinds(
+    root: Path, spec: SyntheticSpec, e_cpus: frozenset[int], offline: frozenset[int]
+) -> None:
+    """What tells efficiency cores from performance ones, as `spec.hybrid_from` says."""
+    if not e_cpus or spec.hybrid_from == "none":
+        return
+    online = [c for c in range(spec.cpu_count) if c not in offline]
+    if spec.hybrid_from == "atom":
+        _write(root / "devices/cpu_atom/cpus", cpuset.format(c for c in online if c in e_cpus))
+        _write(root / "devices/cpu_core/cpus", cpuset.format(c for c in online if c not in e_cpus))
+        return
+    rel, perf, eff = {
+        "capacity": ("cpu_capacity", 1024, 410),
+        "freq": ("cpufreq/cpuinfo_max_freq", 5000000, 3800000),
+    }[spec.hybrid_from]
+    for c in online:
+        _write(root / f"devices/system/cpu/cpu{c}/{rel}", str(eff if c in e_cpus else perf))
+
+
 def _write_access(node: Path, initiator: int, bandwidth: int, latency: int | None) -> None:
     init = node / "access1" / "initiators"
     init.mkdir(parents=True, exist_ok=True)
@@ -341,9 +490,63 @@ def _write_access(node: Path, initiator: int, bandwidth: int, latency: int | Non
         _write(init / f"{kind}_latency", str(latency or 0))
 
 
+def write_machine_sysfs(tmp_path: Path, machine: Machine) -> Path:
+    """Write the sysfs tree of any `Machine` under `tmp_path/sys`; returns that sysfs root.
+
+    For running the daemon on a committed machine without its dump. Reading it back gives the
+    same machine, except how memory-only nodes' tiers are found (no HMAT or kernel tiers are
+    written, so the reader's heuristic decides) and the original reader's warnings.
+    """
+    root = tmp_path / "sys"
+    cpu_dir = root / "devices/system/cpu"
+    node_dir = root / "devices/system/node"
+    every = machine.all_cpus | machine.offline
+    for c in machine.cpus.values():
+        top = cpu_dir / f"cpu{c.id}" / "topology"
+        for name, value in (
+            ("physical_package_id", c.package),
+            ("die_id", c.die),
+            ("cluster_id", c.cluster),
+            ("core_id", c.core),
+        ):
+            _write(top / name, str(value))
+        _write(top / "core_cpus_list", cpuset.format(c.threads))
+        cache = cpu_dir / f"cpu{c.id}" / "cache"
+        for idx, level, shared in ((2, 2, c.l2), (3, 3, c.l3)):
+            _write(cache / f"index{idx}" / "level", str(level))
+            _write(cache / f"index{idx}" / "type", "Unified")
+            _write(cache / f"index{idx}" / "shared_cpu_list", cpuset.format(shared))
+        _write(cpu_dir / f"cpu{c.id}" / "online", "1")
+    for cpu in machine.offline:
+        _write(cpu_dir / f"cpu{cpu}" / "online", "0")
+    _write(cpu_dir / "online", cpuset.format(machine.all_cpus))
+    _write(cpu_dir / "present", cpuset.format(every))
+    _write(cpu_dir / "possible", cpuset.format(every))
+    _write(cpu_dir / "offline", cpuset.format(machine.offline))
+    _write(cpu_dir / "isolated", cpuset.format(machine.isolated))
+    if machine.efficiency_cpus:  # hybrid: the kinds as Intel kernels list them
+        _write(root / "devices/cpu_atom/cpus", cpuset.format(machine.efficiency_cpus))
+        _write(root / "devices/cpu_core/cpus", cpuset.format(machine.performance_cpus))
+    ids = sorted(machine.nodes)
+    for n in machine.nodes.values():
+        d = node_dir / f"node{n.id}"
+        _write(d / "cpulist", cpuset.format(n.cpus))
+        _write(d / "distance", " ".join(str(n.distances[other]) for other in ids))
+        _write(d / "meminfo", f"Node {n.id} MemTotal:       {n.memory // 1024} kB")
+        for size, count in n.hugepages.items():
+            _write(d / f"hugepages/hugepages-{size}kB/nr_hugepages", str(count))
+    _write(node_dir / "online", cpuset.format(ids))
+    _write(node_dir / "possible", cpuset.format(ids))
+    return root
+
+
 def synthetic(tmp_path: Path, spec: SyntheticSpec | None = None, **kwargs: object) -> Machine:
     """Write `spec` (or `SyntheticSpec(**kwargs)`) under tmp_path and read it back."""
     from nri_topology.topology.sysfs import read_machine
 
     spec = spec or SyntheticSpec(**kwargs)  # type: ignore[arg-type]
     return read_machine(write_sysfs(tmp_path, spec))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

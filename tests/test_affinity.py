@@ -16,7 +16,7 @@ from nri_topology.policy.affinity import (
     parse,
     same_pod,
 )
-from nri_topology.policy.options import Options
+from nri_topology.policy.options import AnnotationLimits, Options
 from nri_topology.policy.request import build_request
 from nri_topology.policy.types import ContainerInfo, CpuKind, PodInfo, PolicyError, QoS, Request
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
@@ -244,7 +244,8 @@ _NAMES = st.sampled_from(["a", "b", "c", "d"])
 def test_shorthand_affinity_is_symmetric(shorthand):
     text = yaml.safe_dump(shorthand)
     pod = _pod({AFF: text})
-    reqs = {n: _build(pod, n) for n in "abcd"}
+    roomy = Options(annotation_limits=AnnotationLimits(max_affinity_rules=24))
+    reqs = {n: _build(pod, n, roomy) for n in "abcd"}
     for x, rx in reqs.items():
         for y, ry in reqs.items():
             if x != y:
@@ -252,3 +253,72 @@ def test_shorthand_affinity_is_symmetric(shorthand):
                 wy = container_weights(ry, [rx]).get(rx.container_id, 0)
                 assert wx == wy
                 assert wx == shorthand.get(x, []).count(y) + shorthand.get(y, []).count(x)
+
+
+# --- the index answers exactly what a walk over every container answers --------------------------
+
+_VALUES = st.sampled_from(["web", "db", "w*", "*b", "[dw]*", "?eb", "prod", "p1", "x"])
+_KEYS = st.sampled_from(
+    ["name", "namespace", "qosclass", "id", "pod/name", "pod/id", "labels/tier", "pod/labels/app"]
+)
+
+
+@st.composite
+def _expressions(draw):
+    op = draw(st.sampled_from(list(Operator)))
+    if op is Operator.ALWAYS_TRUE:
+        return ALWAYS
+    if op in (Operator.EXISTS, Operator.NOT_EXIST):
+        values = ()
+    elif op in (Operator.EQUALS, Operator.NOT_EQUAL, Operator.MATCHES, Operator.MATCHES_NOT):
+        values = (draw(_VALUES),)
+    else:
+        values = tuple(draw(st.lists(_VALUES, min_size=1, max_size=3)))
+    return Expression(draw(_KEYS), op, values)
+
+
+@st.composite
+def _containers(draw):
+    out = []
+    for i in range(draw(st.integers(1, 8))):
+        labels = draw(st.dictionaries(st.just("tier"), _VALUES, max_size=1))
+        pod_labels = draw(st.dictionaries(st.just("app"), _VALUES, max_size=1))
+        out.append(
+            request(
+                f"c{i}",
+                draw(st.sampled_from(["web", "db", "wab"])),
+                pod_id=draw(st.sampled_from(["p1", "p2"])),
+                namespace=draw(st.sampled_from(["prod", "dev"])),
+                labels=labels,
+                pod_labels=pod_labels,
+                qos=draw(st.sampled_from(list(QoS))),
+            )
+        )
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    _containers(),
+    st.lists(
+        st.builds(Affinity, _expressions(), _expressions(), st.integers(-1000, 1000)), max_size=4
+    ),
+    st.data(),
+)
+def test_index_agrees_with_the_walk(containers, affinities, data):
+    from dataclasses import replace
+
+    from nri_topology.policy.affinity import Index
+
+    index = Index()
+    for c in containers:
+        index.add(c)
+    gone = data.draw(st.sets(st.sampled_from([c.container_id for c in containers])))
+    for cid in gone:
+        index.remove(cid)
+    live = [c for c in containers if c.container_id not in gone]
+    req = replace(containers[0], affinities=tuple(affinities))
+    assert index.weights(req) == container_weights(req, live)
+    for c in live:
+        index.remove(c.container_id)
+    assert index.all == set() and index.weights(req) == {}

@@ -79,6 +79,8 @@ def test_key_table():
         "memory.preserve",
         "affinity",
         "anti-affinity",
+        "prefer-cpu-priority",
+        "numa-policy",
     ]
     assert SPECS["memory-type"].key == f"memory-type.{P}"
     assert SPECS["affinity"].key == f"{P}/affinity"

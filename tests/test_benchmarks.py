@@ -93,3 +93,15 @@ def test_shared_containers_of_the_baseline_span_every_node() -> None:
     trace = [Event("b", Spec(QoS.BURSTABLE, cpu=500, memory=1 << 20))]
     q = run_trace(m, Baseline(m), trace).summary()
     assert (q["local"], q["spanning"], q["spanning_minimal_share"]) == (0, 1, 1.0)
+
+
+def test_annotation_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import bench_annotations
+
+    assert bench_annotations.main(["--live", "30", "--samples", "3"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["live"] == 30 and {"none", "cached", "distinct"} <= set(out)
+    assert out["cached"]["cpu_p99_ms"] > 0
+    assert bench_annotations.main(["--rss", "--cycles", "20", "--report", "10"]) == 0
+    rss = json.loads(capsys.readouterr().out)
+    assert [p["cycles"] for p in rss["rss"]] == [0, 10, 20] and rss["refused"] == 2

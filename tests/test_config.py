@@ -12,7 +12,7 @@ from nri_topology.commands import validate_config
 from nri_topology.config import load
 from nri_topology.config.load import ConfigError, load_config, parse_config, read_config
 from nri_topology.config.schema import Config, parse_cpu_amount
-from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.options import AnnotationLimits, CpuAmount, Options, Trust
 from nri_topology.topology.model import MemoryTier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,6 +84,8 @@ policy:
   distribute_min_group: 4
   full_pcpus_only: true
   default_memory_tiers: [DRAM, cxl]
+  annotation_limits: {max_value_bytes: 4096, max_affinity_rules: 2, max_affinity_values: 3}
+  trusted_namespaces: {preserve: [], isolated_cpus: [rt-*]}
 topology: {memory_tiers: {2: PMEM, 3: hbm}, proc_root: null}
 nri: {plugin_index: 7}
 logging: {level: DEBUG}
@@ -104,7 +106,13 @@ logging: {level: DEBUG}
         distribute_min_group=4,
         full_pcpus_only=True,
         default_memory_tiers=frozenset({MemoryTier.DRAM, MemoryTier.CXL}),
+        annotation_limits=AnnotationLimits(
+            max_value_bytes=4096, max_affinity_rules=2, max_affinity_values=3
+        ),
+        # reserved_cpus follows reserved_namespaces; an empty list trusts nobody
+        trust=Trust(reserved_cpus=("kube-system", "infra-*"), preserve=(), isolated_cpus=("rt-*",)),
     )
+    assert parse_config("{}", "empty.yaml").to_options().trust == Trust()
     assert config.tier_overrides() == {2: MemoryTier.PMEM, 3: MemoryTier.HBM}
     quoted = parse_config('topology: {memory_tiers: {"2": pmem}}', "helm.yaml")
     assert quoted.tier_overrides() == {2: MemoryTier.PMEM}
@@ -142,8 +150,9 @@ def test_cpu_amounts(value, quantity, expected):
                 "prefer_isolated_cpus, prefer_shared_cpus, reserved_resources, "
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
-                "full_pcpus_only, default_memory_tiers, on_unfit, "
-                "strict_reserved_cpus, shared_placement, max_moves"
+                "full_pcpus_only, numa_policy, default_memory_tiers, on_unfit, "
+                "strict_reserved_cpus, shared_placement, max_moves, annotation_limits, "
+                "trusted_namespaces"
             ],
         ),
         (

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri import api_pb2
@@ -16,7 +18,9 @@ from nri_topology.topology import cpuset
 from nri_topology.topology.model import MemoryTier
 
 
+@pytest.mark.looptime
 async def test_cold_started_container_gets_dram_after_the_delay(tmp_path: Path) -> None:
+    """On the loop's virtual clock: PMEM only for the annotated duration, then DRAM too."""
     machine = load_bundled("server")[1]  # DRAM nodes 0-3, PMEM nodes 4-5
     dram = {n.id for n in machine.nodes.values() if n.tier is MemoryTier.DRAM}
     plugin = TopologyPlugin(Policy(machine, Options()), checkpoint=Checkpoint(tmp_path / "s.json"))
@@ -25,7 +29,7 @@ async def test_cold_started_container_gets_dram_after_the_delay(tmp_path: Path) 
         name="db",
         namespace="default",
         uid="u1",
-        annotations={"cold-start.resource-policy.nri.io/pod": "duration: 100ms"},
+        annotations={"cold-start.resource-policy.nri.io/pod": "duration: 60s"},
     )
     pod.linux.cgroup_parent = "/kubepods/podu1"
     ctr = api_pb2.Container(id="c1", pod_sandbox_id="p1", name="db")
@@ -38,9 +42,12 @@ async def test_cold_started_container_gets_dram_after_the_delay(tmp_path: Path) 
         first = cpuset.parse(reply.adjust.linux.resources.cpu.mems)
         assert first and not first & dram  # PMEM only while cold
         await peer.start_container(pod, ctr)
-        async with asyncio.timeout(5):
-            while not peer.unsolicited_updates:
-                await asyncio.sleep(0.02)
+        started = asyncio.get_running_loop().time()
+        await asyncio.sleep(59.9)
+        assert not peer.unsolicited_updates
+        while not peer.unsolicited_updates:
+            await asyncio.sleep(0.01)
+        assert 60 <= asyncio.get_running_loop().time() - started < 60.5
         await plugin.settle()
         (update,) = peer.unsolicited_updates
         assert update.container_id == "c1"

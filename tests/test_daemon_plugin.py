@@ -265,22 +265,27 @@ async def test_remove_without_stop_releases_and_sends_updates_separately(tmp_pat
         assert [u.container_id for u in peer.unsolicited_updates] == ["a"]
 
 
+@pytest.mark.looptime
 async def test_cold_start_widening_arrives_through_update_containers(tmp_path: Path) -> None:
+    """On the loop's virtual clock: the timer starts at StartContainer and fires at its delay."""
     plugin = make_plugin(tmp_path)
+    loop = asyncio.get_running_loop()
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         p = pod()
-        # long enough that the checkpoint is flushed before the timer fires, even on a busy machine
-        await peer.create_container(p, ctr("a", cold="0.5"))
-        await asyncio.sleep(0.1)
-        assert plugin.policy.calls[-1] == "create a"  # the timer starts at StartContainer
+        await peer.create_container(p, ctr("a", cold="30"))
+        await asyncio.sleep(60)
+        assert plugin.policy.calls[-1] == "create a"  # no timer before StartContainer
         await peer.start_container(p, ctr("a"))
+        started = loop.time()
         await plugin.flush()
         body = Checkpoint(tmp_path / "state.json").load().body
         assert body is not None and "a" in body["cold_starts"]["deadline_ns"]
-        async with asyncio.timeout(5):
-            while not peer.unsolicited_updates:
-                await asyncio.sleep(0.01)
+        await asyncio.sleep(29.9)
+        assert "cold a" not in plugin.policy.calls and peer.unsolicited_updates == []
+        while not peer.unsolicited_updates:
+            await asyncio.sleep(0.01)
+        assert 30 <= loop.time() - started < 30.5
         await plugin.settle()
         assert [(u.container_id, u.linux.resources.cpu.mems) for u in peer.unsolicited_updates] == [
             ("a", "0-1")
@@ -291,15 +296,17 @@ async def test_cold_start_widening_arrives_through_update_containers(tmp_path: P
         assert body is not None and body["cold_starts"]["deadline_ns"] == {}
 
 
+@pytest.mark.looptime
 async def test_cold_start_of_a_stopped_container_never_fires(tmp_path: Path) -> None:
     plugin = make_plugin(tmp_path)
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         p = pod()
-        await peer.create_container(p, ctr("a", cold="0.3"))
+        await peer.create_container(p, ctr("a", cold="30"))
         await peer.start_container(p, ctr("a"))
+        await asyncio.sleep(10)
         await peer.stop_container(p, ctr("a"))
-        await asyncio.sleep(0.45)  # past the deadline the stop cancelled
+        await asyncio.sleep(60)  # well past the deadline the stop cancelled
         await plugin.settle()
         assert "cold a" not in plugin.policy.calls and peer.unsolicited_updates == []
 
@@ -427,26 +434,28 @@ def _parse_options(data: bytes) -> Options:
     return Options(**raw)
 
 
+@pytest.mark.looptime
 async def test_config_reload_good_then_bad_keeps_the_good_one(tmp_path: Path) -> None:
+    """On the loop's virtual clock: the file is looked at every 2 s (the default)."""
     plugin = make_plugin(tmp_path)
     config = tmp_path / "config.yaml"
     config.write_text("prefer_shared_cpus: false\n")
     refusals = (ValueError, TypeError, yaml.YAMLError, PolicyError)
-    reloader = Reloader(
-        config, _parse_options, plugin.reconfigure, refusals, plugin.metrics, interval=0.02
-    )
+    reloader = Reloader(config, _parse_options, plugin.reconfigure, refusals, plugin.metrics)
     reloader.mark_current()
+    loop = asyncio.get_running_loop()
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         await peer.create_container(pod(), ctr("a"))
-        watcher = asyncio.get_running_loop().create_task(reloader.watch())
+        watcher = loop.create_task(reloader.watch())
         try:
-            await asyncio.sleep(0.06)
+            await asyncio.sleep(5)
             assert plugin.policy.options == Options()  # unchanged content: nothing applied
             config.write_text("prefer_shared_cpus: true\n")
-            async with asyncio.timeout(2):
-                while plugin.policy.options != Options(prefer_shared_cpus=True):
-                    await asyncio.sleep(0.01)
+            written = loop.time()
+            while plugin.policy.options != Options(prefer_shared_cpus=True):
+                await asyncio.sleep(0.01)
+            assert loop.time() - written <= 2.1  # within one interval
             await plugin.settle()
             assert [u.container_id for u in peer.unsolicited_updates] == ["a"]
             for bad in ("[not, a, mapping]\n", "no_such_option: 1\n", "pin_memory: false\n", "{"):
@@ -492,20 +501,22 @@ async def test_checkpoint_the_policy_cannot_use_is_ignored(tmp_path: Path) -> No
     assert counter(plugin.metrics, "nri_topology_errors_total", reason="restore") == 1
 
 
+@pytest.mark.looptime
 async def test_failed_checkpoint_is_retried_without_a_new_change(tmp_path: Path) -> None:
+    """At the default retry delay, on the loop's virtual clock."""
     blocker = tmp_path / "blocked"
     blocker.write_text("")
-    plugin = TopologyPlugin(
-        ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"), checkpoint_retry_s=0.05
-    )
+    plugin = TopologyPlugin(ScriptedPolicy(), checkpoint=Checkpoint(blocker / "state.json"))
+    saved = Checkpoint(blocker / "state.json")
     async with connected(plugin) as (peer, _):
         await peer.create_container(pod(), ctr("a"))
         await plugin.flush()
         blocker.unlink()  # the operator fixes the directory; no container event follows
-        async with asyncio.timeout(2):
-            while Checkpoint(blocker / "state.json").load().body is None:
-                await asyncio.sleep(0.02)
-        body = Checkpoint(blocker / "state.json").load().body
+        await asyncio.sleep(9.5)
+        assert not saved.path.exists()
+        await asyncio.sleep(1)
+        await plugin.flush()
+        body = saved.load().body
         assert body is not None and body["policy"] == {"cpus": {"a": 0}}
 
 

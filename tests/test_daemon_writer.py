@@ -1,5 +1,9 @@
 """The deferred checkpoint writer: coalesces changes, saves a busy node anyway, snapshots only
-under the lock, writes at once on flush, and retries a failed write."""
+under the lock, writes at once on flush, and retries a failed write.
+
+The tests run on the event loop's virtual clock (looptime): delays are the writer's defaults and
+are checked to the tick, without waiting for them.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from nri_topology.daemon.checkpoint import Checkpoint, decode
 from nri_topology.daemon.writer import CheckpointWriter
+
+pytestmark = pytest.mark.looptime
 
 
 class Recording(Checkpoint):
@@ -17,14 +25,29 @@ class Recording(Checkpoint):
     def __init__(self, path: Path) -> None:
         super().__init__(path)
         self.written: list[dict[str, Any]] = []
+        self.at: list[float] = []  # loop time at which each write was seen done
+        self._loop = asyncio.get_running_loop()
+        self._wrote = asyncio.Event()
 
-    def save_encoded(self, data: bytes) -> bool:
+    def save_encoded(self, data: bytes) -> bool:  # runs in a worker thread
         ok = super().save_encoded(data)
         if ok:
             body = decode(data).body
             assert body is not None
             self.written.append(body)
+            self._loop.call_soon_threadsafe(self._seen)
         return ok
+
+    def _seen(self) -> None:
+        self.at.append(self._loop.time())
+        self._wrote.set()
+
+    async def wait_written(self, count: int = 1) -> float:
+        """Wait for the `count`th write; the loop time it was seen done at."""
+        while len(self.at) < count:
+            self._wrote.clear()
+            await self._wrote.wait()
+        return self.at[count - 1]
 
 
 class State:
@@ -67,26 +90,33 @@ async def test_a_burst_of_changes_is_one_write_of_the_last_state(tmp_path: Path)
 
 async def test_a_quiet_state_is_written_without_a_flush(tmp_path: Path) -> None:
     state = State()
-    w, checkpoint = writer(tmp_path, state, quiet_s=0.02)
+    w, checkpoint = writer(tmp_path, state)  # quiet_s 50 ms
+    start = asyncio.get_running_loop().time()
     state.n = 3
     w.changed()
-    async with asyncio.timeout(5):
-        while not checkpoint.written:
-            await asyncio.sleep(0.01)
+    await asyncio.sleep(0.03)
+    state.n = 4
+    w.changed()  # the quiet period starts again
+    # the write goes through a thread, whose real time the virtual clock also counts
+    assert 0.08 <= await checkpoint.wait_written() - start < 0.5
     assert checkpoint.written == [state.expected()]
 
 
 async def test_a_busy_state_is_written_at_least_every_max_delay(tmp_path: Path) -> None:
     state = State()
-    # Changes every 10 ms never leave the state quiet for a minute; max_delay_s still saves it.
-    w, checkpoint = writer(tmp_path, state, quiet_s=60, max_delay_s=0.05)
-    async with asyncio.timeout(10):
-        while len(checkpoint.written) < 2:
-            state.n += 1
-            w.changed()
-            await asyncio.sleep(0.01)
+    # Changes every 10 ms never leave the state quiet for a minute; max_delay_s (1 s) saves it.
+    w, checkpoint = writer(tmp_path, state, quiet_s=60)
+    loop = asyncio.get_running_loop()
+    start, seen = loop.time(), []
+    while len(checkpoint.written) < 2:
+        state.n += 1
+        w.changed()
+        await asyncio.sleep(0.01)
+        if len(checkpoint.written) > len(seen):
+            seen.append(loop.time() - start)
+    assert 1.0 <= seen[0] < 1.5 and 2.0 <= seen[1] < 3.0
     numbers = [b["n"] for b in checkpoint.written]
-    assert numbers[0] < numbers[1] <= state.n
+    assert 100 <= numbers[0] < numbers[1] <= state.n
 
 
 async def test_the_snapshot_waits_for_the_lock(tmp_path: Path) -> None:
@@ -132,15 +162,14 @@ async def test_a_failed_write_is_counted_and_retried_without_a_new_change(tmp_pa
     blocker.write_text("")  # the state directory is a file: every write fails
     state = State()
     checkpoint = Recording(blocker / "state.json")
-    w = CheckpointWriter(checkpoint, state.body, state.lock, state.failed, retry_s=0.05)
+    w = CheckpointWriter(checkpoint, state.body, state.lock, state.failed)  # retry_s 10 s
     state.n = 4
     w.changed()
     await w.flush()
+    failed_at = asyncio.get_running_loop().time()
     assert state.failures == 1 and checkpoint.failing
     blocker.unlink()
-    async with asyncio.timeout(5):
-        while not checkpoint.written:
-            await asyncio.sleep(0.01)
+    assert 10.05 <= await checkpoint.wait_written() - failed_at < 10.5  # retry, then a quiet period
     assert [b["n"] for b in checkpoint.written] == [4] and not checkpoint.failing
     w.close()
 
@@ -155,14 +184,15 @@ async def test_a_failing_snapshot_is_counted_and_retried(tmp_path: Path) -> None
         return state.body()
 
     checkpoint = Recording(tmp_path / "state.json")
-    w = CheckpointWriter(checkpoint, snapshot, state.lock, state.failed, retry_s=0.05)
+    w = CheckpointWriter(checkpoint, snapshot, state.lock, state.failed)
     state.n = 2
     w.changed()
     await w.flush()
+    failed_at = asyncio.get_running_loop().time()
     assert state.failures == 1 and checkpoint.written == []
     broken[0] = False
-    async with asyncio.timeout(5):
-        while not checkpoint.written:
-            await asyncio.sleep(0.01)
+    await asyncio.sleep(9.9)
+    assert checkpoint.written == []
+    assert 10.05 <= await checkpoint.wait_written() - failed_at < 10.5
     assert checkpoint.written == [state.expected()]
     w.close()

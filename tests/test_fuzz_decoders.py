@@ -62,3 +62,12 @@ def test_a_decoder_that_raises_is_reported_as_a_crash(monkeypatch: pytest.Monkey
 def test_mutations_are_seeded() -> None:
     data = bytes(range(40))
     assert fuzz.mutate(random.Random(3), data) == fuzz.mutate(random.Random(3), data)
+
+
+def test_hostile_annotations_through_the_socket_never_crash(machine: Machine) -> None:
+    report = fuzz.fuzz_annotations(random.Random(7), 200, machine)
+    assert report.inputs == 200
+    assert report.crashes == 0, report.crash_examples
+    assert report.max_ms < fuzz.RUNTIME_TIMEOUT * 1000
+    for outcome in ("answered", "refused by the policy"):
+        assert report.outcomes[outcome] > 0, report.outcomes

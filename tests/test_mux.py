@@ -27,7 +27,7 @@ def _sizes(frames: list[bytes]) -> list[int]:
     return sizes
 
 
-# Go's layout for a ttrpc message of 10 + data bytes (docs/nri-protocol.md §3.5).
+# Go's layout for a ttrpc message of 10 + data bytes (docs/protocol.md §3.3).
 @pytest.mark.parametrize(
     ("data_len", "expected"),
     [

@@ -1,4 +1,4 @@
-"""Event bits are cut down for runtimes whose NRI predates v0.10 (§9.2, §9.3 rule 3)."""
+"""Event bits are cut down for runtimes whose NRI predates v0.10 (docs/protocol.md §7)."""
 
 from __future__ import annotations
 

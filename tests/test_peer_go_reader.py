@@ -1,4 +1,5 @@
-"""The Go-reader emulation accepts exactly the frame layouts the Go peer accepts (§3.5)."""
+"""The Go-reader emulation accepts exactly the frame layouts the Go peer accepts
+(docs/protocol.md §3.3)."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_json_has_the_documented_keys(default_doc: dict[str, Any]) -> None:
     doc = default_doc
     assert doc["schema"] == "nri-topology/simulate/v1"
     assert set(doc) == {"schema", "machine", "workload", "steps", "final", "summary"}
-    assert set(doc["machine"]) == {"name", "cpus", "isolated", "offline", "nodes"}
+    assert set(doc["machine"]) == {"name", "cpus", "isolated", "offline", "efficiency", "nodes"}
     assert doc["machine"]["cpus"] == "0-111"
     assert set(doc["summary"]) == {"steps", "failed", "unexpected"}
     assert doc["summary"] == {"steps": 16, "failed": 1, "unexpected": []}

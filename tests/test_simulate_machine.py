@@ -1,4 +1,7 @@
-"""Machine descriptions: parsing, clear errors, round trips, bundled files that match the dumps."""
+"""Machine descriptions: parsing, clear errors, lossless round trips of every real machine.
+
+(That each committed description matches its sysfs dump is tested in test_topology_machines.py.)
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.simulate import bundle, machine_spec
+from nri_topology.simulate import machine_spec
 from nri_topology.simulate.machine_spec import MachineSpecError
 from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
@@ -87,6 +90,30 @@ def _with(path: str, value: object) -> dict[str, Any]:
         ("surprise", 1, "surprise: Extra inputs are not permitted"),
         ("name", None, "name: Field required"),
         ("packages.0.dies", [{"cores": ["0"]}], "give exactly one of 'dies' or 'cores'"),
+        (
+            "packages.0",
+            {"id": 0, "dies": [{"cores": ["0,4", "1,5", "2,6", "3,7"], "core_ids": [0, 1]}]},
+            "dies[id=0].core_ids: need one id per core",
+        ),
+        (
+            "packages.0",
+            {"id": 0, "dies": [{"cores": ["0,4", "1,5", "2,6", "3,7"], "clusters": {1: "0-3"}}]},
+            "dies[id=0].clusters: CPU 4 is in no cluster",
+        ),
+        (
+            "packages.0",
+            {"id": 0, "dies": [{"cores": ["0-7"], "clusters": {1: "0-3", 2: "3-7"}}]},
+            "clusters: CPU 3 is in 1 and 2",
+        ),
+        (
+            "packages.0",
+            {"id": 0, "dies": [{"cores": ["0-7"], "clusters": {1: "0-8"}}]},
+            "dies[id=0].clusters: CPUs 8 are not in this die",
+        ),
+        ("caches", {"l3": ["0-3", "4-6"]}, "caches.l3: CPUs 7 must be in exactly one group"),
+        ("caches", {"l2": ["0-7", "7"]}, "caches.l2: CPU 7 is in 0 and 1"),
+        ("nodes.2.tier_source", "guess", "nodes.2.tier_source"),
+        ("warnings", "x", "warnings"),
     ],
 )
 def test_bad_descriptions_name_the_key(path: str, value: object, message: str) -> None:
@@ -170,6 +197,41 @@ def test_round_trip_keeps_the_shape(
     assert len(m.cpus) == total
 
 
+def test_optional_keys_set_what_is_otherwise_derived() -> None:
+    doc = _with(
+        "packages.0",
+        {
+            "id": 0,
+            "dies": [
+                {
+                    "id": 0,
+                    "cores": ["0,4", "1,5", "2,6", "3,7"],
+                    "core_ids": [0, 8, 16, 24],
+                    "clusters": {"7": "0-1,4-5", "9": "2-3,6-7"},
+                }
+            ],
+        },
+    )
+    doc["caches"] = {"l2": ["0-1,4-5", "2-3,6-7"], "l3": ["0-7"]}
+    doc["nodes"][2]["tier_source"] = "hmat"
+    doc["warnings"] = ["proc/cmdline: missing"]
+    m = _machine(doc)
+    assert (m.cpus[5].core, m.cpus[5].cluster, m.cpus[6].cluster) == (8, 7, 9)
+    assert m.cpus[5].l2 == frozenset({0, 1, 4, 5}) and m.cpus[5].l3 == frozenset(range(8))
+    assert m.nodes[2].tier_source == "hmat" and m.nodes[0].tier_source == "cpu"
+    assert m.warnings == ("proc/cmdline: missing",)
+    again = machine_spec.from_machine(m, name="tiny", description="", source="")
+    assert _machine(again) == m
+
+
+@pytest.mark.parametrize("name", machines.ALL_MACHINES)
+def test_every_real_machine_survives_a_round_trip(name: str) -> None:
+    """Nothing the topology reader finds is lost in the description (clusters, caches...)."""
+    m = machines.load(name)
+    doc = machine_spec.from_machine(m, name=name, description="", source="")
+    assert _machine(json.loads(machine_spec.dumps(doc))) == m
+
+
 def test_bundled_names() -> None:
     assert {"server", "4-socket", "desktop"} <= set(machine_spec.bundled_names())
 
@@ -177,24 +239,6 @@ def test_bundled_names() -> None:
 def test_unknown_bundled_machine_lists_the_known_ones() -> None:
     with pytest.raises(MachineSpecError, match=r"bundled: .*server"):
         machine_spec.load_bundled("mainframe")
-
-
-# bundled name -> short name in tests/machines.py
-_SHORT = {"server": "server", "4-socket": "4-socket", "desktop": "desktop"}
-
-
-@pytest.mark.parametrize("bundled", sorted(_SHORT))
-def test_bundled_machine_matches_its_dump(bundled: str) -> None:
-    _, m = machine_spec.load_bundled(bundled)
-    assert _shape(m) == _shape(machines.load(_SHORT[bundled]))
-
-
-@pytest.mark.parametrize("source", bundle.SOURCES, ids=lambda s: s.name)
-def test_bundled_files_are_what_the_generator_writes(source: bundle.Source) -> None:
-    """The committed descriptions are fresh: regenerating them changes nothing."""
-    machine = machines.load(_SHORT[source.name])
-    data = Path(machine_spec.__file__).resolve().parents[1] / "data" / "machines"
-    assert bundle.describe(source, machine) == (data / f"{source.name}.json").read_text()
 
 
 def test_server_is_the_showcase() -> None:

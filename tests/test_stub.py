@@ -293,19 +293,25 @@ async def test_64_concurrent_requests() -> None:
         assert not peer.errors
 
 
+@pytest.mark.looptime
 async def test_request_timeout_drops_the_plugin_which_reconnects() -> None:
+    """On the loop's virtual clock: the runtime's 2 s deadline against a handler taking 3 s."""
+
     class Slow(Plugin):
         async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
             if ctr.id == "ctr0":
-                await asyncio.sleep(1)
+                await asyncio.sleep(3)
             return None, []
 
-    peer = RuntimePeer(request_timeout=0.2)
+    loop = asyncio.get_running_loop()
+    peer = RuntimePeer(request_timeout=2.0)
     async with connected(Slow(), peer) as (peer, s):
-        assert s.request_timeout == 0.2
+        assert s.request_timeout == 2.0
         first = peer.plugin
+        asked = loop.time()
         with pytest.raises(PluginError, match="DEADLINE_EXCEEDED"):
             await peer.create_container(pod(), ctr(0))
+        assert 2.0 <= loop.time() - asked < 2.1
         assert first is not None and first.closed
         second = await peer.wait_plugin()
         assert second is not first

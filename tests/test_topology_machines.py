@@ -1,14 +1,24 @@
-"""Discovery of every shared sysfs dump, asserted against the machine's known shape."""
+"""Every real machine: its committed description is what the topology reader makes of its sysfs
+dump (the one test per dump that reads sysfs), and it has the machine's known shape."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
-from tests.machines import ALL_MACHINES, load
+from nri_topology.topology.sysfs import read_machine
+from tests.machines import (
+    ALL_MACHINES,
+    describe,
+    load,
+    machine_file,
+    read_dump,
+    write_machine_sysfs,
+)
 
 PMEM, HBM, DRAM = MemoryTier.PMEM, MemoryTier.HBM, MemoryTier.DRAM
 
@@ -69,6 +79,14 @@ SHAPES: dict[str, Shape] = {
     "amd16": Shape(16, 16, 1, tuple(range(8)), 8, tuple(range(8)), tuple(range(8)), l3_groups=8),
     "offline-cpu0": Shape(17, 17, 1, (0, 1), 2, (1,), (1,), l3_groups=2, offline="0-3,21-23"),
 }  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ALL_MACHINES)
+def test_committed_description_is_what_the_reader_makes_of_the_dump(name: str) -> None:
+    """Regenerate with `python -m tests.machines` when the reader or the format changes."""
+    dump = read_dump(name)
+    assert load(name) == dump
+    assert describe(name, dump) == machine_file(name).read_text()
 
 
 def test_every_shared_machine_has_a_shape() -> None:
@@ -191,3 +209,19 @@ def test_cpuid1f_dies() -> None:
     m = load("cpuid1f")
     assert {(c.package, c.die) for c in m.cpus.values() if c.package == 0} == {(0, 0), (0, 1)}
     assert m.cpus[8].die == 1
+
+
+@pytest.mark.parametrize("name", ["server", "2s4n40c", "amd64-8node", "power9-gpu", "offline-cpu0"])
+def test_a_machine_written_as_sysfs_reads_back_the_same(name: str, tmp_path: Path) -> None:
+    """The tree the benchmarks run the daemon on: isolated, offline, hybrid, caches, tiers."""
+    m = load(name)
+    back = read_machine(write_machine_sysfs(tmp_path, m))
+    assert back.cpus == m.cpus
+    assert (back.isolated, back.offline) == (m.isolated, m.offline)
+    for n in m.nodes.values():
+        got = back.nodes[n.id]
+        assert (got.cpus, got.memory, got.distances, got.hugepages) == (
+            n.cpus, n.memory, n.distances, n.hugepages,
+        )  # fmt: skip
+        if n.cpus:
+            assert (got.tier, got.tier_source) == (n.tier, n.tier_source)

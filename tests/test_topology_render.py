@@ -9,10 +9,18 @@ import jsonschema
 import pytest
 
 from nri_topology import cli
+from nri_topology.simulate import machine_spec
 from nri_topology.topology import cpuset
 from nri_topology.topology.render import JSON_SCHEMA, machine_json, machine_text
-from nri_topology.topology.sysfs import ENV_SYSFS
-from tests.machines import ALL_MACHINES, SyntheticSpec, load, roots, write_sysfs
+from nri_topology.topology.sysfs import ENV_SYSFS, read_machine
+from tests.machines import (
+    ALL_MACHINES,
+    MemoryOnlyNode,
+    SyntheticSpec,
+    load,
+    write_machine_sysfs,
+    write_sysfs,
+)
 
 VALIDATOR = jsonschema.Draft202012Validator(JSON_SCHEMA)
 
@@ -87,8 +95,8 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, out, err
 
 
-def test_command_tree_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    sys_root, _ = roots("desktop")
+def test_command_tree_and_json(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    sys_root = write_machine_sysfs(tmp_path, load("desktop"))
     code, out, err = _run(capsys, "--sysfs", str(sys_root))
     assert (code, err) == (0, "")
     assert out.startswith("machine: 20 CPUs, 10 cores")
@@ -105,6 +113,23 @@ def test_command_reads_proc_cmdline(capsys: pytest.CaptureFixture[str], tmp_path
     (proc / "cmdline").write_text("isolcpus=domain,2-3\n")
     code, out, _ = _run(capsys, "--sysfs", str(root), "--proc", str(proc), "--json")
     assert code == 0 and json.loads(out)["isolated"] == "2-3"
+
+
+def test_command_converts_a_sysfs_tree_to_a_machine_description(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """What `simulate --machine FILE` loads back is exactly the machine the reader saw."""
+    spec = SyntheticSpec(
+        sockets=2, cores=2, isolated="1", offline="6", memory_only=(MemoryOnlyNode(8 << 30, 0),)
+    )
+    root = write_sysfs(tmp_path, spec)
+    code, out, err = _run(capsys, "--sysfs", str(root), "--machine-json", "--name", "lab")
+    assert (code, err) == (0, "")
+    path = tmp_path / "lab.json"
+    path.write_text(out)
+    spec_doc = machine_spec.load_spec(path)
+    assert spec_doc.name == "lab" and spec_doc.source == str(root)
+    assert machine_spec.to_machine(spec_doc) == read_machine(root)
 
 
 def test_command_uses_env_root(

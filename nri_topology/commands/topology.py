@@ -1,7 +1,9 @@
 """`nri-topology topology`: show the machine as the plugin sees it, as a tree or as JSON.
 
-The JSON form is documented in `nri_topology.topology.render` (`JSON_SCHEMA`). Unreadable or
-inconsistent sysfs data exits with status 2 and the reason on stderr.
+The JSON form is documented in `nri_topology.topology.render` (`JSON_SCHEMA`). `--machine-json`
+prints instead a machine description (docs/simulate.md) that `simulate --machine FILE` loads as
+exactly the machine read here. Unreadable or inconsistent sysfs data exits with status 2 and
+the reason on stderr.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import json
 import sys
 from pathlib import Path
 
+from nri_topology.simulate.machine_spec import dumps, from_machine
 from nri_topology.topology.render import machine_json, machine_text
 from nri_topology.topology.sysfs import ENV_SYSFS, TopologyError, default_sysfs_root, read_machine
 
@@ -34,6 +37,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     parser.add_argument(
+        "--machine-json",
+        action="store_true",
+        help="print a machine description for `simulate --machine FILE` (docs/simulate.md)",
+    )
+    parser.add_argument(
+        "--name", default="this-host", help="the machine's name in --machine-json output"
+    )
+    parser.add_argument(
         "--windows-groups",
         action="store_true",
         help="show CPU sets as Windows processor groups (group:0xMASK, KEP-4885)",
@@ -47,7 +58,10 @@ def main(args: argparse.Namespace) -> int:
     except (TopologyError, OSError) as err:
         print(f"nri-topology topology: {err}", file=sys.stderr)
         return 2
-    if args.json:
+    if args.machine_json:
+        doc = from_machine(machine, name=args.name, description="", source=str(root))
+        sys.stdout.write(dumps(doc))
+    elif args.json:
         doc = machine_json(machine, windows_groups=args.windows_groups)
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:

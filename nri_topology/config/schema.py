@@ -22,7 +22,7 @@ from pydantic import (
     StrictInt,
 )
 
-from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.options import AnnotationLimits, CpuAmount, Options, Trust
 from nri_topology.quantity import QuantityError, cpu_milli
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import MemoryTier
@@ -100,6 +100,29 @@ def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 
 
+class AnnotationLimitsSection(_Section):
+    """Bounds on one pod's annotations; the upper bounds keep a decision within milliseconds."""
+
+    max_value_bytes: Annotated[StrictInt, Field(ge=1024, le=262144)] = 16384
+    max_affinity_rules: Annotated[StrictInt, Field(ge=0, le=64)] = 8
+    max_affinity_values: Annotated[StrictInt, Field(ge=1, le=64)] = 16
+    max_affinity_globs: Annotated[StrictInt, Field(ge=0, le=64)] = 8
+
+
+_Globs = list[Annotated[str, Field(min_length=1)]]
+
+
+class TrustedNamespacesSection(_Section):
+    """Namespaces (globs) whose pods may use the privileged annotations.
+
+    Unset reserved_cpus and preserve follow policy.reserved_namespaces.
+    """
+
+    reserved_cpus: _Globs | None = None
+    preserve: _Globs | None = None
+    isolated_cpus: _Globs = ["*"]
+
+
 class PolicySection(_Section):
     pin_cpu: StrictBool = True
     pin_memory: StrictBool = True
@@ -114,6 +137,7 @@ class PolicySection(_Section):
     distribute_across_numa: StrictBool = False
     distribute_min_group: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
     full_pcpus_only: StrictBool = False
+    numa_policy: Literal["best-effort", "single-numa-node"] = "best-effort"
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
     ] = ["dram"]
@@ -121,6 +145,8 @@ class PolicySection(_Section):
     strict_reserved_cpus: StrictBool = False
     shared_placement: Annotated[Literal["pack", "spread"], BeforeValidator(_lower)] = "spread"
     max_moves: Annotated[StrictInt, Field(ge=0, le=64)] = 4
+    annotation_limits: AnnotationLimitsSection = AnnotationLimitsSection()
+    trusted_namespaces: TrustedNamespacesSection = TrustedNamespacesSection()
 
 
 def _node_id(value: object) -> object:
@@ -206,6 +232,7 @@ class Config(_Section):
         """The policy options this configuration asks for."""
         p = self.policy
         available = p.available_resources
+        trusted = p.trusted_namespaces
         return Options(
             pin_cpu=p.pin_cpu,
             pin_memory=p.pin_memory,
@@ -222,11 +249,29 @@ class Config(_Section):
             distribute_across_numa=p.distribute_across_numa,
             distribute_min_group=p.distribute_min_group,
             full_pcpus_only=p.full_pcpus_only,
+            single_numa_node=p.numa_policy == "single-numa-node",
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
             on_unfit=p.on_unfit,
             strict_reserved_cpus=p.strict_reserved_cpus,
             shared_placement=p.shared_placement,
             max_moves=p.max_moves,
+            annotation_limits=AnnotationLimits(
+                max_value_bytes=p.annotation_limits.max_value_bytes,
+                max_affinity_rules=p.annotation_limits.max_affinity_rules,
+                max_affinity_values=p.annotation_limits.max_affinity_values,
+                max_affinity_globs=p.annotation_limits.max_affinity_globs,
+            ),
+            trust=Trust(
+                reserved_cpus=tuple(
+                    p.reserved_namespaces
+                    if trusted.reserved_cpus is None
+                    else trusted.reserved_cpus
+                ),
+                preserve=tuple(
+                    p.reserved_namespaces if trusted.preserve is None else trusted.preserve
+                ),
+                isolated_cpus=tuple(trusted.isolated_cpus),
+            ),
         )
 
     def tier_overrides(self) -> dict[int, MemoryTier]:

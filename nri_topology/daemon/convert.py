@@ -1,7 +1,7 @@
 """NRI protobuf messages to policy values and back.
 
 The policy never sees protobuf; this module is the only place that knows where in an NRI message
-a pod's cgroup parent or a container's cpuset lives (docs/nri-protocol.md §5.5, §5.8).
+a pod's cgroup parent or a container's cpuset lives (docs/protocol.md §5).
 """
 
 from __future__ import annotations

@@ -119,5 +119,7 @@ def decision_fields(decision: Decision, container: str, pod: str) -> dict[str, A
         fields["moved"] = list(decision.moved)
     if decision.cold_start is not None:
         fields["cold_start_s"] = decision.cold_start.delay_ns / 1e9
+    if decision.warnings:
+        fields["warnings"] = [w.message for w in decision.warnings]
     fields.update(summarize_updates(decision.updates))
     return fields

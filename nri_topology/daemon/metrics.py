@@ -26,6 +26,21 @@ _log = structlog.get_logger("nri_topology.metrics")
 # Decisions take well under a millisecond to tens of milliseconds; the runtime gives up after 2 s.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
 
+# Label values of the annotation counters, every one exported from the start (at 0).
+ANNOTATION_WARNINGS = ("untrusted", "claim_cut", "unknown_key", "unsupported_key")
+ANNOTATION_LIMITS = (
+    "size",
+    "depth",
+    "nodes",
+    "aliases",
+    "number",
+    "rules",
+    "values",
+    "globs",
+    "pattern",
+    "invalid",  # no limit broken: a value that is simply not valid
+)
+
 
 @dataclass(frozen=True, slots=True)
 class MemoryStat:
@@ -223,6 +238,24 @@ class Metrics:
             "Shared containers moved to another pool to make room for a new container.",
             registry=self.registry,
         )
+        self.annotation_warnings = Counter(
+            f"{PREFIX}_annotation_warnings",
+            "Annotations ignored or cut back rather than refused, by kind (untrusted: a "
+            "privileged annotation from a namespace not trusted with it; claim_cut: resources "
+            "claimed beyond the cgroup settings; unknown_key, unsupported_key: once per pod).",
+            ["kind"],
+            registry=self.registry,
+        )
+        self.annotation_refusals = Counter(
+            f"{PREFIX}_annotation_refusals",
+            "Containers refused for an annotation value, by the limit it broke.",
+            ["limit"],
+            registry=self.registry,
+        )
+        for kind in ANNOTATION_WARNINGS:
+            self.annotation_warnings.labels(kind)
+        for limit in ANNOTATION_LIMITS:
+            self.annotation_refusals.labels(limit)
         self.registered = Gauge(
             f"{PREFIX}_registered",
             "1 while registered with and synchronized by the runtime.",

@@ -1,6 +1,6 @@
 """The policy-backed NRI plugin: runtime events in, placements out, state kept across restarts.
 
-Rules it keeps (docs/nri-protocol.md §6):
+Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
 * changes to other containers travel in the reply of the event that caused them; changes with no
   event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
@@ -10,7 +10,9 @@ Rules it keeps (docs/nri-protocol.md §6):
   the snapshot under the lock once the policy is idle (at most about a second later) and writes
   it; shutdown writes the latest state. A crash in between loses no placement, because the
   runtime's Synchronize reports every container's cpuset and the policy adopts it;
-* a request the policy refuses fails with the policy's message; the state stays as it was.
+* a request the policy refuses fails with the policy's message; the state stays as it was;
+* annotations the policy ignored or cut back are logged as warnings and counted, unknown keys of
+  our annotation domains once per pod.
 """
 
 from __future__ import annotations
@@ -29,8 +31,10 @@ from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.daemon.writer import CheckpointWriter
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
+from nri_topology.policy.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
+    AnnotationError,
     ContainerInfo,
     Decision,
     PodInfo,
@@ -42,6 +46,7 @@ from nri_topology.policy.views import Assignment, PoolView, RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
 
 _log = structlog.get_logger("nri_topology.daemon")
+_KEYS_LISTED = 8  # unknown annotation keys named in one warning
 
 # Containers in these states hold resources; stopped and unknown ones do not.
 _LIVE_STATES = (
@@ -121,6 +126,7 @@ class TopologyPlugin(Plugin):
         self._lock = asyncio.Lock()
         self._pods: dict[str, PodInfo] = {}
         self._containers: dict[str, ContainerInfo] = {}
+        self._keys_reported: dict[str, set[str]] = {}  # pod id -> unknown keys warned about
         self._timers = _Timers()
         self._saved: dict[str, Any] | None = None
         self._loaded = False
@@ -183,6 +189,7 @@ class TopologyPlugin(Plugin):
             self._observe("restore", started)
             self._pods = {p.id: p for p in pod_infos}
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
+            self._keys_reported = {}
             self._restore_timers(saved.get("cold_starts") or {}, report)
             self._commit()
         for decision in report.decisions.values():
@@ -201,6 +208,10 @@ class TopologyPlugin(Plugin):
             failed=len(failed),
             **logs.summarize_updates(report.updates),
         )
+        for info in infos:
+            pod = self._pods.get(info.pod_id)
+            if pod is not None:
+                self._report_keys(pod, info)
         self.metrics.registered.set(1)
         return convert.updates(report.updates, ignore_failure=True)
 
@@ -211,12 +222,14 @@ class TopologyPlugin(Plugin):
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RemovePodSandbox").inc()
         self._pods.pop(pod.id, None)
+        self._keys_reported.pop(pod.id, None)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
         self.metrics.requests.labels("CreateContainer").inc()
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        self._report_keys(pod_info, info)
         async with self._lock:
             self._pods[pod_info.id] = pod_info
             if info.id in self._containers:  # a retried creation: place it afresh
@@ -354,11 +367,21 @@ class TopologyPlugin(Plugin):
         except PolicyError as exc:
             self._observe(operation, started)
             self.metrics.errors.labels("policy").inc()
+            if isinstance(exc, AnnotationError):
+                self.metrics.annotation_refusals.labels(exc.limit or "invalid").inc()
             who = f"{pod.namespace}/{pod.name}/{info.name}"
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
             raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
         self._observe(operation, started)
+        for warning in decision.warnings:
+            self.metrics.annotation_warnings.labels(warning.kind).inc()
+            _log.warning(
+                "annotation ignored",
+                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                kind=warning.kind,
+                reason=warning.message,
+            )
         if decision.degraded or decision.moved:
             self._count_admission(operation, pod, info, decision)
         return decision
@@ -379,6 +402,24 @@ class TopologyPlugin(Plugin):
                 degraded=[str(d) for d in decision.degraded],
                 reason=decision.reason,
             )
+
+    def _report_keys(self, pod: PodInfo, info: ContainerInfo) -> None:
+        """Warn once per pod about keys of our domains that the policy does not act on."""
+        reported = self._keys_reported.setdefault(pod.id, set())
+        keys = [
+            k for k in (*pod.annotations, *info.annotations) if in_domains(k) and k not in reported
+        ]
+        problems = key_problems(keys)
+        reported.update(keys)
+        if not problems:
+            return
+        for problem in problems:
+            self.metrics.annotation_warnings.labels(f"{problem.kind}_key").inc()
+        listed = [p.message for p in problems[:_KEYS_LISTED]]
+        more = {"more": len(problems) - len(listed)} if len(problems) > len(listed) else {}
+        _log.warning(
+            "annotation keys ignored", pod=f"{pod.namespace}/{pod.name}", keys=listed, **more
+        )
 
     async def _release(self, container_id: str, why: str) -> Updates:
         async with self._lock:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -40,7 +39,7 @@ class CheckpointWriter:
         quiet_s: float = 0.05,
         max_delay_s: float = 1.0,
         retry_s: float = 10.0,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         self.checkpoint = checkpoint
         self._snapshot = snapshot
@@ -49,7 +48,9 @@ class CheckpointWriter:
         self._quiet_s = quiet_s
         self._max_delay_s = max_delay_s
         self._retry_s = retry_s
-        self._clock = clock
+        # The event loop's clock by default: the one its timers wait on, so quiet periods and
+        # the waits for them agree (and tests can run both on a virtual clock).
+        self._clock = clock or _loop_time
         self._encoder = Encoder()
         self._dirty_since: float | None = None  # first change not in a snapshot yet
         self._last_change = 0.0
@@ -136,3 +137,7 @@ class CheckpointWriter:
     def _again(self) -> None:
         self._retry = None
         self.changed()
+
+
+def _loop_time() -> float:
+    return asyncio.get_running_loop().time()

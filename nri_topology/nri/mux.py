@@ -1,6 +1,6 @@
 """NRI trunk multiplexer: two ttrpc connections share one unix socket.
 
-The wire format is `[u32 BE conn id][u32 BE length][payload]` (docs/nri-protocol.md §3). The
+The wire format is `[u32 BE conn id][u32 BE length][payload]` (docs/protocol.md §3). The
 sans-IO part (`frame_message`, `MuxDecoder`) knows nothing about sockets, so the framing rules the
 Go peer depends on can be tested byte by byte; `Mux` is the asyncio trunk on top of it: one reader
 task routing payloads to per-connection `MuxChannel`s and one lock so that the frames of a ttrpc
@@ -46,7 +46,7 @@ class MuxClosedError(ConnectionError):
 
 
 def frame_message(conn_id: int, message: bytes) -> list[bytes]:
-    """Frame one ttrpc message the way the Go peer does (§3.5).
+    """Frame one ttrpc message the way the Go peer does (§3.3).
 
     The first frame holds at most 4096 bytes and the second all the rest, because a Go reader can
     only accept a frame larger than 4096 bytes when it lines up with a large read; any further
@@ -140,7 +140,7 @@ class MuxChannel:
         await self._mux.send(self.conn_id, message)
 
     def close(self) -> None:
-        """Closing one logical connection sends nothing (§3.3); the trunk stays open."""
+        """Closing one logical connection sends nothing (§3.1); the trunk stays open."""
         self._mux._forget(self.conn_id)
         self._close_read()
 

@@ -1,7 +1,7 @@
 """The plugin side of NRI: connect, register, and turn runtime requests into handler calls.
 
 A plugin author subclasses `Plugin` and overrides only the handlers it needs; `Stub` owns the
-socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/nri-protocol.md §2, §6):
+socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/protocol.md §2, §6):
 
 * the socket is the `NRI_PLUGIN_SOCKET` fd when the runtime launched us, else a connection to
   the runtime's socket path; a launched plugin ends when its socket closes, an external one
@@ -9,7 +9,7 @@ socket, the mux, both ttrpc endpoints and the connection lifecycle (docs/nri-pro
 * reading starts before RegisterPlugin is sent, because the runtime's Configure can arrive
   before the RegisterPlugin reply;
 * the subscribed events are the handlers the subclass overrides, cut down to the bits the
-  runtime's NRI version knows (§9.3);
+  runtime's NRI version knows (§7);
 * lifecycle notifications arrive either as dedicated RPCs (NRI ≥ v0.12) or as StateChange
   (older runtimes); both reach the same handler;
 * Synchronize may come in chunks; the handler sees all pods and containers at once.

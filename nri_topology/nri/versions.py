@@ -1,4 +1,4 @@
-"""Which NRI version a runtime speaks, and so which event bits it accepts (§5.2, §9.2, §9.3).
+"""Which NRI version a runtime speaks, and so which event bits it accepts (docs/protocol.md §7).
 
 A runtime with NRI older than v0.10.0 refuses a Configure reply carrying bits it does not know and
 drops the plugin, so the event mask must be cut down unless the runtime is known to be newer.
@@ -18,7 +18,7 @@ VALID_EVENTS = 0x3FFF
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)\.(\d+)")
 _UNKNOWN_VERSIONS = {"", "(devel)", "0.0.0-unknown", "v0.0.0-unknown"}
 
-# Earliest release of each runtime embedding NRI v0.10.0 or newer (docs/nri-protocol.md §9.2).
+# Earliest release of each runtime embedding NRI v0.10.0 or newer (docs/protocol.md §7).
 _FIRST_RELEASE_WITH_NRI_0_10 = {"containerd": (2, 2, 0), "cri-o": (1, 34, 0)}
 
 

@@ -11,8 +11,9 @@ kubelet would admit, degrading it when it must, in this order:
    unless `strict_reserved_cpus` is on (`Degradation.RESERVED_CPUS`).
 
 Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
-`Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness itself
-(`require-isolated-cpus`) or the operator set `on_unfit: refuse`.
+`Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness
+(`require-isolated-cpus`, `numa-policy: single-numa-node` or the option) or the operator set
+`on_unfit: refuse`.
 
 `full_pcpus_only` is the kubelet's admission rule for integer requests: a count of exclusive CPUs
 that is not a multiple of the threads per core is refused, as the kubelet refuses it
@@ -66,8 +67,9 @@ def as_kind(req: Request, kind: CpuKind) -> Request:
 
 
 def strict(req: Request) -> bool:
-    """Whether the container itself asked to be refused rather than degraded."""
-    return req.require_isolated
+    """Whether the container (or `numa_policy: single-numa-node`) asks to be refused rather than
+    degraded: isolated CPUs required, or CPUs and memory of one NUMA node only."""
+    return req.require_isolated or req.single_numa
 
 
 def may_degrade(req: Request, options: Options) -> bool:

@@ -22,28 +22,32 @@ Matches, MatchesNot, MatchesAny, MatchesNone (shell globs as in fnmatch, case-se
 
 Implicit colocation (options colocate_pods, colocate_namespaces; weight 10) is added only to
 containers without any explicit affinity or anti-affinity.
+
+Cost is bounded: the value is read by `bounded.load_yaml` (no anchors, aliases or deep nesting),
+an expression takes at most `AnnotationLimits.max_affinity_values` values of at most
+`MAX_PATTERN_CHARS` characters, and `Index` evaluates an expression once against the distinct
+values of its key among the live containers instead of once per container.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
-from fnmatch import fnmatchcase
-from functools import lru_cache
+from fnmatch import fnmatchcase, translate
 from typing import Any
 
-import yaml
-
-from nri_topology.policy.types import PolicyError, Request
-
-# libyaml's loader when available: annotations are parsed on every container creation.
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+from nri_topology.policy.annotations import SHOWN_CHARS, shown
+from nri_topology.policy.bounded import CACHE, Refused, load_yaml
+from nri_topology.policy.options import AnnotationLimits
+from nri_topology.policy.types import AnnotationError, Request
 
 DEFAULT_WEIGHT = 1
 IMPLICIT_WEIGHT = 10
 MAX_WEIGHT = 1000
+MAX_PATTERN_CHARS = 253  # a DNS subdomain name, the longest Kubernetes object name
+MAX_PATTERN_WILDCARDS = 4  # each one may rescan the value: bounded regex work per value
 
 
 class Operator(StrEnum):
@@ -63,6 +67,8 @@ class Operator(StrEnum):
 _OPERATOR_NAMES = {op.value: op for op in Operator} | {"NotExists": Operator.NOT_EXIST}
 _ONE_VALUE = {Operator.EQUALS, Operator.NOT_EQUAL, Operator.MATCHES, Operator.MATCHES_NOT}
 _NO_VALUE = {Operator.EXISTS, Operator.NOT_EXIST, Operator.ALWAYS_TRUE}
+_WILDCARD = re.compile(r"[*?\[]")
+_GLOBS = {Operator.MATCHES, Operator.MATCHES_ANY, Operator.MATCHES_NOT, Operator.MATCHES_NONE}
 _KEY = re.compile(r"(pod/)?(name|namespace|qosclass|id|labels/.+)")
 KEYS_HELP = "name, namespace, qosclass, id, labels/<k>, pod/<same>"
 
@@ -135,9 +141,35 @@ class Expression:
     operator: Operator
     values: tuple[str, ...] = ()
     evaluate: Callable[[Request], bool] = field(init=False, repr=False, compare=False)
+    glob: Glob | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "evaluate", _test(self.key, self.operator, self.values))
+        glob = Glob.of(self.values) if self.operator in _GLOBS else None
+        object.__setattr__(self, "glob", glob)
+
+
+@dataclass(frozen=True, slots=True)
+class Glob:
+    """Patterns sorted by cost: without wildcards (a lookup), `*` (every value), and the rest as
+    one regex (one match per distinct value)."""
+
+    exact: frozenset[str]
+    everything: bool
+    wild: Callable[[str], object] | None
+    wildcards: int  # patterns with wildcards: what `max_affinity_globs` counts
+
+    @staticmethod
+    def of(patterns: Iterable[str]) -> Glob:
+        wild = tuple(p for p in patterns if _WILDCARD.search(p))
+        rx = None
+        if wild:  # translating long patterns costs more than matching them: once per set
+            rx = CACHE.get(("glob", wild), sum(map(len, wild)), lambda: _compiled(wild))
+        return Glob(frozenset(patterns) - set(wild), "*" in wild, rx, len(wild))
+
+
+def _compiled(patterns: tuple[str, ...]) -> Callable[[str], object]:
+    return re.compile("|".join(f"(?:{translate(p)})" for p in patterns)).match
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,30 +189,54 @@ def same_pod(pod_id: str) -> Expression:
 
 
 class _Invalid(ValueError):
-    """A problem in the annotation value, reported with the annotation key by the caller."""
+    """A problem in the annotation value, reported with the annotation key by the caller;
+    `limit` names the bound it broke, "" when the value is merely invalid."""
+
+    def __init__(self, message: str, limit: str = "") -> None:
+        super().__init__(message)
+        self.limit = limit
 
 
-def _expression(raw: Any, where: str) -> Expression:
+def _expression(raw: Any, where: str, max_values: int) -> Expression:
     if not isinstance(raw, dict):
         raise _Invalid(f"{where}: expected a mapping with key, operator, values")
     unknown = set(raw) - {"key", "operator", "values"}
     if unknown:
-        raise _Invalid(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
+        raise _Invalid(f"{where}: unknown field {shown(sorted(map(str, unknown))[0])}")
     op_name = raw.get("operator")
     op = _OPERATOR_NAMES.get(op_name) if isinstance(op_name, str) else None
     if op is None:
         raise _Invalid(
-            f"{where}.operator: {op_name!r} is not one of {', '.join(o.value for o in Operator)}"
+            f"{where}.operator: {shown(op_name)} is not one of "
+            f"{', '.join(o.value for o in Operator)}"
         )
     key = raw.get("key", "")
     if op is not Operator.ALWAYS_TRUE and not (isinstance(key, str) and _KEY.fullmatch(key)):
-        raise _Invalid(f"{where}.key: {key!r} is not one of {KEYS_HELP}")
+        raise _Invalid(f"{where}.key: {shown(key)} is not one of {KEYS_HELP}")
     values = raw.get("values", [])
     if not isinstance(values, list) or not all(
         isinstance(v, str | int) and not isinstance(v, bool) for v in values
     ):
         raise _Invalid(f"{where}.values: expected a list of strings")
+    if len(values) > max_values:
+        raise _Invalid(
+            f"{where}.values: {len(values)} values, the limit is {max_values} "
+            "(policy.annotation_limits.max_affinity_values)",
+            "values",
+        )
     strs = tuple(str(v) for v in values)
+    long = next((v for v in strs if len(v) > MAX_PATTERN_CHARS), None)
+    if long is not None:
+        raise _Invalid(
+            f"{where}.values: {shown(long)} is longer than {MAX_PATTERN_CHARS} characters",
+            "pattern",
+        )
+    wild = next((v for v in strs if len(_WILDCARD.findall(v)) > MAX_PATTERN_WILDCARDS), None)
+    if wild is not None and op in _GLOBS:
+        raise _Invalid(
+            f"{where}.values: {shown(wild)} has more than {MAX_PATTERN_WILDCARDS} wildcards",
+            "pattern",
+        )
     if op in _ONE_VALUE and len(strs) != 1:
         raise _Invalid(f"{where}.values: {op.value} takes exactly one value, got {len(strs)}")
     if op in _NO_VALUE and strs:
@@ -194,70 +250,115 @@ def _weight(raw: Any, where: str, anti: bool) -> int:
     if raw is None:
         return -DEFAULT_WEIGHT if anti else DEFAULT_WEIGHT
     if not isinstance(raw, int) or isinstance(raw, bool) or abs(raw) > MAX_WEIGHT:
-        raise _Invalid(f"{where}.weight: {raw!r} is not an integer from -1000 to 1000")
+        raise _Invalid(f"{where}.weight: {shown(raw)} is not an integer from -1000 to 1000")
     return -abs(raw) if anti else raw
 
 
-@lru_cache(maxsize=1024)
+def _cut(name: object) -> str:
+    text = str(name)
+    return text if len(text) <= SHOWN_CHARS else f"{text[:SHOWN_CHARS]}…"
+
+
 def _entries(text: str) -> dict[str, list[Any]]:
-    """The annotation's YAML, checked for shape; cached per text and never mutated."""
+    """The annotation's YAML, checked for shape."""
     try:
-        data = yaml.load(text, Loader=SAFE_LOADER)
-    except yaml.YAMLError as e:
-        raise _Invalid(f"not valid YAML ({str(e).splitlines()[0]})") from None
+        data = load_yaml(text)
+    except Refused as e:
+        raise _Invalid(str(e), e.limit) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
         raise _Invalid("expected a map of container name to a list of affinities")
     for name, items in data.items():
         if not isinstance(name, str) or not isinstance(items, list):
-            raise _Invalid(f"{name}: expected a list of affinities or container names")
+            raise _Invalid(f"{_cut(name)}: expected a list of affinities or container names")
     return data
 
 
+# One entry of an annotation: a shorthand container name, or (scope or None for the same pod,
+# match, weight).
+_Item = str | tuple[Expression | None, Expression, int]
+
+
+def _validated(text: str, anti: bool, max_values: int) -> tuple[tuple[str, tuple[_Item, ...]], ...]:
+    """Every entry of the annotation checked and turned into expressions, for any container."""
+    out: list[tuple[str, tuple[_Item, ...]]] = []
+    for name, items in _entries(text).items():
+        checked: list[_Item] = []
+        for i, item in enumerate(items):
+            where = f"{_cut(name)}[{i}]"
+            if isinstance(item, str):
+                checked.append(item)
+                continue
+            if not isinstance(item, dict):
+                raise _Invalid(f"{where}: expected a container name or a mapping")
+            unknown = set(item) - {"scope", "match", "weight"}
+            if unknown:
+                raise _Invalid(f"{where}: unknown field {shown(sorted(map(str, unknown))[0])}")
+            if "match" not in item:
+                raise _Invalid(f"{where}: match is required")
+            scope = (
+                _expression(item["scope"], f"{where}.scope", max_values)
+                if "scope" in item
+                else None
+            )
+            match = _expression(item["match"], f"{where}.match", max_values)
+            checked.append((scope, match, _weight(item.get("weight"), where, anti)))
+        out.append((name, tuple(checked)))
+    return tuple(out)
+
+
 def parse(
-    text: str, *, container: str, pod_id: str, anti: bool, annotation: str, who: str
+    text: str,
+    *,
+    container: str,
+    pod_id: str,
+    anti: bool,
+    annotation: str,
+    who: str,
+    max_values: int = AnnotationLimits().max_affinity_values,
 ) -> tuple[Affinity, ...]:
     """The affinities one annotation value gives `container`, shorthand made symmetric.
 
     The whole value is validated, not only this container's entries, so that every container
-    of the pod reports a broken annotation the same way.
+    of the pod reports a broken annotation the same way; the validated form is cached per text.
     """
     try:
-        entries = _entries(text)
-        scope = same_pod(pod_id)
-        out: list[Affinity] = []
-        for name, items in entries.items():
-            for i, item in enumerate(items):
-                where = f"{name}[{i}]"
-                if isinstance(item, str):
-                    weight = _weight(None, where, anti)
-                    if name == container:
-                        out.append(
-                            Affinity(scope, Expression("name", Operator.EQUALS, (item,)), weight)
-                        )
-                    elif item == container:
-                        out.append(
-                            Affinity(scope, Expression("name", Operator.EQUALS, (name,)), weight)
-                        )
-                    continue
-                if not isinstance(item, dict):
-                    raise _Invalid(f"{where}: expected a container name or a mapping")
-                unknown = set(item) - {"scope", "match", "weight"}
-                if unknown:
-                    raise _Invalid(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
-                if "match" not in item:
-                    raise _Invalid(f"{where}: match is required")
-                affinity = Affinity(
-                    _expression(item["scope"], f"{where}.scope") if "scope" in item else scope,
-                    _expression(item["match"], f"{where}.match"),
-                    _weight(item.get("weight"), where, anti),
-                )
-                if name == container:
-                    out.append(affinity)
+        entries = CACHE.get(
+            ("affinity", text, anti, max_values),
+            len(text),
+            lambda: _validated(text, anti, max_values),
+        )
     except _Invalid as e:
-        raise PolicyError(f"{who}: annotation {annotation}: {e}") from None
+        limit = f" (limit: {e.limit})" if e.limit else ""
+        raise AnnotationError(
+            f"{who}: annotation {annotation}: {e}{limit}", key=annotation, limit=e.limit
+        ) from None
+    scope = same_pod(pod_id)
+    default = -DEFAULT_WEIGHT if anti else DEFAULT_WEIGHT
+    out: list[Affinity] = []
+    for name, items in entries:
+        for item in items:
+            if isinstance(item, str):
+                if name == container:
+                    out.append(
+                        Affinity(scope, Expression("name", Operator.EQUALS, (item,)), default)
+                    )
+                elif item == container:
+                    out.append(
+                        Affinity(scope, Expression("name", Operator.EQUALS, (name,)), default)
+                    )
+            elif name == container:
+                out.append(Affinity(item[0] or scope, item[1], item[2]))
     return tuple(out)
+
+
+def glob_patterns(affinities: Iterable[Affinity]) -> int:
+    """Glob patterns with wildcards in the affinities: the part of their cost that is not a
+    lookup (each is matched against every distinct value of its key)."""
+    return sum(
+        e.glob.wildcards for a in affinities for e in (a.scope, a.match) if e.glob is not None
+    )
 
 
 def implicit(
@@ -286,3 +387,114 @@ def container_weights(req: Request, others: Iterable[Request]) -> dict[str, int]
             if in_scope(other) and matches(other):
                 sums[other.container_id] = sums.get(other.container_id, 0) + weight
     return {cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total}
+
+
+def _pairs(req: Request) -> list[tuple[str, str]]:
+    """(expression key, value) of every key a container has a value for."""
+    pairs = [
+        ("name", req.name),
+        ("namespace", req.namespace),
+        ("qosclass", req.qos.value),
+        ("id", req.container_id),
+        ("pod/name", req.pod_name),
+        ("pod/namespace", req.namespace),
+        ("pod/qosclass", req.qos.value),
+        ("pod/id", req.pod_id),
+    ]
+    pairs += [(f"labels/{k}", v) for k, v in req.labels.items()]
+    pairs += [(f"pod/labels/{k}", v) for k, v in req.pod_labels.items()]
+    return pairs
+
+
+_NONE: frozenset[str] = frozenset()
+
+
+class Index:
+    """The live containers by the value of every expression key, so that an expression is
+    answered by dictionary lookups (Equals, In, Exists and their negations) or by one glob match
+    per distinct value (Matches...), never by a walk over every container. Agrees with
+    `container_weights`, which states the meaning; the engine keeps it in step with its grants.
+    """
+
+    def __init__(self) -> None:
+        self.all: set[str] = set()
+        self._by: dict[str, dict[str, set[str]]] = {}  # key -> value -> container ids
+        self._has: dict[str, set[str]] = {}  # key -> ids of containers with a value
+        self._pairs: dict[str, list[tuple[str, str]]] = {}  # id -> what to remove
+
+    def add(self, req: Request) -> None:
+        cid = req.container_id
+        if cid in self.all:
+            self.remove(cid)
+        pairs = _pairs(req)
+        self._pairs[cid] = pairs
+        self.all.add(cid)
+        for key, value in pairs:
+            self._by.setdefault(key, {}).setdefault(value, set()).add(cid)
+            self._has.setdefault(key, set()).add(cid)
+
+    def remove(self, cid: str) -> None:
+        pairs = self._pairs.pop(cid, None)
+        if pairs is None:
+            return
+        self.all.discard(cid)
+        for key, value in pairs:
+            by = self._by[key]
+            ids = by[value]
+            ids.discard(cid)
+            if not ids:
+                del by[value]
+                if not by:
+                    del self._by[key]
+            has = self._has[key]
+            has.discard(cid)
+            if not has:
+                del self._has[key]
+
+    def matching(self, e: Expression) -> Set[str]:
+        """Ids of the live containers for which the expression holds (never to be mutated)."""
+        op = e.operator
+        if op is Operator.ALWAYS_TRUE:
+            return self.all
+        by = self._by.get(e.key, {})
+        match op:
+            case Operator.EQUALS:
+                return by.get(e.values[0], _NONE)
+            case Operator.NOT_EQUAL:
+                return self.all - by.get(e.values[0], _NONE)
+            case Operator.EXISTS:
+                return self._has.get(e.key, _NONE)
+            case Operator.NOT_EXIST:
+                return self.all - self._has.get(e.key, _NONE)
+        if op in (Operator.IN, Operator.NOT_IN):
+            hits = set().union(*(by.get(v, _NONE) for v in e.values))
+        else:
+            glob = e.glob
+            assert glob is not None
+            if glob.everything:
+                hits = set(self._has.get(e.key, _NONE))
+            else:
+                hits = set().union(*(by.get(v, _NONE) for v in glob.exact))
+                wild = glob.wild
+                if wild is not None:
+                    hits.update(*(ids for value, ids in by.items() if wild(value)))
+        if op in (Operator.IN, Operator.MATCHES, Operator.MATCHES_ANY):
+            return hits
+        return self.all - hits
+
+    def weights(self, req: Request) -> dict[str, int]:
+        """`container_weights(req, live containers)`, from the index."""
+        sums: dict[str, int] = {}
+        get = sums.get
+        for a in req.affinities:
+            if not isinstance(a, Affinity):
+                continue
+            scope, match = self.matching(a.scope), self.matching(a.match)
+            hits = scope & match if len(scope) <= len(match) else match & scope
+            weight = a.weight
+            for cid in hits:
+                sums[cid] = get(cid, 0) + weight
+        sums.pop(req.container_id, None)
+        return {
+            cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total
+        }

@@ -15,11 +15,16 @@ more specific statement of intent, whichever domain spells it.
 
 The affinity keys are domain *prefixed* (`resource-policy.nri.io/affinity`) and unscoped: their
 value itself maps container names to affinities.
+
+`ANNOTATIONS` is the one list of keys the policy understands (adding a key is adding an entry);
+`UNSUPPORTED` names keys of the predecessor projects' features this plugin does not have. Any other
+key in the two domains is unknown: `key_problems` says which key it probably meant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from functools import lru_cache
@@ -126,9 +131,53 @@ ANNOTATIONS: tuple[AnnotationSpec, ...] = (
         "Push placements apart (weight -1 by default; a positive weight is negated).",
         prefixed=True,
     ),
+    AnnotationSpec(
+        "prefer-cpu-priority",
+        "high, normal, low, none or default",
+        "Which cores exclusive CPUs come from first on hybrid machines: high and normal prefer "
+        "performance cores, low efficiency cores, none no preference; default (or no "
+        "annotation): by QoS class, Guaranteed high, Burstable normal, BestEffort low.",
+    ),
+    AnnotationSpec(
+        "numa-policy",
+        "single-numa-node or best-effort",
+        "single-numa-node: CPUs and memory of one NUMA node only; creation fails when no NUMA "
+        "node can hold the container. best-effort: span nodes when needed (overrides the "
+        "numa_policy option).",
+    ),
 )
 
 SPECS: Mapping[str, AnnotationSpec] = {spec.name: spec for spec in ANNOTATIONS}
+
+# Keys of nri-plugins (topology-aware) and cri-resource-manager features this plugin does not have.
+UNSUPPORTED: frozenset[str] = frozenset(
+    {
+        "allow.topologyhints",
+        "blockioclass",
+        "cpu-class",
+        "deny.topologyhints",
+        "irq-affinity",
+        "pick-resources-by-hints",
+        "rdtclass",
+        "scheduling-class",
+        "strict.topologyhints",
+        "test.topologyhints",
+        "topologyhints",
+        "toptierlimit",
+        "unlimited-burstable",
+    }
+)
+
+SHOWN_CHARS = 64  # of a value or key quoted in a message or log line
+
+
+def shown(value: object) -> str:
+    """A value as messages quote it: repr, cut to SHOWN_CHARS characters with its full size."""
+    text = value if isinstance(value, str) else repr(value)
+    if len(text) <= SHOWN_CHARS:
+        return repr(text) if isinstance(value, str) else text
+    size = len(text.encode("utf-8", "replace"))
+    return f"{text[:SHOWN_CHARS]!r}…({size} bytes)"
 
 
 @lru_cache(maxsize=4096)
@@ -147,9 +196,14 @@ def _candidates(name: str, container: str) -> tuple[tuple[str, Scope], ...]:
     )
 
 
+def in_domains(key: str) -> bool:
+    """Whether a key is in one of the policy domains."""
+    return DOMAIN in key or ALIAS_DOMAIN in key
+
+
 def relevant(annotations: Mapping[str, str]) -> bool:
     """Whether any key is in one of the policy domains (else every lookup finds nothing)."""
-    return any(DOMAIN in key or ALIAS_DOMAIN in key for key in annotations)
+    return any(in_domains(key) for key in annotations)
 
 
 def lookup(
@@ -168,3 +222,67 @@ def lookup(
             if value is not None:
                 return Found(key, value, scope)
     return None
+
+
+_SUGGESTED = 32  # keys of one pod that get a suggestion (thousands of keys stay cheap)
+
+
+@dataclass(frozen=True, slots=True)
+class KeyProblem:
+    """A key in the policy domains that the policy does not act on."""
+
+    key: str
+    kind: str  # "unknown" or "unsupported" (metric label)
+    message: str
+
+
+def _name_and_scope(key: str) -> tuple[str, str, bool] | None:
+    """(base name, domain, prefixed) of a key in one of the domains, None when in neither or
+    when its scope suffix is malformed."""
+    for domain in DOMAINS:
+        if key.startswith(f"{domain}/"):
+            return key.removeprefix(f"{domain}/"), domain, True
+        marker = f".{domain}"
+        if marker in key:
+            name, _, rest = key.partition(marker)
+            if rest in ("", "/pod") or (rest.startswith("/container.") and len(rest) > 11):
+                return name, domain, False
+            return None
+    return None
+
+
+def _known(name: str, prefixed: bool) -> bool:
+    spec = SPECS.get(name)
+    return spec is not None and spec.prefixed == prefixed
+
+
+def key_problems(keys: Iterable[str]) -> list[KeyProblem]:
+    """The keys in our domains that the policy does not understand, each with what was meant."""
+    out: list[KeyProblem] = []
+    for key in keys:
+        if not in_domains(key):
+            continue
+        parsed = _name_and_scope(key)
+        if parsed is not None and _known(parsed[0], parsed[2]):
+            continue
+        name = parsed[0] if parsed is not None else key
+        if parsed is not None and name in UNSUPPORTED:
+            out.append(
+                KeyProblem(key, "unsupported", f"{shown(key)}: {name} is not supported, ignored")
+            )
+            continue
+        names = [spec.name for spec in ANNOTATIONS]
+        close = []
+        if len(out) < _SUGGESTED:
+            close = difflib.get_close_matches(name[:SHOWN_CHARS], names, n=1, cutoff=0.6)
+        if close:
+            spec = SPECS[close[0]]
+            same_form = parsed is not None and spec.prefixed == parsed[2]
+            meant = key.replace(name, spec.name, 1) if same_form else spec.key
+            hint = f"did you mean {shown(meant)}?"
+        elif parsed is None:
+            hint = "scopes are KEY.DOMAIN, KEY.DOMAIN/pod, KEY.DOMAIN/container.NAME"
+        else:
+            hint = "no similar key" if len(out) < _SUGGESTED else "not compared (too many keys)"
+        out.append(KeyProblem(key, "unknown", f"{shown(key)}: unknown key, ignored; {hint}"))
+    return out

@@ -31,7 +31,11 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
-  (fewest nodes, then lowest average distance) when prefer_closest_numa is on.
+  (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
+* on hybrid machines exclusive CPUs come from the core kind of the request's CPU priority first
+  (performance cores for high and normal, efficiency cores for low), packed within that kind;
+* a single-numa-node request (annotation or option) is only placed in pools of one NUMA node
+  with memory fitting there, and is refused, saying so, when none can hold it.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
 from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
+    CpuPriority,
     Decision,
     Degradation,
     Placement,
@@ -178,6 +183,7 @@ class Engine:
         self.taken: frozenset[int] = frozenset()
         self.reserved_granted = 0
         self.grants: dict[str, Grant] = {}
+        self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
         # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry).
         self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
@@ -579,7 +585,11 @@ class Engine:
             fallback = ""
 
         uses_exclusive = req.kind in _EXCLUSIVE_KINDS
-        candidates: list[tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool]] = []
+        spans = self._spans(req)
+        preferred = self._preferred(req) if uses_exclusive else frozenset()
+        candidates: list[
+            tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool, tuple[int, ...]]
+        ] = []
         trace: list[PoolScore] = []
         weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
@@ -591,11 +601,17 @@ class Engine:
                     zone, relaxed = self._zone(p.index, tiers, size, widen)
                 except LookupError as e:
                     reason = f"memory: {e}"
+            if reason is None and req.single_numa:
+                reason = self._not_single_numa(p, relaxed)
             if reason is not None:
                 trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
                 continue
             iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
+            span = self._span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
+            k = req.exclusive
+            if span:
+                n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
             alloc = self.allocatable(p.index)
             cand = scoring.Candidate(
                 pool=p,
@@ -611,18 +627,19 @@ class Engine:
                 isolated_short=iso_short,
                 numa_nodes=n_nodes,
                 numa_distance=dist,
+                cores_short=bool(preferred) and len(self.free[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
                 # packing: pools already hosting shared containers first, whole pools stay free
                 colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
                 free_shared=alloc,
             )
-            candidates.append((scoring.sort_key(cand), cand, zone, relaxed))
+            candidates.append((scoring.sort_key(cand), cand, zone, relaxed, span))
         candidates.sort(key=lambda c: c[0])
         if hint is not None:
             candidates.sort(key=lambda c: c[1].pool.index != hint)
         verdicts: dict[str, str] = {}
         chosen: tuple[Grant, tuple[object, ...]] | None = None
-        for key, cand, zone, relaxed in candidates:
+        for key, cand, zone, relaxed, span in candidates:
             if chosen is not None:
                 verdicts[cand.pool.name] = (
                     f"lost to {self.pools[chosen[0].pool].name} on "
@@ -630,7 +647,9 @@ class Engine:
                 )
                 continue
             try:
-                attempt = self._attempt(req, cand.pool.index, zone, relaxed, keep, tiers, size)
+                attempt = self._attempt(
+                    req, cand.pool.index, zone, relaxed, keep, tiers, size, span
+                )
             except _GrantFailed as e:
                 verdicts[cand.pool.name] = f"grant failed: {e}"
                 continue
@@ -653,6 +672,8 @@ class Engine:
             trace.append(PoolScore(name, keys[name], verdict))
         trace.sort(key=lambda s: self.by_name[s.pool])
         if chosen is None:
+            if req.single_numa:
+                raise PolicyError(self._no_single_numa(req, size, tiers, trace))
             raise PolicyError(self._nothing_fits(req, size, tiers, trace))
         runner_up = next((v for v in verdicts.values() if v.startswith("lost to ")), "")
         if runner_up:
@@ -660,6 +681,28 @@ class Engine:
             criterion = runner_up.rsplit(" on ", 1)[1]
             chosen[0].reason += f"; beat {loser} on {criterion}"
         return chosen[0], tuple(trace)
+
+    def _spans(self, req: Request) -> bool:
+        """Whether pools are scored by the node set the exclusive CPUs would span."""
+        opts = self.options
+        return (
+            req.kind is CpuKind.EXCLUSIVE
+            and opts.prefer_closest_numa
+            and not opts.distribute_across_numa
+        )
+
+    def _span(self, req: Request, pool: Pool) -> tuple[int, ...]:
+        """The NUMA nodes an exclusive grant from the pool's free CPUs would span; () when the
+        pool has one node (its own measure holds) or its nodes cannot hold the request."""
+        if len(pool.cpu_nodes) < 2:
+            return ()
+        free = self.free[pool.index] - self.partial
+        try:
+            return numasets.grant_nodes(
+                self.machine, free, req.exclusive, pool.cpu_nodes, self.options.full_pcpus_only
+            )
+        except cpuallocator.AllocationError:
+            return ()
 
     def _root_zone(
         self, req: Request, tiers: frozenset[MemoryTier], size: int
@@ -708,8 +751,7 @@ class Engine:
     def _affinity(self, req: Request) -> list[float]:
         if not req.affinities:
             return [0.0] * len(self.pools)
-        others = (g.request for g in self.grants.values())
-        weights = affinity.container_weights(req, others)
+        weights = self.by_attribute.weights(req)
         per_pool: dict[int, float] = {}
         for cid, w in weights.items():
             g = self.grants.get(cid)
@@ -726,8 +768,12 @@ class Engine:
         keep: frozenset[int],
         tiers: frozenset[MemoryTier],
         size: int,
+        span: tuple[int, ...] = (),
     ) -> _Attempt:
-        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible."""
+        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible.
+
+        `span`: the node set the pool was scored by; exclusive CPUs come from it when it holds
+        enough sliceable CPUs."""
         kind = req.kind
         if kind not in _EXCLUSIVE_KINDS:
             return _Attempt(p, kind, frozenset(), False, zone, relaxed)
@@ -740,14 +786,31 @@ class Engine:
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
-        sliceable = self._sliceable(p, k, req.shared if kind is CpuKind.MIXED else 0, kind)
-        excl = self._pick(p, sliceable, k, keep, fpo)
+        prefer = self._preferred(req)
+        keep_first = self.machine.all_cpus - prefer if prefer else frozenset()
+        sliceable = self._sliceable(
+            p, k, req.shared if kind is CpuKind.MIXED else 0, kind, keep_first
+        )
+        excl = self._pick(p, sliceable, k, keep, fpo, span, prefer)
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
+        nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
+        if len(nodes) > 1 and not note:
+            avg = numasets.average_distance(self.machine, nodes)
+            note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
         return _Attempt(p, kind, excl, False, zone, relaxed, note)
 
-    def _sliceable(self, p: int, k: int, shared_part: int, kind: CpuKind) -> frozenset[int]:
-        """CPUs of pool p that can become exclusive without starving any shared container."""
+    def _sliceable(
+        self,
+        p: int,
+        k: int,
+        shared_part: int,
+        kind: CpuKind,
+        keep_first: frozenset[int] = frozenset(),
+    ) -> frozenset[int]:
+        """CPUs of pool p that can become exclusive without starving any shared container;
+        the CPUs kept for shared containers come from `keep_first` first (on hybrid machines,
+        the core kind the request does not prefer)."""
         new_user = int(kind is CpuKind.MIXED)
         protected: dict[int, frozenset[int]] = {}
         for x in self._post[p]:
@@ -757,7 +820,9 @@ class Engine:
             if len(self.free[x]) - k < need and len(prot) < need:
                 rest = self.free[x] - prot
                 try:
-                    prot |= cpuallocator.take_cpus(self.machine, rest, need - len(prot))
+                    prot |= cpuallocator.take_cpus(
+                        self.machine, rest, need - len(prot), prefer=keep_first
+                    )
                 except cpuallocator.AllocationError as e:
                     raise _GrantFailed(
                         f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
@@ -766,7 +831,14 @@ class Engine:
         return self.free[p] - protected[p]
 
     def _pick(
-        self, p: int, sliceable: frozenset[int], k: int, keep: frozenset[int], fpo: bool
+        self,
+        p: int,
+        sliceable: frozenset[int],
+        k: int,
+        keep: frozenset[int],
+        fpo: bool,
+        span: tuple[int, ...] = (),
+        prefer: frozenset[int] = frozenset(),
     ) -> frozenset[int]:
         opts = self.options
         pool = self.pools[p]
@@ -782,21 +854,40 @@ class Engine:
                     self.machine, sliceable, k, group_size=group, full_pcpus_only=fpo
                 )
             if opts.prefer_closest_numa and len(pool.cpu_nodes) > 1:
-                usable = sliceable
-                if fpo:
-                    usable = frozenset(
-                        c for c in sliceable if self.machine.cpus[c].threads <= sliceable
-                    )
-                per_node = {n: len(usable & self.machine.nodes[n].cpus) for n in pool.cpu_nodes}
-                if max(per_node.values()) < k:
-                    nodes = numasets.best_node_set(self.machine, per_node, k)
+                nodes = self._within_span(sliceable, k, fpo, span)
+                if nodes is None:
+                    nodes = numasets.grant_nodes(self.machine, sliceable, k, pool.cpu_nodes, fpo)
+                if len(nodes) > 1:
                     within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
                     return cpuallocator.take_cpus(
-                        self.machine, sliceable & within, k, full_pcpus_only=fpo
+                        self.machine, sliceable & within, k, full_pcpus_only=fpo, prefer=prefer
                     )
-            return cpuallocator.take_cpus(self.machine, sliceable, k, full_pcpus_only=fpo)
+            return cpuallocator.take_cpus(
+                self.machine, sliceable, k, full_pcpus_only=fpo, prefer=prefer
+            )
         except cpuallocator.AllocationError as e:
             raise _GrantFailed(str(e)) from None
+
+    def _preferred(self, req: Request) -> frozenset[int]:
+        """The CPUs exclusive CPUs come from first: on hybrid machines, the core kind of the
+        request's CPU priority."""
+        if not self.machine.efficiency_cpus or req.cpu_priority is CpuPriority.NONE:
+            return frozenset()
+        if req.cpu_priority is CpuPriority.LOW:
+            return self.machine.efficiency_cpus
+        return self.machine.performance_cpus
+
+    def _within_span(
+        self, sliceable: frozenset[int], k: int, fpo: bool, span: tuple[int, ...]
+    ) -> tuple[int, ...] | None:
+        """The scored span when its sliceable CPUs hold the request, else None (shared
+        containers keep some of its CPUs: the span is recomputed from what can be sliced)."""
+        if len(span) < 2:
+            return None
+        try:
+            return numasets.grant_nodes(self.machine, sliceable, k, span, fpo)
+        except cpuallocator.AllocationError:
+            return None
 
     def _take(
         self, available: frozenset[int], k: int, keep: frozenset[int], fpo: bool
@@ -888,12 +979,14 @@ class Engine:
             self.users[g.pool][cid] = g
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
+        self.by_attribute.add(g.request)
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
         del self.grants[cid]
+        self.by_attribute.remove(cid)
         if g.exclusive:
             self.taken -= g.exclusive
             for x in self._pools_touching(g.exclusive):
@@ -990,10 +1083,48 @@ class Engine:
             cold_start=g.cold_start,
             degraded=g.degraded,
             moved=moved,
+            warnings=g.request.warnings,
         )
 
     def placement(self, g: Grant) -> Placement:
         return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
+
+    def _not_single_numa(self, pool: Pool, relaxed: bool) -> str | None:
+        """Why a pool cannot hold a single-numa-node container, or None."""
+        if len(pool.cpu_nodes) > 1:
+            return f"single-numa-node: the pool spans NUMA nodes {sorted(pool.cpu_nodes)}"
+        if relaxed:
+            return "single-numa-node: memory does not fit in the pool's NUMA node"
+        return None
+
+    def _no_single_numa(
+        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
+    ) -> str:
+        """The refusal of a single-numa-node container: what one node has, and why."""
+        single = [p for p in self.pools if len(p.cpu_nodes) == 1]
+        parts = []
+        if req.exclusive:
+            parts.append(f"{req.exclusive} exclusive CPUs")
+        if req.shared:
+            parts.append(f"{req.shared}m shared CPU")
+        if size:
+            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
+        wanted = " + ".join(parts) or "a shared CPU"
+        if single:
+            largest = max(len(p.sharable) for p in single)
+            free = max(len(self.free[p.index] - self.partial) for p in single)
+            mem = max(self.book.free(p.nodes_of(tiers)) for p in single)
+            has = (
+                f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
+                f"{format_bytes(max(mem, 0))} of free memory in one node"
+            )
+        else:
+            has = "no pool holds a single NUMA node"
+        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
+        return (
+            f"{_who(req)}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
+            f"not spanning NUMA nodes as asked. ({why})"
+        )
 
     def _nothing_fits(
         self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
@@ -1039,6 +1170,7 @@ class Engine:
             return self.place(req)
         if _same_amounts(old.request, req):
             old.request = req  # pinning details (hyperthreads, memory) may still change
+            self.by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
         req = admission.kubelet_request(req, self.options)
@@ -1191,6 +1323,7 @@ def _same_amounts(a: Request, b: Request) -> bool:
         and a.memory_tiers == b.memory_tiers
         and a.memory_preserve == b.memory_preserve
         and a.require_isolated == b.require_isolated
+        and a.single_numa == b.single_numa
     )
 
 

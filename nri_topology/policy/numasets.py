@@ -10,6 +10,11 @@ latency on every remote access.
   then lower average distance, then lower node ids (compared as sorted tuples, lowest first).
 * `best_node_set(machine, nodes_free, need, fits=None)` — the best set (same order) among all
   subsets of `nodes_free` whose summed free amount covers `need` and which `fits` accepts.
+* `grant_nodes(machine, cpus, count, nodes, full_cores)` — the node set an exclusive grant of
+  `count` CPUs taken from `cpus` would span: the best set over the free CPUs per node. The
+  engine scores a pool by this set (not by all the pool's nodes) and then takes the CPUs from
+  exactly this set, so a pool whose free CPUs sit on two far nodes can beat a deeper pool whose
+  free CPUs are spread over three near ones (KEP-3545: fewer nodes first).
 
 Search bound of `best_node_set`: sizes are tried from the smallest that could cover `need`
 (by the largest free amounts) upwards and the search stops at the first size with an answer.
@@ -103,6 +108,28 @@ def best_node_set(
         f"no set of NUMA nodes covers {need}: free per node {dict(nodes_free)} "
         f"(total {total})" + ("" if total < need else ", and no covering set was accepted")
     )
+
+
+def grant_nodes(
+    machine: Machine,
+    cpus: frozenset[int],
+    count: int,
+    nodes: Iterable[int],
+    full_cores: bool = False,
+) -> tuple[int, ...]:
+    """The best node set among `nodes` whose CPUs of `cpus` hold `count` CPUs.
+
+    With `full_cores` only CPUs whose every thread is in `cpus` count (full_pcpus_only).
+    Raises AllocationError when the nodes together hold too few.
+    """
+    usable = cpus
+    if full_cores:
+        usable = frozenset(c for c in cpus if machine.cpus[c].threads <= cpus)
+    per_node = {n: len(usable & machine.nodes[n].cpus) for n in nodes}
+    one = min((n for n, free in per_node.items() if free >= count), default=None)
+    if one is not None:
+        return (one,)  # best_node_set's answer (self distances are equal), without its pair checks
+    return best_node_set(machine, per_node, count)
 
 
 def _best_of_size(

@@ -20,6 +20,25 @@ class CpuAmount:
 
 
 @dataclass(frozen=True, slots=True)
+class AnnotationLimits:
+    """Bounds on what one pod's annotations may cost (docs/annotations.md, "Limits")."""
+
+    max_value_bytes: int = 16384  # any annotation value the policy reads
+    max_affinity_rules: int = 8  # affinity plus anti-affinity rules that apply to one container
+    max_affinity_values: int = 16  # values (names or glob patterns) of one expression
+    max_affinity_globs: int = 8  # glob patterns with wildcards in all rules of one container
+
+
+@dataclass(frozen=True, slots=True)
+class Trust:
+    """Namespaces (globs) whose pods may use each privileged annotation; others are ignored."""
+
+    reserved_cpus: tuple[str, ...] = ("kube-system",)  # prefer-reserved-cpus: true
+    preserve: tuple[str, ...] = ("kube-system",)  # cpu.preserve, memory.preserve: true
+    isolated_cpus: tuple[str, ...] = ("*",)  # prefer-/require-isolated-cpus: true
+
+
+@dataclass(frozen=True, slots=True)
 class Options:
     pin_cpu: bool = True
     pin_memory: bool = True
@@ -34,6 +53,7 @@ class Options:
     distribute_across_numa: bool = False  # KEP-2902
     distribute_min_group: int = 1  # KEP-2902 cpuGroupSize; 1 = use threads per core
     full_pcpus_only: bool = False
+    single_numa_node: bool = False  # numa_policy: single-numa-node (refuse rather than span)
     # DRAM unless a pod asks for another tier: defaulting to PMEM too would pull every container
     # towards the few pools with PMEM nearby (on SNC machines, all of one socket).
     default_memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
@@ -50,3 +70,5 @@ class Options:
     shared_placement: str = "spread"
     # Shared containers that may be moved to make room for one grant that does not fit otherwise.
     max_moves: int = 4
+    annotation_limits: AnnotationLimits = AnnotationLimits()
+    trust: Trust = Trust()

@@ -2,8 +2,10 @@
 
 Amounts. The pod annotation `noderesource.dev/resources` (JSON, written by a resource-annotator
 webhook) gives the exact requests and limits; a request left out there defaults to the limit, as
-the API server does. Without it (or for a container it does not list, or on resize, where the
-caller passes the new `resources`) they are estimated from the Linux resources:
+the API server does. Pod authors can write it too, so no amount may exceed what the container's
+cgroup settings allow (`_cgroup_bounds`); a larger one is cut back with a warning. Without it
+(or for a container it does not list, or on resize, where the caller passes the new
+`resources`) they are estimated from the Linux resources:
 CPU request = ceil(shares * 1000 / 1024) with shares == 2 meaning 0, CPU limit from quota/period,
 memory limit as given; Guaranteed containers get request = limit. For Burstable containers the
 memory request is estimated from `oom_score_adj` by inverting the kubelet formula
@@ -37,36 +39,58 @@ start is annotated), masked to the tiers the machine has memory in; when none re
 falls back to DRAM. A cold start > 0 removes DRAM from the tiers (the engine restores it later);
 when no other tier remains the cold start is dropped, since there is nothing else to start on.
 
-Every annotation is validated; an invalid value raises `PolicyError` naming the container, the
-annotation key, the value and what is accepted.
+`prefer-cpu-priority` (high, normal, low, none; `default` or none given: Guaranteed high,
+Burstable normal, BestEffort low) sets `cpu_priority`, the core kind exclusive CPUs come from
+first on hybrid machines.
+
+`numa-policy` (`single-numa-node` or `best-effort`, else the `single_numa_node` option) sets
+`single_numa`: the engine then refuses the container rather than span NUMA nodes.
+
+Every annotation is validated; an invalid value raises `AnnotationError` naming the container,
+the annotation key, the value (shortened) and what is accepted, or the limit it broke
+(`Options.annotation_limits`, `bounded`). The privileged annotations (`prefer-reserved-cpus`,
+`cpu.preserve`, `memory.preserve`, the isolated-CPU ones) count only in the namespaces
+`Options.trust` names; elsewhere a `true` is ignored with a warning on the request.
 """
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from fnmatch import fnmatchcase
 from fractions import Fraction
-from functools import lru_cache
 from typing import Any
 
-import yaml
-
 from nri_topology.policy import affinity
-from nri_topology.policy.affinity import SAFE_LOADER
-from nri_topology.policy.annotations import RESOURCES_KEY, Found, Scope, lookup, relevant
+from nri_topology.policy.annotations import (
+    RESOURCES_KEY,
+    Found,
+    Scope,
+    lookup,
+    relevant,
+    shown,
+)
+from nri_topology.policy.bounded import CACHE, Refused, load_json, load_yaml
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
+    AnnotationError,
+    AnnotationWarning,
     ContainerInfo,
     CpuKind,
+    CpuPriority,
     PodInfo,
     PolicyError,
     QoS,
     Request,
     Resources,
 )
-from nri_topology.quantity import QUANTITY_HELP, QuantityError, cpu_milli, memory_bytes
+from nri_topology.quantity import (
+    MAX_QUANTITY_CHARS,
+    QUANTITY_HELP,
+    QuantityError,
+    cpu_milli,
+    memory_bytes,
+)
 from nri_topology.topology.model import Machine, MemoryTier
 
 # ---------------------------------------------------------------------------------------------
@@ -88,6 +112,7 @@ _UNITS_NS: Mapping[str, Fraction] = {
 }
 _DURATION_PART = re.compile(r"(\d+\.?\d*|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
 MAX_COLD_START_NS = 3600 * 10**9
+MAX_DURATION_CHARS = 64
 
 
 def parse_bool(text: str) -> bool | None:
@@ -100,8 +125,11 @@ def parse_bool(text: str) -> bool | None:
 
 
 def parse_duration(text: str) -> int | None:
-    """A Go duration ("1m30s", "1.5h", "0") in nanoseconds, or None when it is not one."""
+    """A Go duration ("1m30s", "1.5h", "0") in nanoseconds, or None when it is not one (also
+    beyond MAX_DURATION_CHARS: no real duration is that long, and its digits would cost)."""
     s = text.strip()
+    if len(s) > MAX_DURATION_CHARS:
+        return None
     sign = -1 if s.startswith("-") else 1
     if s[:1] in ("+", "-"):
         s = s[1:]
@@ -151,22 +179,71 @@ def shares_to_milli(shares: int | None) -> int:
 
 
 def _invalid(w: str, found: Found, accepted: str) -> PolicyError:
-    return PolicyError(f"{w}: annotation {found.key}: invalid value {found.value!r}; {accepted}")
+    return AnnotationError(
+        f"{w}: annotation {found.key}: invalid value {shown(found.value)}; {accepted}",
+        key=found.key,
+    )
+
+
+def check_size(w: str, key: str, value: str, limit: int) -> None:
+    """Refuse a value over `limit` bytes before anything reads it."""
+    if len(value) * 4 <= limit:  # at most 4 bytes a character: cannot be over
+        return
+    size = len(value.encode("utf-8", "replace"))
+    if size > limit:
+        raise AnnotationError(
+            f"{w}: annotation {key}: value {shown(value)} is over the limit of {limit} bytes "
+            "(policy.annotation_limits.max_value_bytes)",
+            key=key,
+            limit="size",
+        )
+
+
+def _refused(w: str, key: str, e: Refused, value: str) -> AnnotationError:
+    limit = f" (limit: {e.limit})" if e.limit else ""
+    return AnnotationError(
+        f"{w}: annotation {key}: {e}{limit}; value {shown(value)}", key=key, limit=e.limit
+    )
+
+
+def _trusted(namespace: str, globs: tuple[str, ...]) -> bool:
+    return any(fnmatchcase(namespace, glob) for glob in globs)
 
 
 class _Annotations:
-    """Effective-annotation reads for one container, each value validated."""
+    """Effective-annotation reads for one container, each value size-checked and validated;
+    what was ignored or cut back is collected in `warnings`."""
 
-    def __init__(self, pod: PodInfo, container: ContainerInfo) -> None:
+    def __init__(self, pod: PodInfo, container: ContainerInfo, options: Options) -> None:
         self.pod = pod
         self.container = container
         self.who = who(pod, container)
         self.any = relevant(pod.annotations) or relevant(container.annotations)
+        self.max_bytes = options.annotation_limits.max_value_bytes
+        self.warnings: list[AnnotationWarning] = []
 
     def find(self, name: str) -> Found | None:
         if not self.any:
             return None
-        return lookup(name, self.container.name, self.pod.annotations, self.container.annotations)
+        found = lookup(name, self.container.name, self.pod.annotations, self.container.annotations)
+        if found is not None:
+            check_size(self.who, found.key, found.value, self.max_bytes)
+        return found
+
+    def privileged(self, name: str, trusted: tuple[str, ...]) -> tuple[bool, Scope] | None:
+        """A boolean annotation that only trusted namespaces may set to true; an untrusted true
+        is ignored (as if not annotated) with a warning."""
+        value = self.boolean(name)
+        if value is None or not value[0] or _trusted(self.pod.namespace, trusted):
+            return value
+        self.warnings.append(
+            AnnotationWarning(
+                "untrusted",
+                f"{name}: true ignored, namespace {self.pod.namespace!r} is not trusted with it "
+                "(policy.trusted_namespaces)",
+            )
+        )
+        return None
 
     def boolean(self, name: str) -> tuple[bool, Scope] | None:
         found = self.find(name)
@@ -198,13 +275,9 @@ def _memory_tiers(a: _Annotations) -> frozenset[MemoryTier] | None:
 _COLD_START_HELP = "expected YAML `duration: <Go duration>` from 0 to 1h, e.g. `duration: 60s`"
 
 
-@lru_cache(maxsize=256)
 def _cold_start_value(text: str) -> int | None:
-    """Nanoseconds of a cold-start annotation value, None when invalid; cached per text."""
-    try:
-        data = yaml.load(text, Loader=SAFE_LOADER)
-    except yaml.YAMLError:
-        return None
+    """Nanoseconds of a cold-start annotation value, None when invalid (Refused when refused)."""
+    data = load_yaml(text)
     if not isinstance(data, dict) or set(data) != {"duration"}:
         return None
     raw = data["duration"]
@@ -218,37 +291,50 @@ def _cold_start_ns(a: _Annotations) -> int:
     found = a.find("cold-start")
     if found is None:
         return 0
-    ns = _cold_start_value(found.value)
+    try:
+        ns = CACHE.get(
+            ("cold-start", found.value), len(found.value), lambda: _cold_start_value(found.value)
+        )
+    except Refused as e:
+        if e.limit:
+            raise _refused(a.who, found.key, e, found.value) from None
+        ns = None
     if ns is None:
         raise _invalid(a.who, found, _COLD_START_HELP)
     return ns
 
 
-def _from_annotation(pod: PodInfo, container: ContainerInfo) -> dict[str, Any] | None:
+def _from_annotation(
+    pod: PodInfo, container: ContainerInfo, max_bytes: int
+) -> dict[str, Any] | None:
     """The container's entry in the `noderesource.dev/resources` annotation, if any."""
     text = pod.annotations.get(RESOURCES_KEY)
     if text is None:
         return None
     w = who(pod, container)
+    check_size(w, RESOURCES_KEY, text, max_bytes)
     accepted = (
         'expected JSON {"containers": {NAME: {"requests": {"cpu": Q, "memory": Q}, '
         '"limits": {...}}}, "initContainers": {...}}'
     )
     try:
-        data = json.loads(text)
-    except ValueError:
-        raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: not valid JSON; {accepted}") from None
+        data = load_json(text)
+    except Refused as e:
+        raise _refused(w, RESOURCES_KEY, e, text) from None
     if not isinstance(data, dict):
-        raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: {accepted}")
+        raise AnnotationError(f"{w}: annotation {RESOURCES_KEY}: {accepted}", key=RESOURCES_KEY)
     for section in ("containers", "initContainers"):
         entries = data.get(section) or {}
         if not isinstance(entries, dict):
-            raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: {section}: {accepted}")
+            raise AnnotationError(
+                f"{w}: annotation {RESOURCES_KEY}: {section}: {accepted}", key=RESOURCES_KEY
+            )
         entry = entries.get(container.name)
         if entry is not None:
             if not isinstance(entry, dict):
-                raise PolicyError(
-                    f"{w}: annotation {RESOURCES_KEY}: {section}.{container.name}: {accepted}"
+                raise AnnotationError(
+                    f"{w}: annotation {RESOURCES_KEY}: {section}.{container.name}: {accepted}",
+                    key=RESOURCES_KEY,
                 )
             return entry
     return None
@@ -263,16 +349,25 @@ def _exact_amounts(w: str, entry: Mapping[str, Any]) -> tuple[int, int | None, i
     for part in ("requests", "limits"):
         section = entry.get(part) or {}
         if not isinstance(section, dict):
-            raise PolicyError(f"{w}: annotation {RESOURCES_KEY}: {part}: expected a mapping")
+            raise AnnotationError(
+                f"{w}: annotation {RESOURCES_KEY}: {part}: expected a mapping", key=RESOURCES_KEY
+            )
         for res in _AMOUNTS:
             if res not in section:
                 continue
+            raw = section[res]
             try:
+                if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+                    raise QuantityError(f"{shown(raw)} is not a string or a number")
                 parse = cpu_milli if res == "cpu" else memory_bytes
-                parsed[part, res] = parse(section[res])
+                parsed[part, res] = parse(raw)
             except QuantityError as e:
-                raise PolicyError(
-                    f"{w}: annotation {RESOURCES_KEY}: {part}.{res}: {e}; expected {QUANTITY_HELP}"
+                limit = "number" if len(str(raw)) > MAX_QUANTITY_CHARS else ""
+                raise AnnotationError(
+                    f"{w}: annotation {RESOURCES_KEY}: {part}.{res}: {e}"
+                    + (f" (limit: {limit})" if limit else f"; expected {QUANTITY_HELP}"),
+                    key=RESOURCES_KEY,
+                    limit=limit,
                 ) from None
     cpu_limit = parsed.get(("limits", "cpu"))
     mem_limit = parsed.get(("limits", "memory"))
@@ -301,17 +396,73 @@ def _estimated_amounts(
     return cpu_req, cpu_limit, mem_req, mem_limit
 
 
+MAX_SHARES = 262144  # the kubelet's cap: shares say nothing about requests beyond 256 CPUs
+
+_Amounts = tuple[int, int | None, int, int | None]  # cpu request, cpu limit, memory req., limit
+
+
+def _cgroup_bounds(
+    qos: QoS, res: Resources, oom_score_adj: int | None, machine: Machine
+) -> _Amounts | tuple[int | None, int | None, int | None, int | None]:
+    """The most that each amount may be claimed as, from the settings the runtime made for the
+    container's cgroup (None: not bounded by them).
+
+    CPU request: the shares (the kubelet writes ceil-inverse-exact shares for the request), or the
+    quota when shares are capped or unknown. CPU limit: the quota. Memory limit: the memory limit.
+    Memory request: the memory limit, else for Burstable the oom_score_adj the kubelet derives from
+    it. BestEffort containers have no requests, so they may claim none.
+    """
+    cpu_limit = None
+    if res.cpu_quota and res.cpu_quota > 0 and res.cpu_period and res.cpu_period > 0:
+        cpu_limit = -(-res.cpu_quota * 1000 // res.cpu_period)
+    mem_limit = res.memory_limit if res.memory_limit and res.memory_limit > 0 else None
+    if qos is QoS.BEST_EFFORT:
+        return 0, cpu_limit, 0, mem_limit
+    cpu_req = cpu_limit
+    if res.cpu_shares is not None and 0 < res.cpu_shares < MAX_SHARES:
+        cpu_req = max(shares_to_milli(res.cpu_shares), 2)  # shares 2 stand for 0 to 2m
+        if cpu_limit is not None:
+            cpu_req = min(cpu_req, cpu_limit)
+    mem_req = mem_limit
+    adj = oom_score_adj
+    # The kubelet sets adj = 1000 - floor(1000 * request / capacity), at least 3.
+    if mem_req is None and qos is QoS.BURSTABLE and adj is not None and 3 < adj <= 999:
+        capacity = sum(n.memory for n in machine.nodes.values())
+        mem_req = (1001 - adj) * capacity // 1000
+    return cpu_req, cpu_limit, mem_req, mem_limit
+
+
+_AMOUNT_NAMES = ("cpu request", "cpu limit", "memory request", "memory limit")
+
+
+def _within(
+    claimed: _Amounts, allowed: tuple[int | None, int | None, int | None, int | None]
+) -> tuple[_Amounts, list[str]]:
+    """The claimed amounts cut back to what is allowed, and a note per amount cut."""
+    out: list[int | None] = []
+    cut: list[str] = []
+    for name, want, most in zip(_AMOUNT_NAMES, claimed, allowed, strict=True):
+        if want is not None and most is not None and want > most:
+            unit = "m" if name.startswith("cpu") else " bytes"
+            cut.append(f"{name} {want}{unit} cut to {most}{unit}")
+            want = most
+        out.append(want)
+    cpu_req, cpu_limit, mem_req, mem_limit = out
+    assert cpu_req is not None and mem_req is not None
+    return (cpu_req, cpu_limit, mem_req, mem_limit), cut
+
+
 def _in_reserved_namespace(namespace: str, options: Options) -> bool:
     return any(fnmatchcase(namespace, glob) for glob in options.reserved_namespaces)
 
 
-def _isolation(a: _Annotations) -> tuple[bool, bool] | None:
+def _isolation(a: _Annotations, trusted: tuple[str, ...]) -> tuple[bool, bool] | None:
     """(prefer isolated, strictly required) from the annotations, None when not annotated.
 
     The narrower scope wins; at equal scope require-isolated-cpus wins.
     """
-    prefer = a.boolean("prefer-isolated-cpus")
-    require = a.boolean("require-isolated-cpus")
+    prefer = a.privileged("prefer-isolated-cpus", trusted)
+    require = a.privileged("require-isolated-cpus", trusted)
     if require is not None and (prefer is None or require[1] <= prefer[1]):
         return require[0], require[0]
     if prefer is not None:
@@ -327,10 +478,11 @@ def _classify(
     Every CPU annotation is read (and so validated) before any rule applies, so an invalid
     value is an error whichever rule decides.
     """
-    preserve = a.boolean("cpu.preserve")
-    reserved = a.boolean("prefer-reserved-cpus")
+    trust = options.trust
+    preserve = a.privileged("cpu.preserve", trust.preserve)
+    reserved = a.privileged("prefer-reserved-cpus", trust.reserved_cpus)
     shared_annotation = a.boolean("prefer-shared-cpus")
-    isolation = _isolation(a)
+    isolation = _isolation(a, trust.isolated_cpus)
     if preserve is not None and preserve[0]:
         return CpuKind.PRESERVE, 0, cpu_req, False
     if reserved is not None and reserved[0]:
@@ -372,6 +524,42 @@ def _classify(
     return (CpuKind.MIXED if frac else CpuKind.EXCLUSIVE), cores, frac, False
 
 
+_NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
+
+
+def _single_numa(a: _Annotations, options: Options) -> bool:
+    """Whether the container must stay in one NUMA node: `numa-policy`, else the option."""
+    found = a.find("numa-policy")
+    if found is None:
+        return options.single_numa_node
+    value = _NUMA_POLICIES.get(found.value.strip().lower())
+    if value is None:
+        raise _invalid(a.who, found, "expected single-numa-node or best-effort")
+    return value
+
+
+_QOS_PRIORITY = {
+    QoS.GUARANTEED: CpuPriority.HIGH,
+    QoS.BURSTABLE: CpuPriority.NORMAL,
+    QoS.BEST_EFFORT: CpuPriority.LOW,
+}
+_PRIORITY_HELP = "expected high, normal, low, none or default"
+
+
+def _cpu_priority(a: _Annotations, qos: QoS) -> CpuPriority:
+    """`prefer-cpu-priority`, else (and for `default`) by QoS class."""
+    found = a.find("prefer-cpu-priority")
+    if found is None:
+        return _QOS_PRIORITY[qos]
+    value = found.value.strip().lower()
+    if value == "default":
+        return _QOS_PRIORITY[qos]
+    try:
+        return CpuPriority(value)
+    except ValueError:
+        raise _invalid(a.who, found, _PRIORITY_HELP) from None
+
+
 def _machine_tiers(machine: Machine) -> frozenset[MemoryTier]:
     return frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
 
@@ -386,12 +574,23 @@ def build_request(
 ) -> Request:
     """Classify a container's resource request; `resources` overrides its own (resize)."""
     w = who(pod, container)
-    a = _Annotations(pod, container)
+    a = _Annotations(pod, container, options)
     qos = qos_of(pod)
+    limits = options.annotation_limits
 
-    entry = _from_annotation(pod, container) if resources is None else None
+    entry = _from_annotation(pod, container, limits.max_value_bytes) if resources is None else None
     if entry is not None:
-        cpu_req, cpu_limit, mem_req, mem_limit = _exact_amounts(w, entry)
+        claimed = _exact_amounts(w, entry)
+        allowed = _cgroup_bounds(qos, container.resources, container.oom_score_adj, machine)
+        (cpu_req, cpu_limit, mem_req, mem_limit), cut = _within(claimed, allowed)
+        if cut:
+            a.warnings.append(
+                AnnotationWarning(
+                    "claim_cut",
+                    f"{RESOURCES_KEY}: {', '.join(cut)}: more than the container's cgroup "
+                    "settings allow",
+                )
+            )
     else:
         cpu_req, cpu_limit, mem_req, mem_limit = _estimated_amounts(
             qos, resources or container.resources, container.oom_score_adj, machine
@@ -399,7 +598,7 @@ def build_request(
 
     kind, exclusive, shared, require_isolated = _classify(a, qos, cpu_req, options, machine)
 
-    preserve_mem = a.boolean("memory.preserve")
+    preserve_mem = a.privileged("memory.preserve", options.trust.preserve)
     memory_preserve = preserve_mem is not None and preserve_mem[0]
     cold_start_ns = _cold_start_ns(a)
     asked = _memory_tiers(a)
@@ -417,6 +616,8 @@ def build_request(
             cold_start_ns = 0
 
     hide = a.boolean("hide-hyperthreads")
+    single_numa = _single_numa(a, options)
+    cpu_priority = _cpu_priority(a, qos)
 
     affinities: list[affinity.Affinity] = []
     for name, anti in (("affinity", False), ("anti-affinity", True)):
@@ -429,7 +630,25 @@ def build_request(
                 anti=anti,
                 annotation=found.key,
                 who=w,
+                max_values=limits.max_affinity_values,
             )
+            if len(affinities) > limits.max_affinity_rules:
+                raise AnnotationError(
+                    f"{w}: annotation {found.key}: {len(affinities)} affinity and anti-affinity "
+                    f"rules apply to the container, the limit is {limits.max_affinity_rules} "
+                    "(policy.annotation_limits.max_affinity_rules)",
+                    key=found.key,
+                    limit="rules",
+                )
+            globs = affinity.glob_patterns(affinities)
+            if globs > limits.max_affinity_globs:
+                raise AnnotationError(
+                    f"{w}: annotation {found.key}: {globs} glob patterns with wildcards in the "
+                    f"container's affinity rules, the limit is {limits.max_affinity_globs} "
+                    "(policy.annotation_limits.max_affinity_globs)",
+                    key=found.key,
+                    limit="globs",
+                )
     if not affinities:
         affinities += affinity.implicit(
             pod_id=pod.id,
@@ -453,6 +672,8 @@ def build_request(
         exclusive=exclusive,
         shared=shared,
         require_isolated=require_isolated,
+        single_numa=single_numa,
+        cpu_priority=cpu_priority,
         memory_tiers=tiers,
         memory_preserve=memory_preserve,
         hide_hyperthreads=hide is not None and hide[0],
@@ -461,4 +682,5 @@ def build_request(
         labels=dict(container.labels),
         created_at=container.created_at,
         pod_labels=dict(pod.labels),
+        warnings=tuple(a.warnings),
     )

@@ -15,14 +15,23 @@ this tuple, criterion by criterion:
 4. `burst` - Burstable containers with a CPU limit: 0 when the pool's free shared capacity
    covers the limit, else 1 (a pool that would throttle the burst range loses).
 5. `isolated` - isolated requests: 0 when the pool has enough free isolated CPUs, else 1.
-6. `numa` - (number of NUMA nodes the pool spans, their average distance over all ordered pairs,
-   self-pairs included): the fewest and closest nodes win (KEP-3545 measure).
-7. `depth` - minus the depth: the deeper, tighter pool wins.
-8. `load` - exclusive requests: (0, minus free shared capacity): spread exclusive CPUs to the pool
+6. `numa` - (number of NUMA nodes the grant would span, their average distance over all ordered
+   pairs, self-pairs included): the fewest and closest nodes win (KEP-3545 measure). For
+   exclusive CPUs (with prefer_closest_numa and without distribute_across_numa) that is the best
+   node set of the pool's free CPUs (`numasets.grant_nodes`), and the grant then takes its CPUs
+   from that set only: so the root, whose free CPUs sit on two far nodes, beats a socket whose
+   free CPUs need three near ones. Shared, mixed and isolated grants run on the pool's CPUs, so
+   for them it is all the pool's nodes.
+7. `cores` - hybrid machines, exclusive requests with a CPU priority: 0 when the pool's free
+   CPUs include enough of the preferred core kind (performance cores for high and normal,
+   efficiency cores for low), else 1. After `numa`: a container rather takes the other kind of
+   core than spans one more NUMA node.
+8. `depth` - minus the depth: the deeper, tighter pool wins.
+9. `load` - exclusive requests: (0, minus free shared capacity): spread exclusive CPUs to the pool
    with most room; shared requests: (shared containers in the pool, minus free shared capacity):
    idle pools before busy ones (with `shared_placement: pack` the first element is 0 for pools
    whose subtree already hosts shared containers and 1 for the others: busy pools first).
-9. `index` - the pool's pre-order number: same input, same decision.
+10. `index` - the pool's pre-order number: same input, same decision.
 
 Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * pools that cannot fit are filtered out, and a failed grant falls back to the next pool (the
@@ -30,7 +39,9 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * a total order on tuples replaces the reference comparator, which is not transitive for
   unlimited Burstable containers;
 * memory capacity for unlimited Burstable containers does not pull them to the root;
-* the NUMA span and distance criterion is new (the reference relies on depth alone).
+* the NUMA span and distance criterion is new (the reference relies on depth alone), and it
+  measures the nodes the grant would use, not the pool's: KEP-3545's "fewest nodes, then
+  closest" holds whichever pools the free nodes are in.
 """
 
 from __future__ import annotations
@@ -40,7 +51,18 @@ from typing import NamedTuple
 
 from nri_topology.policy.pools import Pool
 
-CRITERIA = ("affinity", "tiers", "memory", "burst", "isolated", "numa", "depth", "load", "index")
+CRITERIA = (
+    "affinity",
+    "tiers",
+    "memory",
+    "burst",
+    "isolated",
+    "numa",
+    "cores",
+    "depth",
+    "load",
+    "index",
+)
 
 DISTANCE_DECAY = 0.75
 
@@ -57,6 +79,7 @@ class Candidate(NamedTuple):
     isolated_short: bool
     numa_nodes: int
     numa_distance: float
+    cores_short: bool  # too few free CPUs of the preferred core kind (hybrid machines)
     exclusive: bool  # the request takes whole CPUs (spreading) rather than only shared ones
     colocated: int
     free_shared: int  # milli-CPU
@@ -72,6 +95,7 @@ def sort_key(c: Candidate) -> tuple[object, ...]:
         int(c.burst_short),
         int(c.isolated_short),
         (c.numa_nodes, round(c.numa_distance, 9)),
+        int(c.cores_short),
         -c.pool.depth,
         load,
         c.pool.index,

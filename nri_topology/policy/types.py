@@ -30,6 +30,17 @@ class CpuKind(StrEnum):
     PRESERVE = "preserve"  # CPU pinning left as it is (annotation cpu.preserve)
 
 
+class CpuPriority(StrEnum):
+    """Which kind of core exclusive CPUs come from first on hybrid machines (annotation
+    `prefer-cpu-priority`): high and normal prefer performance cores, low efficiency cores,
+    none has no preference. Machines that are not hybrid have performance cores only."""
+
+    HIGH = "high"
+    NORMAL = "normal"
+    LOW = "low"
+    NONE = "none"
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """The Linux resources the runtime reports for a container (None = not set)."""
@@ -112,6 +123,7 @@ class Decision:
     trace: tuple[PoolScore, ...] = ()
     memory_relaxed: bool = False  # memory widened beyond the pool because it ran out
     cold_start: ColdStart | None = None
+    warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
     degraded: tuple[Degradation, ...] = ()  # what the container got less of than it asked for
     moved: tuple[str, ...] = ()  # shared containers moved to make room (their updates included)
 
@@ -126,6 +138,26 @@ class Degradation(StrEnum):
 
 class PolicyError(Exception):
     """A request that cannot be met or is invalid; the policy state is unchanged."""
+
+
+class AnnotationError(PolicyError):
+    """An annotation value refused: `key` is the annotation, `limit` the bound it broke ("" when
+    the value is merely invalid). The message names the container, the key and the limit."""
+
+    def __init__(self, message: str, *, key: str, limit: str = "") -> None:
+        super().__init__(message)
+        self.key = key
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class AnnotationWarning:
+    """An annotation the policy ignored or cut back rather than refuse; `kind` is its metric label
+    ("untrusted": a privileged annotation from a namespace not trusted with it; "claim_cut":
+    `noderesource.dev/resources` asked for more than the container's cgroup settings allow)."""
+
+    kind: str
+    message: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +181,8 @@ class Request:
     exclusive: int = 0  # whole CPUs of its own (EXCLUSIVE, MIXED, ISOLATED)
     shared: int = 0  # milli-CPU from the pool's shared CPUs (or the reserved CPUs for RESERVED)
     require_isolated: bool = False  # fail unless all exclusive CPUs are isolated
+    single_numa: bool = False  # fail unless CPUs and memory fit one NUMA node
+    cpu_priority: CpuPriority = CpuPriority.NONE  # core kind preferred for exclusive CPUs
     memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
     memory_preserve: bool = False  # leave cpuset.mems untouched
     hide_hyperthreads: bool = False  # pin one thread per physical core
@@ -157,3 +191,4 @@ class Request:
     labels: Mapping[str, str] = field(default_factory=dict)
     created_at: int = 0
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # affinity keys pod/labels/<k>
+    warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back

@@ -46,6 +46,8 @@ def _placed(p: Placed, explain: bool) -> dict[str, Any]:
         if p.cold_start is None
         else {"delay_ns": p.cold_start.delay_ns, "then_mems": _set(p.cold_start.then_mems)}
     )
+    if p.warnings:
+        doc["warnings"] = list(p.warnings)
     if explain:
         doc["trace"] = [
             {"pool": s.pool, "key": [_scalar(k) for k in s.key], "verdict": s.verdict}
@@ -119,6 +121,7 @@ def to_document(sim: Simulation, *, explain: bool = False) -> dict[str, Any]:
             "cpus": cpuset.format(m.cpus),
             "isolated": cpuset.format(m.isolated),
             "offline": cpuset.format(m.offline),
+            "efficiency": cpuset.format(m.efficiency_cpus),
             "nodes": [
                 {
                     "id": n.id,

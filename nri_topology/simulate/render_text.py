@@ -92,6 +92,8 @@ def _explain(step: StepResult) -> list[str]:
         out.append(f"    {p.assignment.id}: {p.reason or '(no reason given)'}")
         if p.memory_relaxed:
             out.append("      memory widened beyond the pool: its memory ran out")
+        for warning in p.warnings:
+            out.append(f"      annotation ignored: {warning}")
         if p.cold_start is not None:
             out.append(
                 f"      cold start: after {p.cold_start.delay_ns / 1e9:g} s memory widens to "

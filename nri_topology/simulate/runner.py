@@ -75,6 +75,7 @@ class Placed:
     trace: tuple[PoolScore, ...]
     memory_relaxed: bool
     cold_start: ColdStart | None
+    warnings: tuple[str, ...] = ()  # annotations ignored or cut back
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +218,7 @@ class Runner:
                     decision.trace,
                     decision.memory_relaxed,
                     decision.cold_start,
+                    tuple(w.message for w in decision.warnings),
                 )
             )
             self._apply(decision.updates, moved)

@@ -3,7 +3,7 @@
 The Go mux hands one whole frame to each `conn.Read(buf)` and fails with ENOMEM when the frame is
 larger than `buf`; ttrpc reads through a 4096-byte `bufio.Reader`, which passes its own buffer for
 small reads and the caller's slice for reads of at least 4096 bytes into an empty buffer. A frame
-therefore fits only if it lines up with ttrpc message boundaries (docs/nri-protocol.md §3.5). The Go
+therefore fits only if it lines up with ttrpc message boundaries (docs/protocol.md §3.3). The Go
 mux also queues at most 256 unread frames per connection and closes everything on overflow.
 """
 

@@ -1,6 +1,6 @@
 """A runtime-side NRI peer for tests, benchmarks and demos, behaving like the Go adaptation.
 
-It plays containerd's part of docs/nri-protocol.md §6 over a real unix socket (or a socketpair
+It plays containerd's part of docs/protocol.md §6 over a real unix socket (or a socketpair
 for launched plugins) and reads frames exactly as a Go peer would (`go_reader`), so a plugin that
 frames wrongly, answers Synchronize chunks wrongly, subscribes to unknown events or is too slow
 fails here the way it would fail on a node. Everything the plugin is asked and answers is
@@ -304,7 +304,7 @@ class PluginConnection:
         return len(encode_request(PLUGIN_SERVICE, "Synchronize", req.SerializeToString(), 1))
 
     async def _synchronize(self) -> list[api_pb2.ContainerUpdate]:
-        """Send everything, in chunks when too big, as the Go adaptation does (§6.4)."""
+        """Send everything, in chunks when too big, as the Go adaptation does (§6.3)."""
         peer = self.peer
         pods, ctrs = list(peer.pods.values()), list(peer.containers.values())
         pods_per_msg, ctrs_per_msg = len(pods), len(ctrs)

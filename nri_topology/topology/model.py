@@ -21,6 +21,14 @@ class MemoryTier(StrEnum):
     CXL = "cxl"
 
 
+class CoreKind(StrEnum):
+    """Kind of core on a hybrid machine (Intel P/E cores, Arm big.LITTLE); all performance on
+    others."""
+
+    PERFORMANCE = "performance"
+    EFFICIENCY = "efficiency"
+
+
 @dataclass(frozen=True, slots=True)
 class Cpu:
     """One online logical CPU and the hardware groups it belongs to."""
@@ -34,6 +42,7 @@ class Cpu:
     threads: frozenset[int]  # online hardware-thread siblings, self included
     l2: frozenset[int]  # online CPUs sharing this CPU's L2 cache (self when unknown)
     l3: frozenset[int]  # online CPUs sharing this CPU's L3 cache (package when unknown)
+    kind: CoreKind = CoreKind.PERFORMANCE
 
     @property
     def core_key(self) -> tuple[int, int, int]:
@@ -69,6 +78,16 @@ class Machine:
     isolated: frozenset[int] = frozenset()  # online CPUs isolated from the scheduler (isolcpus)
     offline: frozenset[int] = frozenset()  # present but offline CPUs (not in `cpus`)
     warnings: tuple[str, ...] = ()  # what could not be read, each naming the file
+    core_kinds_from: str = ""  # the sysfs source of the core kinds, "" when not hybrid
+
+    @cached_property
+    def efficiency_cpus(self) -> frozenset[int]:
+        """Online CPUs of efficiency cores (empty unless the machine is hybrid)."""
+        return frozenset(c.id for c in self.cpus.values() if c.kind is CoreKind.EFFICIENCY)
+
+    @cached_property
+    def performance_cpus(self) -> frozenset[int]:
+        return self.all_cpus - self.efficiency_cpus
 
     @cached_property
     def all_cpus(self) -> frozenset[int]:

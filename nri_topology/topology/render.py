@@ -16,6 +16,8 @@ strings in the Linux list format ("0-3,8"); object keys that are ids are decimal
                  "distances": {"<node id>": int}, "hugepages": {"<page size kB>": int}}],
       "memory": {"<tier>": int (bytes)},      # per tier, tiers with memory only
       "isolated": str, "offline": str,
+      "efficiency": str,                      # CPUs of efficiency cores ("" unless hybrid)
+      "core_kinds_from": str,                 # sysfs source of the core kinds ("" unless hybrid)
       "warnings": [str],
       "windows_groups": {"machine": [str], "nodes": {"<node id>": [str]}}   # optional
     }
@@ -47,7 +49,7 @@ JSON_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": [
         "schema", "counts", "threads_per_core", "cpus", "sockets", "nodes", "memory",
-        "isolated", "offline", "warnings",
+        "isolated", "offline", "efficiency", "core_kinds_from", "warnings",
     ],
     "additionalProperties": False,
     "properties": {
@@ -121,6 +123,8 @@ JSON_SCHEMA: dict[str, Any] = {
         },
         "isolated": _SET,
         "offline": _SET,
+        "efficiency": _SET,
+        "core_kinds_from": {"type": "string"},
         "warnings": {"type": "array", "items": {"type": "string"}},
         "windows_groups": {
             "type": "object",
@@ -211,6 +215,8 @@ def machine_json(machine: Machine, *, windows_groups: bool = False) -> dict[str,
         "memory": memory_per_tier(machine),
         "isolated": cpuset.format(machine.isolated),
         "offline": cpuset.format(machine.offline),
+        "efficiency": cpuset.format(machine.efficiency_cpus),
+        "core_kinds_from": machine.core_kinds_from,
         "warnings": list(machine.warnings),
     }
     if windows_groups:
@@ -306,6 +312,11 @@ def machine_text(machine: Machine, *, windows_groups: bool = False) -> str:
         lines.append(f"  {a:>{width}}{row}")
     lines.append(f"isolated CPUs: {cpus(machine.isolated) or '-'}")
     lines.append(f"offline CPUs: {cpuset.format(machine.offline) or '-'}")
+    if machine.efficiency_cpus:
+        lines.append(
+            f"efficiency cores: {cpuset.format(machine.efficiency_cpus)} "
+            f"(from {machine.core_kinds_from})"
+        )
     if machine.warnings:
         lines.append("warnings:")
         lines += [f"  - {w}" for w in machine.warnings]

@@ -11,6 +11,12 @@ What is read, relative to the sysfs root:
   initiator attributes and `memory_side_cache`.
 * `devices/system/node/has_normal_memory`: nodes not listed (when the file exists) hold movable
   memory only (`NumaNode.normal`).
+* core kinds on hybrid machines, first source that tells performance from efficiency cores:
+  `devices/cpu_atom/cpus` (Intel E-cores; `devices/cpu_core/cpus` are the P-cores), else per CPU
+  `cpuN/cpu_capacity` (Arm), else `cpuN/cpufreq/cpuinfo_max_freq`. From a number, CPUs below
+  80% of the highest value are efficiency cores: small differences (favoured cores of Turbo
+  Boost Max, per-core turbo bins) do not make a machine hybrid. A core is an efficiency core only
+  when all its threads are; `Machine.core_kinds_from` names the source.
 * `bus/dax/devices/*` (`target_node` and where the device sits) as a kernel hint of the memory kind.
 * `<proc_root>/cmdline` for `isolcpus=` when a proc root is given; `<proc_root>/meminfo` when the
   kernel has no NUMA node directories at all.
@@ -49,11 +55,11 @@ import os
 import re
 import statistics
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
+from nri_topology.topology.model import CoreKind, Cpu, Machine, MemoryTier, NumaNode
 
 ENV_SYSFS = "NRI_TOPOLOGY_SYSFS"
 _NODE_DIR = "devices/system/node"
@@ -162,6 +168,15 @@ def read_machine(
             f"{_NODE_DIR}/node*/cpulist: no online node lists CPUs {cpuset.format(unplaced)}"
         )
     cpus = _read_cpus(r, online, cpu_node)
+    efficiency, kinds_from = _efficiency_cpus(r, online)
+    efficiency = frozenset(c for c in efficiency if cpus[c].threads <= efficiency)
+    if efficiency:
+        cpus = {
+            c: replace(cpu, kind=CoreKind.EFFICIENCY) if c in efficiency else cpu
+            for c, cpu in cpus.items()
+        }
+    else:
+        kinds_from = ""
     distances = _distance_matrix(r, nodes_raw)
     tiers = _classify(r, nodes_raw, distances, tier_overrides or {})
     normal = r.ids(f"{_NODE_DIR}/has_normal_memory", optional=True)
@@ -184,6 +199,7 @@ def read_machine(
         isolated=isolated & online,
         offline=offline,
         warnings=tuple(r.warnings),
+        core_kinds_from=kinds_from,
     )
 
 
@@ -318,6 +334,31 @@ def _read_cpus(r: _Reader, online: frozenset[int], cpu_node: Mapping[int, int]) 
         )
         for cpu, (package, die, cluster, core, threads) in raw.items()
     }
+
+
+# Below this share of the highest capacity or maximum frequency a CPU is an efficiency core.
+_EFFICIENCY_SHARE = 0.8
+
+
+def _efficiency_cpus(r: _Reader, online: frozenset[int]) -> tuple[frozenset[int], str]:
+    """(efficiency-core CPUs, the source that said so); empty on machines that are not hybrid."""
+    atom = r.ids("devices/cpu_atom/cpus", optional=True)
+    if atom is not None:
+        atom &= online
+        if atom and atom != online:
+            return atom, "devices/cpu_atom/cpus"
+    for rel in ("cpu_capacity", "cpufreq/cpuinfo_max_freq"):
+        if not online or r.number(f"{_CPU_DIR}/cpu{min(online)}/{rel}", optional=True) is None:
+            continue  # one look before reading a file per CPU
+        values = {c: r.number(f"{_CPU_DIR}/cpu{c}/{rel}", optional=True) for c in sorted(online)}
+        known = {c: v for c, v in values.items() if v is not None and v > 0}
+        if len(known) != len(online):
+            continue
+        top = max(known.values())
+        low = frozenset(c for c, v in known.items() if v < _EFFICIENCY_SHARE * top)
+        if low:
+            return low, f"{_CPU_DIR}/cpu*/{rel}"
+    return frozenset(), ""
 
 
 def _reconcile_cores(r: _Reader, raw: dict[int, tuple[int, int, int, int, frozenset[int]]]) -> None:

@@ -1,6 +1,6 @@
 """ttrpc wire format without any I/O: frame headers, a streaming frame decoder, envelopes.
 
-Kept free of sockets and asyncio so the byte-level rules (§4 of nri-protocol.md) can be
+Kept free of sockets and asyncio so the byte-level rules (docs/protocol.md §4) can be
 tested exhaustively and reused by any transport, e.g. the NRI multiplexer's logical
 connections. Nothing here knows about NRI.
 """

@@ -1,6 +1,6 @@
 """asyncio ttrpc server: dispatches unary requests on one Channel to async handlers.
 
-Answers the way the Go server does (nri-protocol.md §4.4, §4.7, §4.9), because the runtime
+Answers the way the Go server does (docs/protocol.md §4.3, §4.5, §4.6), because the runtime
 relies on the exact codes: UNIMPLEMENTED for unknown methods triggers NRI's StateChange
 fallback, and any handler failure must become a status, never a dead connection.
 """
