@@ -12,12 +12,16 @@ import os
 import sys
 from collections.abc import Sequence
 
+from nri_topology import __version__
+
 # subcommand -> module under nri_topology.commands
 COMMANDS: dict[str, str] = {
     "run": "run",
     "topology": "topology",
     "simulate": "simulate",
     "validate-config": "validate_config",
+    "status": "status",
+    "explain": "explain",
 }
 
 
@@ -30,6 +34,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="nri-topology",
         description="NRI plugin placing containers on topologically aligned CPUs and memory.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMANDS:
         if only is not None and name != only:

@@ -2,7 +2,17 @@
 
 Annotations, config files and simulator workloads all spell amounts the way pod specs do; the
 plugin works in milli-CPU and bytes. One parser for all of them, following the API server's
-grammar (a decimal or binary suffix, or an exponent, never both) and rounding up as it does.
+grammar and rounding up as it does:
+
+    quantity ::= sign? number (binary | decimal | exponent)?
+    number   ::= digits | digits "." digits? | "." digits
+    binary   ::= Ki | Mi | Gi | Ti | Pi | Ei
+    decimal  ::= n | u | m | k | M | G | T | P | E
+    exponent ::= ("e" | "E") sign? digits
+
+No spaces. "1E" is 10^18 and "1E3" is 1000, as there. Deliberate differences, so that what a
+quantity may cost stays bounded: exponents beyond ±100 and texts longer than 64 characters are
+refused (the API server takes them; no resource is that large).
 """
 
 from __future__ import annotations
@@ -15,6 +25,8 @@ from functools import lru_cache
 
 _SUFFIXES: Mapping[str, Fraction] = {
     "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
     "m": Fraction(1, 1000),
     "k": Fraction(10**3),
     "M": Fraction(10**6),
@@ -29,7 +41,9 @@ _SUFFIXES: Mapping[str, Fraction] = {
     "Pi": Fraction(2**50),
     "Ei": Fraction(2**60),
 }
-_QUANTITY = re.compile(r"([+-]?)(\d+\.?\d*|\.\d+)(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[mkMGTPE])?)")
+_QUANTITY = re.compile(
+    r"([+-]?)([0-9]+\.?[0-9]*|\.[0-9]+)(?:([eE][+-]?[0-9]+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)"
+)
 QUANTITY_HELP = "a Kubernetes quantity such as 500m, 2, 1.5, 1e3, 512Mi or 1G"
 # Far beyond any real amount (the API server keeps 18 significant digits), far below the 4300
 # digits Python's int() refuses: what a quantity may cost stays bounded.
@@ -48,7 +62,7 @@ def parse_quantity(text: str) -> Fraction:
             f"{text[:MAX_QUANTITY_CHARS]!r}…({len(text)} characters) is longer than "
             f"{MAX_QUANTITY_CHARS} characters"
         )
-    m = _QUANTITY.fullmatch(text.strip()) if isinstance(text, str) else None
+    m = _QUANTITY.fullmatch(text) if isinstance(text, str) else None
     if m is None:
         raise QuantityError(f"{text!r} is not {QUANTITY_HELP}")
     sign, number, exponent, suffix = m.groups()
@@ -82,6 +96,12 @@ def memory_bytes(value: str | int | float) -> int:
 def format_milli(milli: int) -> str:
     """Milli-CPU as the shortest quantity: 2000 → "2", 1500 → "1500m"."""
     return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
+
+
+def format_cores(milli: int) -> str:
+    """Milli-CPU as an exact decimal number of CPUs: 50900 → "50.9", 52000 → "52"."""
+    whole, frac = divmod(milli, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0") if frac else str(whole)
 
 
 def format_bytes(value: int) -> str:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+import structlog
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -67,9 +68,13 @@ def test_save_then_load(tmp_path: Path) -> None:
 
 def test_missing_and_corrupt_files_load_as_none(tmp_path: Path) -> None:
     cp = Checkpoint(tmp_path / "state.json")
-    assert cp.load() == checkpoint.Loaded(None, "no checkpoint file")
+    with structlog.testing.capture_logs() as logs:
+        assert cp.load() == checkpoint.Loaded(None, "no checkpoint file")
+    assert [e["log_level"] for e in logs] == ["info"]  # a fresh install: nothing is wrong
     cp.path.write_text("{garbage")
-    assert "not valid JSON" in cp.load().problem
+    with structlog.testing.capture_logs() as logs:
+        assert "not valid JSON" in cp.load().problem
+    assert [e["log_level"] for e in logs] == ["warning"]
     cp.path.unlink()
     cp.path.mkdir()  # a directory where the file should be cannot be read
     assert cp.load().problem.startswith("cannot read")

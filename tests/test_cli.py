@@ -4,6 +4,8 @@ import os
 import subprocess
 import sys
 
+import nri_topology
+
 
 def test_closed_pipe_ends_quietly() -> None:
     """Output into a reader that went away (`… | head -1`) ends without a traceback."""
@@ -33,3 +35,14 @@ def test_unknown_command_is_a_usage_error() -> None:
     )
     assert proc.returncode == 2
     assert "invalid choice" in proc.stderr
+
+
+def test_version() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "nri_topology.cli", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0
+    assert proc.stdout == f"nri-topology {nri_topology.__version__}\n"

@@ -137,6 +137,9 @@ async def test_crash_before_the_next_checkpoint_moves_no_exclusive_cpu(
         assert moved == set()
 
 
+KINDS = ("capacity", "free", "assigned")
+
+
 def test_metrics_match_the_real_policy_views(running) -> None:
     plugin = running[0]
     text = generate_latest(plugin.metrics.registry).decode()
@@ -149,9 +152,12 @@ def test_metrics_match_the_real_policy_views(running) -> None:
     assert pools
     for view in pools:
         label = (("pool", view.name),)
-        assert samples[("nri_topology_pool_cpu_capacity_millicpu", label)] == view.capacity_milli
-        assert samples[("nri_topology_pool_cpu_free_millicpu", label)] == view.free_milli
-        assert samples[("nri_topology_pool_cpu_assigned_millicpu", label)] == view.assigned_milli
+        cores = {k: samples[(f"nri_topology_pool_cpu_{k}_cores", label)] for k in KINDS}
+        assert cores == {
+            "capacity": view.capacity_milli / 1000,
+            "free": view.free_milli / 1000,
+            "assigned": view.assigned_milli / 1000,
+        }
         assert samples[("nri_topology_pool_containers", label)] == view.containers
         for tier, memory in view.memory.items():
             key = (("pool", view.name), ("tier", str(tier)))

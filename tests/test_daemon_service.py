@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import os
 import signal
 import socket
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+import nri_topology
 from nri_topology.config.load import ConfigError
 from nri_topology.config.schema import Config
 from nri_topology.daemon.checkpoint import Checkpoint
@@ -58,7 +60,7 @@ def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> D
     daemon = Daemon(
         path,
         overrides,
-        log_stream=io.StringIO(),
+        log_stream=kw.pop("log_stream", io.StringIO()),  # type: ignore[arg-type]
         policy_factory=factory,
         environ={},
         reload_interval=0.02,
@@ -75,6 +77,14 @@ async def _http(port: int, path: str) -> tuple[int, str]:
     writer.close()
     head, _, body = data.decode().partition("\r\n\r\n")
     return int(head.split()[1]), body
+
+
+def test_start_up_log_names_the_version(tmp_path: Path, short_dir: Path) -> None:
+    stream = io.StringIO()
+    make_daemon(tmp_path, short_dir / "nri.sock", log_stream=stream)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    (starting,) = [line for line in lines if line["event"] == "starting"]
+    assert starting["version"] == nri_topology.__version__
 
 
 @pytest.fixture
@@ -102,7 +112,7 @@ async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Pat
     assert status == 200
     assert 'nri_topology_nri_requests_total{method="CreateContainer"} 1.0' in body
     (view,) = daemon.plugin.policy.pools()  # type: ignore[union-attr]
-    assert f'nri_topology_pool_cpu_free_millicpu{{pool="node0"}} {view.free_milli:.1f}' in body
+    assert f'nri_topology_pool_cpu_free_cores{{pool="node0"}} {view.free_milli / 1000}' in body
     assert f'nri_topology_pool_containers{{pool="node0"}} {view.containers:.1f}' in body
     assert 'nri_topology_pool_memory_assigned_bytes{pool="node0",tier="dram"} 1.048576e+06' in body
     assert 'container_id="a"' in body and 'kind="exclusive"' in body

@@ -8,14 +8,20 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from nri_topology.daemon.health import StatusServer
-from nri_topology.daemon.metrics import ContainerStat, MemoryStat, Metrics, PoolStat, StateView
+from nri_topology.daemon.metrics import (
+    ERROR_REASONS,
+    LATENCY_BUCKETS,
+    ContainerStat,
+    MemoryStat,
+    Metrics,
+    PoolStat,
+    StateView,
+)
 
 VIEW = StateView(
     pools=(
         PoolStat(
             name="node0",
-            cpus="0-7",
-            mems="0",
             cpu_capacity=8000,
             cpu_free=5500,
             cpu_assigned=2500,
@@ -31,8 +37,6 @@ VIEW = StateView(
             namespace="default",
             pool="node0",
             kind="exclusive",
-            cpus="2-3",
-            mems="0",
             cpu_count=2,
             exclusive_cpus=2,
         ),
@@ -71,25 +75,24 @@ async def served():
 async def test_metrics_endpoint_lists_pools_containers_and_counters(served) -> None:
     server, metrics, _ = served
     metrics.requests.labels("CreateContainer").inc()
-    metrics.errors.labels("policy").inc()
+    metrics.error("policy")
     metrics.decision_latency.labels("create").observe(0.003)
     metrics.registered.set(1)
     status, head, body = await _get(server.port, "/metrics")
     assert status == 200 and "text/plain" in head
     s = _samples(body)
     pool = (("pool", "node0"),)
-    assert s[("nri_topology_pool_cpu_capacity_millicpu", pool)] == 8000
-    assert s[("nri_topology_pool_cpu_free_millicpu", pool)] == 5500
-    assert s[("nri_topology_pool_cpu_assigned_millicpu", pool)] == 2500
+    assert s[("nri_topology_pool_cpu_capacity_cores", pool)] == 8
+    assert s[("nri_topology_pool_cpu_free_cores", pool)] == 5.5
+    assert s[("nri_topology_pool_cpu_assigned_cores", pool)] == 2.5
     assert s[("nri_topology_pool_containers", pool)] == 1
-    assert s[("nri_topology_pool_info", (("cpus", "0-7"), ("mems", "0"), ("pool", "node0")))] == 1
     tier = (("pool", "node0"), ("tier", "dram"))
     assert s[("nri_topology_pool_memory_capacity_bytes", tier)] == 1 << 30
     assert s[("nri_topology_pool_memory_free_bytes", tier)] == 3 << 28
     assert s[("nri_topology_pool_memory_assigned_bytes", tier)] == 1 << 28
     labels = dict(
         container_id="c1", container="app", pod="web", namespace="default", pool="node0",
-        kind="exclusive", cpus="2-3", mems="0",
+        kind="exclusive",
     )  # fmt: skip
     assert s[("nri_topology_container_cpus", tuple(sorted(labels.items())))] == 2
     assert s[("nri_topology_container_exclusive_cpus", (("container_id", "c1"), *pool))] == 2
@@ -97,6 +100,35 @@ async def test_metrics_endpoint_lists_pools_containers_and_counters(served) -> N
     assert s[("nri_topology_errors_total", (("reason", "policy"),))] == 1
     assert s[("nri_topology_decision_duration_seconds_count", (("operation", "create"),))] == 1
     assert s[("nri_topology_registered", ())] == 1
+
+
+async def test_series_follow_prometheus_conventions(served) -> None:
+    server, metrics, _ = served
+    metrics.decision_latency.labels("create").observe(0.00003)
+    _, _, body = await _get(server.port, "/metrics")
+    s = _samples(body)
+    # Every error reason is there at 0 before the first error, as are both reload results.
+    for reason in ERROR_REASONS:
+        assert s[("nri_topology_errors_total", (("reason", reason),))] == 0
+    for result in ("applied", "rejected"):
+        assert s[("nri_topology_config_reloads_total", (("result", result),))] == 0
+    assert s[("nri_topology_nri_requests_total", (("method", "StopContainer"),))] == 0
+    assert s[("nri_topology_decision_duration_seconds_count", (("operation", "resize"),))] == 0
+    assert not [name for name, _ in s if name.endswith("_created")]
+    # No label carries a cpuset or anything else that changes while the series lives.
+    labels = {name for _, pairs in s for name, _ in pairs}
+    assert not labels & {"cpus", "mems", "cpuset"}
+    assert not [name for name, _ in s if "milli" in name]
+    # A decision of tens of microseconds lands in a bucket of its own, not in the first one.
+    create = (("operation", "create"),)
+    assert LATENCY_BUCKETS[0] <= 0.000025
+    assert s[("nri_topology_decision_duration_seconds_bucket", (("le", "2.5e-05"), *create))] == 0
+    assert s[("nri_topology_decision_duration_seconds_bucket", (("le", "5e-05"), *create))] == 1
+
+
+def test_unknown_error_reasons_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown error reason"):
+        Metrics().error("typo")
 
 
 async def test_removed_containers_leave_no_series(served) -> None:

@@ -1,14 +1,12 @@
-"""Packaging: manifests valid against the Kubernetes schemas, the chart rendered and checked, and
-the install files consistent with each other and with the NRI launch rules.
-
-helm is not available in CI, so the chart is rendered by `render` below: it implements only the
-Go-template subset the chart uses (value lookups, `quote`, `toYaml`, `nindent`, `if`/`else`/`end`,
-`{{-`/`-}}` trimming) and fails on anything else, so the chart cannot drift beyond what is tested.
+"""Packaging: manifests valid against the Kubernetes schemas, the chart rendered by real Helm (v4,
+as a library: the helm-python-sdk test extra) and checked, its values schema generated from the
+configuration models, and the install files consistent with each other and the NRI launch rules.
 """
 
 from __future__ import annotations
 
 import configparser
+import importlib.util
 import os
 import re
 import shlex
@@ -24,155 +22,93 @@ import yaml
 
 from nri_topology.cli import build_parser
 from nri_topology.config.load import parse_config
-from nri_topology.config.schema import Config
+from nri_topology.config.schema import DEFAULT_METRICS_PORT, Config
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"
-CHART = PACKAGING / "helm" / "nri-topology"
+HELM = PACKAGING / "helm"
+CHART = HELM / "nri-topology"
 K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 
-_TAG = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.DOTALL)
+
+# --- the chart, rendered by Helm itself ---------------------------------------------------------
+
+try:  # Helm v4 as a library (test extra helm-python-sdk); the chart tests need it
+    import helm_python as helm
+except ImportError:  # pragma: no cover - a platform without its wheel
+    helm = None
+
+needs_helm = pytest.mark.skipif(helm is None, reason="helm-python-sdk (Helm v4) not installed")
 
 
-# --- a minimal Go-template renderer ------------------------------------------------------------
-
-
-def _lookup(context: dict[str, Any], path: str) -> Any:
-    value: Any = context
-    for part in path.strip(".").split("."):
-        if not isinstance(value, dict) or part not in value:
-            raise KeyError(f"template refers to missing value {path}")
-        value = value[part]
-    return value
-
-
-def _to_yaml(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=False, sort_keys=True).rstrip("\n")
-
-
-def _scalar(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _call(context: dict[str, Any], command: str, piped: tuple[Any, ...]) -> Any:
-    words = command.split()
-    name, args = words[0], [_operand(context, w) for w in words[1:]]
-    functions: dict[str, Callable[..., Any]] = {
-        "quote": lambda v: '"' + _scalar(v).replace('"', '\\"') + '"',
-        "toYaml": _to_yaml,
-        "nindent": lambda n, v: "\n" + "\n".join(" " * n + line for line in v.split("\n")),
-    }
-    if name.startswith(".") or name.startswith('"'):
-        if args or piped:
-            raise ValueError(f"unsupported template command {command!r}")
-        return _operand(context, name)
-    if name not in functions:
-        raise ValueError(f"template function {name!r} is not supported by the test renderer")
-    return functions[name](*args, *piped)
-
-
-def _operand(context: dict[str, Any], word: str) -> Any:
-    if word.startswith("."):
-        return _lookup(context, word)
-    if word.startswith('"'):
-        return word.strip('"')
-    if word.isdigit():
-        return int(word)
-    raise ValueError(f"unsupported template operand {word!r}")
-
-
-def _evaluate(context: dict[str, Any], pipeline: str) -> Any:
-    value: tuple[Any, ...] = ()
-    for command in pipeline.split("|"):
-        value = (_call(context, command.strip(), value),)
-    return value[0]
-
-
-def render(template: str, context: dict[str, Any]) -> str:
-    """Render `template` with Go-template semantics for the subset described above."""
-    pieces: list[str | tuple[str, str]] = []
-    pos = 0
-    for match in _TAG.finditer(template):
-        text = template[pos : match.start()]
-        if match.group(1):
-            text = text.rstrip()
-        pieces.append(text)
-        pieces.append(("tag", match.group(2)))
-        pos = match.end()
-        if match.group(3):
-            rest = template[pos:]
-            pos += len(rest) - len(rest.lstrip())
-    pieces.append(template[pos:])
-
-    out: list[str] = []
-    emitting = [True]  # one entry per open `if`: whether its current branch is rendered
-    for piece in pieces:
-        if isinstance(piece, str):
-            if all(emitting):
-                out.append(piece)
-            continue
-        action = piece[1]
-        if action.startswith("if "):
-            emitting.append(bool(_evaluate(context, action[3:])) if all(emitting) else False)
-        elif action == "else":
-            parent = all(emitting[:-1])
-            emitting[-1] = parent and not emitting[-1]
-        elif action == "end":
-            if len(emitting) == 1:
-                raise ValueError("unbalanced {{ end }}")
-            emitting.pop()
-        elif all(emitting):
-            out.append(_scalar(_evaluate(context, action)))
-    if len(emitting) != 1:
-        raise ValueError("unterminated {{ if }}")
-    return "".join(out)
+def _nested(overrides: dict[str, Any]) -> dict[str, Any]:
+    """{"metrics.port": 1} -> {"metrics": {"port": 1}}, as `helm --set` spells values."""
+    values: dict[str, Any] = {}
+    for dotted, value in overrides.items():
+        *parents, leaf = dotted.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return values
 
 
 def render_chart(overrides: dict[str, Any] | None = None) -> list[dict[str, Any]]:
-    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-    for dotted, value in (overrides or {}).items():
-        *parents, leaf = dotted.split(".")
-        node = values
-        for p in parents:
-            node = node[p]
-        node[leaf] = value
-    context = {
-        "Values": values,
-        "Release": {"Name": "nri-topology", "Namespace": "kube-system"},
-        "Chart": {"Name": chart["name"], "AppVersion": chart["appVersion"]},
-    }
+    """The chart's manifests as `helm template nri-topology -n kube-system` renders them."""
+    if helm is None:
+        pytest.skip("helm-python-sdk (Helm v4) not installed")
+    chart = helm.Chart.load(CHART)
+    rendered = chart.render(
+        _nested(overrides or {}), name="nri-topology", namespace="kube-system", is_install=True
+    )
     docs: list[dict[str, Any]] = []
-    for template in sorted((CHART / "templates").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(render(template.read_text(), context)) if d]
+    for name in sorted(rendered):
+        docs += [d for d in yaml.safe_load_all(rendered[name]) if d]
     return docs
 
 
+@needs_helm
+def test_helm_lint_is_clean() -> None:
+    assert helm is not None
+    report = helm.lint(CHART, strict=True)
+    assert report["errors"] == []
+    # severity 2 = warning, 3 = error; info ("icon is recommended") is allowed
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_committed_values_schema_is_the_generated_one() -> None:
+    spec = importlib.util.spec_from_file_location("values_schema", HELM / "values_schema.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = (CHART / "values.schema.json").read_text()
+    assert committed == module.render(), "run: python packaging/helm/values_schema.py"
+
+
+@needs_helm
 @pytest.mark.parametrize(
-    ("template", "want"),
+    ("values", "complaint"),
     [
-        ("a: {{ .Values.x }}", "a: 1"),
-        ("a: {{ .Values.s | quote }}", 'a: "hi"'),
-        ("a:\n  {{- toYaml .Values.l | nindent 2 }}", "a:\n  - 1\n  - 2"),
-        ("{{- if .Values.f }}yes{{- else }}no{{- end }}", "no"),
-        ("{{- if .Values.x }}{{ if .Values.f }}A{{ else }}B{{ end }}{{ end }}", "B"),
-        ("x  {{- .Values.x -}}  y", "x1y"),
+        ({"metrics": {"port": "abc"}}, "/metrics/port"),
+        ({"metrics": {"port": 70000}}, "/metrics/port"),
+        ({"logLevel": "verbose"}, "/logLevel"),
+        ({"logFormat": "text"}, "/logFormat"),
+        ({"stateDir": "relative/dir"}, "/stateDir"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"metric": {"port": 1}}, "metric"),
+        ({"config": {"policy": {"pin_cpus": True}}}, "pin_cpus"),
+        ({"config": {"polcy": {}}}, "polcy"),
+        ({"config": {"policy": {"distribute_min_group": 0}}}, "distribute_min_group"),
+        ({"config": {"logging": {"level": "loud"}}}, "/config/logging/level"),
+        ({"config": {"policy": {"default_memory_tiers": ["ssd"]}}}, "default_memory_tiers"),
+        ({"config": {"nri": {"plugin_index": 100}}}, "/config/nri/plugin_index"),
     ],
 )
-def test_renderer_follows_go_template_rules(template: str, want: str) -> None:
-    context = {"Values": {"x": 1, "s": "hi", "l": [1, 2], "f": False}}
-    assert render(template, context) == want
-
-
-@pytest.mark.parametrize(
-    "template",
-    ["{{ .Values.missing }}", "{{ include .Values.x }}", "{{ if .Values.x }}", "{{ end }}"],
-)
-def test_renderer_refuses_what_it_does_not_know(template: str) -> None:
-    with pytest.raises((KeyError, ValueError)):
-        render(template, {"Values": {"x": 1}})
+def test_helm_refuses_bad_values(values: dict[str, Any], complaint: str) -> None:
+    assert helm is not None
+    chart = helm.Chart.load(CHART)
+    with pytest.raises(helm.HelmValuesError, match=re.escape(complaint)):
+        chart.render(values, name="nri-topology", namespace="kube-system")
 
 
 # --- Kubernetes manifests ----------------------------------------------------------------------
@@ -216,7 +152,35 @@ def test_validation_catches_a_misspelt_field() -> None:
 def test_chart_service_is_optional() -> None:
     assert "Service" not in _by_kind(render_chart())
     service = _by_kind(render_chart({"metrics.service": True}))["Service"]
-    assert service["spec"]["ports"][0]["port"] == 8891
+    assert service["spec"]["ports"][0]["port"] == DEFAULT_METRICS_PORT
+
+
+def test_the_old_port_is_named_only_as_nri_plugins_one() -> None:
+    """8891 was the default until it turned out to be nri-plugins' metrics port too."""
+    old = "88" + "91"
+    places = [ROOT / "README.md", ROOT / "CHANGELOG.md"]
+    for folder in ("nri_topology", "packaging", "systemd", "config", "docs", "benchmarks", ".ci"):
+        places += [p for p in (ROOT / folder).rglob("*") if p.is_file()]
+    stale = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in places
+        if p.suffix not in (".pyc", ".so", ".json") and "__pycache__" not in p.parts
+        for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
+        if old in line and "nri-plugins" not in line and p.name != "CHANGELOG.md"
+    ]
+    assert stale == [], f"port {old} still named as ours"
+
+
+def test_every_install_names_the_default_metrics_port() -> None:
+    for docs in (_static_docs(), render_chart()):
+        container = _pod(docs)["containers"][0]
+        assert container["ports"][0]["containerPort"] == DEFAULT_METRICS_PORT
+        assert f"--metrics-port={DEFAULT_METRICS_PORT}" in container["args"]
+    assert f"EXPOSE {DEFAULT_METRICS_PORT}" in (PACKAGING / "Containerfile").read_text()
+    env = (ROOT / "systemd" / "nri-topology.env").read_text()
+    assert f"--metrics-port {DEFAULT_METRICS_PORT}" in env
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    assert config["metrics"]["port"] == DEFAULT_METRICS_PORT
 
 
 def _pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,6 +241,14 @@ def test_nri_launcher_follows_the_launch_rules() -> None:
     assert command[0] == "exec" and os.path.isabs(command[1])
     assert command[2:5] == ["-m", "nri_topology.cli", "run"]
     assert "--socket" not in command  # the socket is fd 3 from NRI_PLUGIN_SOCKET
+
+
+def test_logrotate_rotates_the_launchers_log_without_reopening() -> None:
+    launcher = (PACKAGING / "nri" / "90-nri-topology").read_text()
+    log_file = shlex.split(launcher.split("--log-file", 1)[1])[0]
+    rules = (PACKAGING / "nri" / "nri-topology.logrotate").read_text()
+    assert f"{log_file} {{" in rules
+    assert "copytruncate" in rules.split()  # the plugin never reopens its log
 
 
 def test_systemd_unit_and_environment_file() -> None:

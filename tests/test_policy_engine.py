@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from nri_topology.policy import affinity
+from nri_topology.policy import affinity, scoring
 from nri_topology.policy.engine import Engine, milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, Degradation, PolicyError, QoS, Request
@@ -232,6 +232,13 @@ def test_trace_lists_every_pool_with_key_and_verdict() -> None:
     assert all(v == "chosen" or v.startswith("lost to ") for v in verdicts.values())
     chosen_key = next(s.key for s in d.trace if s.pool == d.pool)
     assert all(s.key > chosen_key for s in d.trace if s.pool != d.pool)
+    # the labelled form names every component and undoes the key's negations
+    pool = next(p for p in e.pools if p.name == d.pool)
+    named = scoring.labelled(chosen_key)
+    assert len(named) == len(chosen_key) + 2  # numa and load are pairs
+    assert named["depth"] == pool.depth and named["index"] == pool.index
+    assert named["numa_nodes"] == 1 and named["tier_miss"] is False
+    assert named["free_shared_cpus"] >= 0
 
 
 def test_too_big_for_a_leaf_goes_up_the_tree() -> None:

@@ -13,6 +13,7 @@ from nri_topology.quantity import (
     QuantityError,
     cpu_milli,
     format_bytes,
+    format_cores,
     format_milli,
     memory_bytes,
     parse_quantity,
@@ -43,6 +44,10 @@ from nri_topology.quantity import (
         ("1E3", Fraction(1000)),
         ("12e-3", Fraction(12, 1000)),
         ("1.5e+2", Fraction(150)),
+        ("250000000n", Fraction(1, 4)),
+        ("100u", Fraction(1, 10**4)),
+        ("1E", Fraction(10**18)),
+        ("-.5m", Fraction(-1, 2000)),
     ],
 )
 def test_parse_quantity(text, value):
@@ -50,7 +55,11 @@ def test_parse_quantity(text, value):
 
 
 @pytest.mark.parametrize(
-    "text", ["", "m", "1.2.3", "1 Gi", "1gi", "1Kb", "1ki", "1e", "0x10", "1e500"]
+    "text",
+    [
+        *("", "m", "1.2.3", "1 Gi", "1gi", "1Kb", "1ki", "1e", "0x10", "1e500", " 1", "1e1.5"),
+        *("1Ki3", "1ei", "+-1", ".", "1\u0663"),
+    ],
 )
 def test_parse_quantity_rejects(text):
     with pytest.raises(QuantityError):
@@ -150,3 +159,100 @@ def test_bad_quantities(text: Any) -> None:
 )
 def test_format_bytes(size: int, text: str) -> None:
     assert format_bytes(size) == text
+
+
+# --- the grammar against a reference -----------------------------------------------------------
+#
+# A second, independent reading of resource.Quantity's grammar, written as the API server's
+# scanner reads it (sign, digits, fraction, then the suffix looked up in its tables, an exponent
+# parsed as a signed integer), character by character instead of with a regular expression.
+
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY = {"Ki": 10, "Mi": 20, "Gi": 30, "Ti": 40, "Pi": 50, "Ei": 60}
+_DIGITS = "0123456789"
+
+
+def _reference(text: str) -> Fraction | None:
+    """The quantity's value, or None where the API server refuses it."""
+    pos, end = 0, len(text)
+    negative = False
+    if pos < end and text[pos] in "+-":
+        negative = text[pos] == "-"
+        pos += 1
+    start = pos
+    while pos < end and text[pos] in _DIGITS:
+        pos += 1
+    whole = text[start:pos]
+    fraction = ""
+    if pos < end and text[pos] == ".":
+        pos += 1
+        start = pos
+        while pos < end and text[pos] in _DIGITS:
+            pos += 1
+        fraction = text[start:pos]
+    if not whole and not fraction:
+        return None
+    mantissa = Fraction(int(whole or "0") * 10 ** len(fraction) + int(fraction or "0"))
+    mantissa /= 10 ** len(fraction)
+    suffix = text[pos:]
+    if suffix in _DECIMAL:
+        value = mantissa * Fraction(10) ** _DECIMAL[suffix]
+    elif suffix in _BINARY:
+        value = mantissa * 2 ** _BINARY[suffix]
+    elif len(suffix) > 1 and suffix[0] in "eE":
+        digits = suffix[1:].lstrip("+-") if suffix[1] in "+-" else suffix[1:]
+        if len(suffix[1:]) - len(digits) > 1 or not digits or set(digits) - set(_DIGITS):
+            return None
+        exponent = int(suffix[1:])
+        if abs(exponent) > 100:  # the parser's one documented limit
+            return None
+        value = mantissa * Fraction(10) ** exponent
+    else:
+        return None
+    return -value if negative else value
+
+
+_PIECES = st.sampled_from(
+    ["", "+", "-", "0", "1", "7", "42", "007", ".", ".5", "5.", "e", "E", "e-", "E+", "3",
+     "n", "u", "m", "k", "K", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei", "i",
+     "ki", "mi", " ", "x", "101", "-2"]
+)  # fmt: skip
+
+
+def _parsed(text: str) -> Fraction | None:
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return None
+
+
+@settings(max_examples=2000)
+@given(st.lists(_PIECES, max_size=6).map("".join))
+def test_parser_agrees_with_the_reference_grammar(text: str) -> None:
+    assert _parsed(text) == _reference(text)
+
+
+@settings(max_examples=1000)
+@given(st.text("0123456789.+-eEinumkKMGTP", max_size=8))
+def test_parser_agrees_with_the_reference_on_any_text(text: str) -> None:
+    assert _parsed(text) == _reference(text)
+
+
+@settings(max_examples=500)
+@given(
+    sign=st.sampled_from(["", "+", "-"]),
+    whole=st.integers(min_value=0, max_value=10**12),
+    fraction=st.text(_DIGITS, max_size=9),
+    suffix=st.sampled_from([*_DECIMAL, *_BINARY, "e3", "E-6", "e+2", "e0"]),
+)
+def test_every_grammatical_quantity_is_accepted(sign, whole, fraction, suffix) -> None:
+    text = f"{sign}{whole}.{fraction}{suffix}" if fraction else f"{sign}{whole}{suffix}"
+    value = parse_quantity(text)
+    assert value == _reference(text)
+
+
+@settings(max_examples=200)
+@given(st.integers(min_value=0, max_value=10**9))
+def test_cores_are_exact(milli: int) -> None:
+    assert cpu_milli(format_cores(milli)) == milli
+    assert "m" not in format_cores(milli)

@@ -4,6 +4,7 @@ the pictures, other machines, and exit codes for failed steps and bad input."""
 from __future__ import annotations
 
 import json
+import re
 import textwrap
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -52,7 +53,15 @@ def test_tree_and_explain(capsys: pytest.CaptureFixture[str]) -> None:
     tree = out[out.index("Pools at the end:") :]
     assert "root  cpus 0-111" in tree and "`-- socket #1" in tree
     assert "* kube-system/coredns/coredns [reserved]" in tree
-    assert "SORT KEY" in out and "chosen" in out
+    # CPU amounts in the tree in one unit, whole or decimal CPUs, never milli-CPU beside CPUs
+    assert re.search(r"CPU \d+(\.\d+)? of \d+(\.\d+)? free", tree)
+    assert not re.search(r"\d+m[/ ]", tree)
+    # every component of the sort key has a column of its own, named
+    headers = [line.split() for line in out.splitlines() if "VERDICT" in line]
+    assert all(h[:2] == ["POOL", "VERDICT"] for h in headers)
+    assert any("AFFINITY" in h and "INDEX" in h for h in headers)
+    assert "SORT KEY" not in out
+    assert "chosen" in out
 
 
 STEP_KEYS = {
@@ -113,7 +122,8 @@ def test_json_has_the_documented_keys(default_doc: dict[str, Any]) -> None:
         for c in step["containers"]:
             assert set(c) == PLACED_KEYS
             for line in c["trace"]:
-                assert set(line) == {"pool", "key", "verdict"}
+                assert set(line) == {"pool", "key", "criteria", "verdict"}
+                assert len(line["criteria"]) == (len(line["key"]) + 2 if line["key"] else 0)
         for u in step["updates"]:
             assert set(u) == {"id", "cpus", "mems"}
         for e in step["errors"]:
@@ -265,6 +275,16 @@ def test_other_bundled_machines(capsys: pytest.CaptureFixture[str], write: Any, 
         assert doc["steps"][2]["updates"][0]["cpus"] == "0-19"
 
 
+@pytest.mark.parametrize("name", ["server", "4-socket", "desktop"])
+def test_each_bundled_machine_runs_its_demo_as_expected(
+    capsys: pytest.CaptureFixture[str], name: str
+) -> None:
+    code, out, err = _run(capsys, "--machine", name)
+    assert code == 0, out + err
+    assert out.startswith(f"Machine {name}:")
+    assert "went as expected" in out.splitlines()[-1]
+
+
 @pytest.fixture
 def write(tmp_path: Path) -> Any:
     """Write text to a new file in the test's folder and return its path as a string."""
@@ -385,7 +405,7 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "--list")
     assert code == 0
     assert "bundled machines: 4-socket, desktop, server" in out
-    assert "bundled workloads: default" in out
+    assert "bundled workloads: default, desktop" in out
 
 
 def test_documented_examples_are_valid(capsys: pytest.CaptureFixture[str], write: Any) -> None:

@@ -655,3 +655,25 @@ async def test_every_event_is_logged(nri_version: str) -> None:
             "CreateContainer",
             "RemovePodSandbox",
         ]
+
+
+async def test_unreachable_runtime_is_logged_with_its_errno_and_a_short_delay() -> None:
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "absent.sock")
+        s = Stub(Plugin(), "p", "10", path, environ={}, backoff_initial=0.0123456789)
+        with structlog.testing.capture_logs() as logs:
+            task = asyncio.create_task(s.run())
+            await _until(lambda: any(e["event"] == "NRI runtime not reachable" for e in logs))
+            await s.stop()
+            await asyncio.wait_for(task, 5)
+    entry = next(e for e in logs if e["event"] == "NRI runtime not reachable")
+    assert entry["errno"] == "ENOENT" and entry["error"] == "No such file or directory"
+    assert entry["retry_in"] == round(entry["retry_in"], 2)
+
+
+async def test_one_synchronized_line_at_info_level() -> None:
+    with structlog.testing.capture_logs() as logs:
+        async with connected(Recorder()):
+            pass
+    synced = [e for e in logs if e["event"] == "synchronized"]
+    assert synced and all(e["log_level"] == "debug" for e in synced)

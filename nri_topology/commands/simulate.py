@@ -41,8 +41,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--workload",
         metavar="NAME|FILE",
-        default=DEFAULT_WORKLOAD,
-        help=f"a workload YAML file or a bundled workload (default: {DEFAULT_WORKLOAD})",
+        help="a workload YAML file or a bundled workload (default: the bundled workload named "
+        f"after --machine if there is one, else {DEFAULT_WORKLOAD})",
     )
     parser.add_argument(
         "--config", metavar="FILE", type=Path, help="policy options from a config file"
@@ -65,6 +65,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     output.add_argument("--list", action="store_true", help="list bundled machines and workloads")
 
 
+def _default_workload(machine: str | None) -> str:
+    """The bundled workload written for a bundled machine, else the default one."""
+    from nri_topology.simulate import workload
+
+    return machine if machine in workload.bundled_workload_names() else DEFAULT_WORKLOAD
+
+
 def main(args: argparse.Namespace) -> int:
     from nri_topology.simulate import machine_spec, workload
     from nri_topology.simulate.session import SimulationError, load_inputs, simulate
@@ -77,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
         inputs = load_inputs(
             machine=args.machine,
             sysfs=args.sysfs,
-            workload=args.workload,
+            workload=args.workload or _default_workload(args.machine),
             config=args.config,
             until=args.until,
         )
@@ -98,7 +105,9 @@ def main(args: argparse.Namespace) -> int:
             sys.stdout.write("\n" + render_text.pool_tree(sim))
     if args.svg is not None:
         try:
-            args.svg.write_text(render_svg.render(sim))
+            name = sim.workload.name or "workload"
+            title = f"nri-topology simulate: {name} on {sim.machine_name}"
+            args.svg.write_text(render_svg.render(sim, title))
         except OSError as exc:
             print(f"nri-topology simulate: cannot write {args.svg}: {exc}", file=sys.stderr)
             return 2

@@ -3,7 +3,10 @@
 All models forbid unknown keys so that a typo is an error rather than a silently ignored
 setting. Values are validated here (CPU amounts, tiers, ports, plugin identity) so that a
 `Config` that exists is one the daemon can apply; `to_options()` turns its policy part into the
-policy's `Options`.
+policy's `Options`. Where a validator accepts more than the stored type (CPU amounts given as
+numbers, any letter case, a plugin index as an integer), `WithJsonSchema` says so, so that the
+JSON Schema generated from these models (`nri_topology.config.jsonschema`) accepts what the file
+accepts.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -20,6 +23,7 @@ from pydantic import (
     Field,
     StrictBool,
     StrictInt,
+    WithJsonSchema,
 )
 
 from nri_topology.policy.options import AnnotationLimits, CpuAmount, Options, Trust
@@ -28,9 +32,21 @@ from nri_topology.topology import cpuset
 from nri_topology.topology.model import MemoryTier
 
 DEFAULT_STATE_PATH = "/var/lib/nri-topology/state.json"
-DEFAULT_METRICS_PORT = 8891
+# Outside the exporter ports the Prometheus project allocates (9100-9999, full, and on from 10000)
+# and not 8891, which NRI reference plugins (nri-plugins) serve their metrics on.
+DEFAULT_METRICS_PORT = 8967
 
 TierName = Literal["dram", "pmem", "hbm", "cxl"]
+TIERS: tuple[str, ...] = get_args(TierName)
+
+
+def _any_case(*words: str) -> WithJsonSchema:
+    """The input schema of a lower-cased choice: each word in any letter case."""
+    spelled = ("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in w) for w in words)
+    return WithJsonSchema({"type": "string", "pattern": f"^(?:{'|'.join(spelled)})$"})
+
+
+_CPU_AMOUNT_INPUT = WithJsonSchema({"type": ["string", "number"]})
 
 
 class _Section(BaseModel):
@@ -87,13 +103,13 @@ def _available_cpu(value: object) -> str:
 class ReservedResources(_Section):
     """CPUs for system pods (reserved namespaces, prefer-reserved-cpus)."""
 
-    cpu: Annotated[str, BeforeValidator(_reserved_cpu)] = "750m"
+    cpu: Annotated[str, BeforeValidator(_reserved_cpu), _CPU_AMOUNT_INPUT] = "750m"
 
 
 class AvailableResources(_Section):
     """The CPUs the plugin may hand out at all."""
 
-    cpu: Annotated[str, BeforeValidator(_available_cpu)]
+    cpu: Annotated[str, BeforeValidator(_available_cpu), _CPU_AMOUNT_INPUT]
 
 
 def _lower(value: Any) -> Any:
@@ -139,7 +155,7 @@ class PolicySection(_Section):
     full_pcpus_only: StrictBool = False
     numa_policy: Literal["best-effort", "single-numa-node"] = "best-effort"
     default_memory_tiers: Annotated[
-        list[Annotated[TierName, BeforeValidator(_lower)]], Field(min_length=1)
+        list[Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)]], Field(min_length=1)
     ] = ["dram"]
     on_unfit: Annotated[Literal["degrade", "refuse"], BeforeValidator(_lower)] = "degrade"
     strict_reserved_cpus: StrictBool = False
@@ -162,9 +178,12 @@ class TopologySection(_Section):
     sysfs_root: Annotated[str, Field(min_length=1)] = "/sys"
     proc_root: Annotated[str, Field(min_length=1)] | None = "/proc"
     # NUMA node id -> tier, overriding what discovery decided
-    memory_tiers: dict[
-        Annotated[int, BeforeValidator(_node_id), Field(ge=0)],
-        Annotated[TierName, BeforeValidator(_lower)],
+    memory_tiers: Annotated[
+        dict[
+            Annotated[int, BeforeValidator(_node_id), Field(ge=0)],
+            Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)],
+        ],
+        Field(json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}}),
     ] = {}
 
 
@@ -180,16 +199,31 @@ def _plugin_index(value: object) -> object:
 class NriSection(_Section):
     socket: Annotated[str, Field(min_length=1)] = "/var/run/nri/nri.sock"
     plugin_name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_.+-]+$")] = "nri-topology"
-    plugin_index: Annotated[str, BeforeValidator(_plugin_index)] = "90"
+    plugin_index: Annotated[
+        str,
+        BeforeValidator(_plugin_index),
+        WithJsonSchema(
+            {
+                "anyOf": [
+                    {"type": "string", "pattern": "^[0-9]{2}$"},
+                    {"type": "integer", "minimum": 0, "maximum": 99},
+                ]
+            }
+        ),
+    ] = "90"
 
 
 class StateSection(_Section):
     path: Annotated[str, Field(min_length=1)] = DEFAULT_STATE_PATH
 
 
+Format = Literal["auto", "json", "console"]
+Level = Literal["debug", "info", "warning", "error"]
+
+
 class LoggingSection(_Section):
-    format: Annotated[Literal["auto", "json", "console"], BeforeValidator(_lower)] = "auto"
-    level: Annotated[Literal["debug", "info", "warning", "error"], BeforeValidator(_lower)] = "info"
+    format: Annotated[Format, BeforeValidator(_lower), _any_case(*get_args(Format))] = "auto"
+    level: Annotated[Level, BeforeValidator(_lower), _any_case(*get_args(Level))] = "info"
 
 
 def _address(value: object) -> object:

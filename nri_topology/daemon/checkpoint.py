@@ -204,11 +204,15 @@ class Checkpoint:
         self.failing = False  # the last save failed; the state on disk is older than ours
 
     def load(self) -> Loaded:
-        """The saved body, or None with a warning logged saying why it cannot be used."""
+        """The saved body, or None with a warning logged saying why it cannot be used.
+
+        No file at all is what a fresh install has: said at info level, as nothing is wrong.
+        """
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:
-            loaded = Loaded(None, "no checkpoint file")
+            _log.info("no checkpoint yet, building the state from the runtime", path=str(self.path))
+            return Loaded(None, "no checkpoint file")
         except OSError as exc:
             loaded = Loaded(None, f"cannot read: {exc.strerror or exc}")
         else:

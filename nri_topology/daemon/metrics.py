@@ -3,6 +3,11 @@
 Pool and container series are produced at scrape time from a view the daemon supplies, so they
 always match the policy's current state and removed containers leave no stale series. Counters and
 the latency histogram are updated by the daemon as events happen.
+
+Prometheus conventions: base units (CPU in cores, memory in bytes, time in seconds); no label
+whose value changes while its series lives (cpusets are shown by `nri-topology status`, not here);
+every error reason exported from the start at 0 so that `rate()` and alerts see it before the first
+error; no `_created` series.
 """
 
 from __future__ import annotations
@@ -11,20 +16,55 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import structlog
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from nri_topology.policy.types import Degradation
 from nri_topology.policy.views import Assignment, PoolView
-from nri_topology.topology import cpuset
 
 PREFIX = "nri_topology"
 
 _log = structlog.get_logger("nri_topology.metrics")
 
-# Decisions take well under a millisecond to tens of milliseconds; the runtime gives up after 2 s.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0)
+# A decision usually takes tens to hundreds of microseconds, a Synchronize of hundreds of
+# containers tens of milliseconds; the runtime gives up after 2 s.
+LATENCY_BUCKETS = (
+    0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
+)  # fmt: skip
+
+# Every reason the daemon counts an error for; each is exported at 0 from the start.
+ERROR_REASONS = (
+    "checkpoint_write",  # the checkpoint could not be written
+    "cold_start",  # the unsolicited update after a cold start failed
+    "config",  # a configuration reload was rejected
+    "policy",  # the policy refused a container (the runtime sees the error)
+    "restore",  # the checkpoint could not be read back
+    "restore_failed",  # containers the checkpoint could not place again
+    "update_failed",  # an UpdateContainers request failed
+    "update_not_connected",  # an update was due while no runtime was connected
+)
+RELOAD_RESULTS = ("applied", "rejected")
+# NRI requests the plugin handles, and the policy operations it times: exported at 0 as well.
+REQUEST_METHODS = (
+    "Configure",
+    "Synchronize",
+    "RunPodSandbox",
+    "RemovePodSandbox",
+    "CreateContainer",
+    "StartContainer",
+    "UpdateContainer",
+    "StopContainer",
+    "RemoveContainer",
+)
+OPERATIONS = ("create", "resize", "release", "restore", "reconfigure", "cold_start")
 
 # Label values of the annotation counters, every one exported from the start (at 0).
 ANNOTATION_WARNINGS = ("untrusted", "claim_cut", "unknown_key", "unsupported_key")
@@ -51,11 +91,9 @@ class MemoryStat:
 
 @dataclass(frozen=True, slots=True)
 class PoolStat:
-    """One pool as metrics show it; CPU amounts in milli-CPU."""
+    """One pool as metrics show it; CPU amounts in milli-CPU (exported in cores)."""
 
     name: str
-    cpus: str
-    mems: str
     cpu_capacity: int
     cpu_free: int
     cpu_assigned: int
@@ -73,8 +111,6 @@ class ContainerStat:
     namespace: str
     pool: str
     kind: str
-    cpus: str
-    mems: str
     cpu_count: int  # CPUs in its cpuset
     exclusive_cpus: int  # of those, CPUs it holds alone
 
@@ -91,8 +127,6 @@ def from_policy(pools: Iterable[PoolView], assignments: Iterable[Assignment]) ->
         pools=tuple(
             PoolStat(
                 name=p.name,
-                cpus=cpuset.format(p.cpus),
-                mems=cpuset.format(p.nodes),
                 cpu_capacity=p.capacity_milli,
                 cpu_free=p.free_milli,
                 cpu_assigned=p.assigned_milli,
@@ -112,8 +146,6 @@ def from_policy(pools: Iterable[PoolView], assignments: Iterable[Assignment]) ->
                 namespace=a.namespace,
                 pool=a.pool,
                 kind=str(a.kind),
-                cpus="" if a.cpus is None else cpuset.format(a.cpus),
-                mems="" if a.mems is None else cpuset.format(a.mems),
                 cpu_count=len(a.cpus or ()),
                 exclusive_cpus=len(a.exclusive),
             )
@@ -144,13 +176,12 @@ def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetri
 
 
 def _pool_families(pools: Iterable[PoolStat]) -> Iterator[GaugeMetricFamily]:
-    info = _gauge("pool_info", "Pool CPUs and memory nodes (value 1).", ["pool", "cpus", "mems"])
     cpu = {
-        key: _gauge(f"pool_cpu_{key}_millicpu", doc, ["pool"])
+        key: _gauge(f"pool_cpu_{key}", doc, ["pool"], unit="cores")
         for key, doc in (
-            ("capacity", "CPU capacity of the pool in milli-CPU."),
-            ("free", "CPU of the pool not assigned to any container, milli-CPU."),
-            ("assigned", "CPU of the pool assigned to containers, milli-CPU."),
+            ("capacity", "CPU capacity of the pool."),
+            ("free", "CPU of the pool not assigned to any container."),
+            ("assigned", "CPU of the pool assigned to containers."),
         )
     }
     mem = {
@@ -163,31 +194,32 @@ def _pool_families(pools: Iterable[PoolStat]) -> Iterator[GaugeMetricFamily]:
     }
     count = _gauge("pool_containers", "Containers placed in the pool.", ["pool"])
     for pool in pools:
-        info.add_metric([pool.name, pool.cpus, pool.mems], 1)
-        cpu["capacity"].add_metric([pool.name], pool.cpu_capacity)
-        cpu["free"].add_metric([pool.name], pool.cpu_free)
-        cpu["assigned"].add_metric([pool.name], pool.cpu_assigned)
+        cpu["capacity"].add_metric([pool.name], _cores(pool.cpu_capacity))
+        cpu["free"].add_metric([pool.name], _cores(pool.cpu_free))
+        cpu["assigned"].add_metric([pool.name], _cores(pool.cpu_assigned))
         count.add_metric([pool.name], pool.containers)
         for tier, stat in sorted(pool.memory.items()):
             mem["capacity"].add_metric([pool.name, tier], stat.capacity)
             mem["free"].add_metric([pool.name, tier], stat.free)
             mem["assigned"].add_metric([pool.name, tier], stat.assigned)
-    yield info
     yield from cpu.values()
     yield from mem.values()
     yield count
 
 
+def _cores(milli: int) -> float:
+    return milli / 1000
+
+
 def _container_families(containers: Iterable[ContainerStat]) -> Iterator[GaugeMetricFamily]:
-    labels = ["container_id", "container", "pod", "namespace", "pool", "kind", "cpus", "mems"]
-    cpus = _gauge("container_cpus", "CPUs in the container's cpuset, with its assignment.", labels)
+    # Labels fixed for the container's life; its cpuset is shown by `nri-topology status`.
+    labels = ["container_id", "container", "pod", "namespace", "pool", "kind"]
+    cpus = _gauge("container_cpus", "CPUs in the container's cpuset.", labels)
     exclusive = _gauge(
         "container_exclusive_cpus", "CPUs the container holds alone.", ["container_id", "pool"]
     )
     for c in containers:
-        cpus.add_metric(
-            [c.id, c.name, c.pod, c.namespace, c.pool, c.kind, c.cpus, c.mems], c.cpu_count
-        )
+        cpus.add_metric([c.id, c.name, c.pod, c.namespace, c.pool, c.kind], c.cpu_count)
         exclusive.add_metric([c.id, c.pool], c.exclusive_cpus)
     yield cpus
     yield exclusive
@@ -197,6 +229,8 @@ class Metrics:
     """All the plugin's metrics; `view` supplies pools and containers when scraped."""
 
     def __init__(self, view: Callable[[], StateView] = StateView) -> None:
+        # Process-wide in prometheus_client; the plugin exports no `_created` series anywhere.
+        disable_created_metrics()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_StateCollector(view))
         self.decision_latency = Histogram(
@@ -261,3 +295,17 @@ class Metrics:
             "1 while registered with and synchronized by the runtime.",
             registry=self.registry,
         )
+        for reason in ERROR_REASONS:
+            self.errors.labels(reason)
+        for result in RELOAD_RESULTS:
+            self.reloads.labels(result)
+        for method in REQUEST_METHODS:
+            self.requests.labels(method)
+        for operation in OPERATIONS:
+            self.decision_latency.labels(operation)
+
+    def error(self, reason: str, count: int = 1) -> None:
+        """Counts `count` errors of `reason`, one of `ERROR_REASONS`."""
+        if reason not in ERROR_REASONS:
+            raise ValueError(f"unknown error reason {reason!r}")
+        self.errors.labels(reason).inc(count)

@@ -18,6 +18,7 @@ Rules it keeps (docs/protocol.md §6):
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -76,6 +77,15 @@ class PolicyPort(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class Explained:
+    """Why a container holds what it holds: the decision that placed it, and when."""
+
+    what: str  # created, resized, adopted (kept as found at a restart), re-placed
+    at_ns: int  # wall clock
+    decision: Decision
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Daemon behaviour that is not placement policy."""
 
@@ -128,6 +138,8 @@ class TopologyPlugin(Plugin):
         self._containers: dict[str, ContainerInfo] = {}
         self._keys_reported: dict[str, set[str]] = {}  # pod id -> unknown keys warned about
         self._timers = _Timers()
+        # The last decision for each placed container, for `nri-topology explain`.
+        self.decisions: dict[str, Explained] = {}
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
@@ -137,7 +149,7 @@ class TopologyPlugin(Plugin):
                 checkpoint,
                 self._body,
                 self._lock,
-                self.metrics.errors.labels("checkpoint_write").inc,
+                lambda: self.metrics.error("checkpoint_write"),
                 retry_s=checkpoint_retry_s,
             )
 
@@ -181,7 +193,7 @@ class TopologyPlugin(Plugin):
                     raise
                 # A checkpoint this policy cannot use (from another version, or edited with a
                 # fresh checksum) must not take the plugin down: rebuild from the runtime alone.
-                self.metrics.errors.labels("restore").inc()
+                self.metrics.error("restore")
                 _log.error(
                     "restoring state failed, rebuilding without the checkpoint", error=str(exc)
                 )
@@ -189,14 +201,16 @@ class TopologyPlugin(Plugin):
             self._observe("restore", started)
             self._pods = {p.id: p for p in pod_infos}
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
+            self.decisions = {c: e for c, e in self.decisions.items() if c in self._containers}
             self._keys_reported = {}
             self._restore_timers(saved.get("cold_starts") or {}, report)
             self._commit()
-        for decision in report.decisions.values():
-            self._log_decision(decision, "re-placed")
+        adopted = set(report.adopted)
+        for cid, decision in report.decisions.items():
+            self._log_decision(decision, "adopted" if cid in adopted else "re-placed")
         failed = dict(report.failed)
         if failed:
-            self.metrics.errors.labels("restore_failed").inc(len(failed))
+            self.metrics.error("restore_failed", len(failed))
             for cid, why in failed.items():
                 _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
         _log.info(
@@ -366,7 +380,7 @@ class TopologyPlugin(Plugin):
             decision = call()
         except PolicyError as exc:
             self._observe(operation, started)
-            self.metrics.errors.labels("policy").inc()
+            self.metrics.error("policy")
             if isinstance(exc, AnnotationError):
                 self.metrics.annotation_refusals.labels(exc.limit or "invalid").inc()
             who = f"{pod.namespace}/{pod.name}/{info.name}"
@@ -439,6 +453,7 @@ class TopologyPlugin(Plugin):
             updates = ()
         self._observe("release", started)
         self._containers.pop(container_id, None)
+        self.decisions.pop(container_id, None)
         self._timers.cancel(container_id)
         return updates
 
@@ -486,7 +501,7 @@ class TopologyPlugin(Plugin):
             try:
                 updates = self.policy.cold_start_done(container_id)
             except PolicyError as exc:
-                self.metrics.errors.labels("cold_start").inc()
+                self.metrics.error("cold_start")
                 _log.error("cold start widening failed", container_id=container_id, error=str(exc))
                 self._commit()
                 return
@@ -508,23 +523,27 @@ class TopologyPlugin(Plugin):
             await self.stub.update_containers(updates)
         except NotConnectedError as exc:
             # Synchronize on reconnect compares the runtime's view with ours and repairs it.
-            self.metrics.errors.labels("update_not_connected").inc()
+            self.metrics.error("update_not_connected")
             _log.warning(
                 "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
             )
         except StubError as exc:
-            self.metrics.errors.labels("update_failed").inc()
+            self.metrics.error("update_failed")
             _log.warning("runtime refused updates", why=why, error=str(exc))
 
     def _log_decision(self, decision: Decision, what: str) -> None:
-        """Log a decision once the reply carrying it is out: its fields (cpusets of ~70 updated
-        containers at 1000 containers) took 0.03-0.1 ms of every reply."""
+        """Log and keep a decision once the reply carrying it is out: its fields (cpusets of ~70
+        updated containers at 1000 containers) took 0.03-0.1 ms of every reply."""
         info = self._containers.get(decision.container_id)
         pod = self._pods.get(info.pod_id) if info else None
         pod_name = f"{pod.namespace}/{pod.name}" if pod else ""
         name = f"{pod_name}/{info.name}" if info else decision.container_id
-        asyncio.get_running_loop().call_soon(self._emit_decision, decision, what, name, pod_name)
+        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, name, pod_name)
 
-    @staticmethod
-    def _emit_decision(decision: Decision, what: str, name: str, pod_name: str) -> None:
+    def _after_reply(self, decision: Decision, what: str, name: str, pod_name: str) -> None:
         _log.info(f"container {what}", **logs.decision_fields(decision, name, pod_name))
+        cid = decision.container_id
+        if cid in self._containers:  # not released meanwhile
+            # Without the other containers' updates, which explain nothing about this one.
+            kept = dataclasses.replace(decision, updates=())
+            self.decisions[cid] = Explained(what, self._now_ns(), kept)

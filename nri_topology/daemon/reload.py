@@ -82,7 +82,7 @@ class Reloader(Generic[T]):
 
     def _refuse(self, why: str, error: str) -> bool:
         self._metrics.reloads.labels("rejected").inc()
-        self._metrics.errors.labels("config").inc()
+        self._metrics.error("config")
         _log.error("configuration refused, keeping the one in force", source=why, error=error)
         return False
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +22,7 @@ from typing import IO, Any
 
 import structlog
 
+from nri_topology import __version__
 from nri_topology.config.load import (
     DEFAULT_PATH,
     ConfigError,
@@ -113,6 +116,7 @@ class Daemon:
         self._reload_interval = reload_interval
         self.config = Config()
         self.plugin: TopologyPlugin | None = None
+        self.machine: Machine | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
         self._stop = asyncio.Event()
@@ -143,6 +147,7 @@ class Daemon:
             raise StartupError(f"cannot read the machine topology: {exc}") from None
         for warning in machine.warnings:
             _log.warning("topology", detail=warning)
+        self.machine = machine
         try:
             policy = self._policy_factory(machine, self.config)
         except PolicyError as exc:
@@ -158,6 +163,7 @@ class Daemon:
             self.reloader.mark_current()
         _log.info(
             "starting",
+            version=__version__,
             cpus=len(machine.cpus),
             nodes=len(machine.nodes),
             socket=self.config.nri.socket,
@@ -186,7 +192,7 @@ class Daemon:
             await self.apply(config)
         except (ConfigError, PolicyError) as exc:
             assert self.plugin is not None
-            self.plugin.metrics.errors.labels("config").inc()
+            self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
 
     async def serve(self) -> int:
@@ -208,8 +214,16 @@ class Daemon:
             return 1
         plugin.stub = stub
         if config.metrics.enabled:
+            from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
+
+            assert self.machine is not None
+            pages = StatusPages(plugin, self.machine, self.node_name())
             self.status = StatusServer(
-                plugin.metrics.registry, plugin.ready, config.metrics.address, config.metrics.port
+                plugin.metrics.registry,
+                plugin.ready,
+                config.metrics.address,
+                config.metrics.port,
+                pages=pages.routes(),
             )
             try:
                 await self.status.start()
@@ -250,6 +264,11 @@ class Daemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def node_name(self) -> str:
+        """The Kubernetes node name when the DaemonSet gives it (NODE_NAME), else the host's."""
+        environ = os.environ if self._environ is None else self._environ
+        return environ.get("NODE_NAME") or socket.gethostname()
 
     def _reloader(self) -> Reloader[Config] | None:
         path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import random
 import re
@@ -317,7 +318,13 @@ class Stub:
                     raise StubError(f"cannot use the NRI socket handed over: {exc}") from exc
                 delay = self.backoff(attempt)
                 attempt += 1
-                log.info("NRI runtime not reachable", path=self.socket_path, retry_in=delay)
+                log.info(
+                    "NRI runtime not reachable",
+                    path=self.socket_path,
+                    error=exc.strerror or str(exc),
+                    errno=errno.errorcode.get(exc.errno or 0, exc.errno),
+                    retry_in=round(delay, 2),
+                )
                 await self._sleep(delay)
                 continue
             registered = await self._serve(reader, writer)
@@ -326,7 +333,7 @@ class Stub:
             attempt = 0 if registered else attempt + 1
             if not self._stopping.is_set():
                 delay = self.backoff(0 if registered else attempt)
-                log.info("reconnecting to the NRI runtime", retry_in=delay)
+                log.info("reconnecting to the NRI runtime", retry_in=round(delay, 2))
                 await self._sleep(delay)
 
     async def stop(self) -> None:
@@ -522,7 +529,8 @@ class _PluginService:
         reply = api_pb2.SynchronizeResponse(update=updates).SerializeToString()
         if not self.session.ready:
             self.session.ready = True
-            log.info("synchronized", pods=len(pods), containers=len(containers))
+            # debug: the plugin logs the synchronization with what it made of it
+            log.debug("synchronized", pods=len(pods), containers=len(containers))
             # after the reply: a hook calling update_containers must not hold up Synchronize
             self.stub._spawn(self.stub._became_ready())
         return reply

@@ -51,7 +51,7 @@ class Options:
     colocate_namespaces: bool = False
     prefer_closest_numa: bool = True  # KEP-3545
     distribute_across_numa: bool = False  # KEP-2902
-    distribute_min_group: int = 1  # KEP-2902 cpuGroupSize; 1 = use threads per core
+    distribute_min_group: int = 1  # KEP-2902 cpuGroupSize (>= threads per core if full_pcpus_only)
     full_pcpus_only: bool = False
     single_numa_node: bool = False  # numa_policy: single-numa-node (refuse rather than span)
     # DRAM unless a pod asks for another tier: defaulting to PMEM too would pull every container

@@ -102,6 +102,32 @@ def sort_key(c: Candidate) -> tuple[object, ...]:
     )
 
 
+def labelled(key: tuple[object, ...]) -> dict[str, object]:
+    """A sort key as named values people can read (CPU in cores); {} for a pool that did not fit.
+
+    The inverse of the negations `sort_key` applies, one name per value, in the key's order.
+    """
+    if not key:
+        return {}
+    affinity, tiers, memory, burst, isolated, numa, cores, depth, load, index = key
+    nodes, distance = numa  # type: ignore[misc]
+    colocated, free = load  # type: ignore[misc]
+    return {
+        "affinity": -affinity + 0.0,  # type: ignore[operator]
+        "tier_miss": bool(tiers),
+        "memory_relaxed": bool(memory),
+        "burst_short": bool(burst),
+        "isolated_short": bool(isolated),
+        "numa_nodes": nodes,
+        "numa_distance": distance,
+        "cores_short": bool(cores),
+        "depth": -depth,  # type: ignore[operator]
+        "colocated": colocated,
+        "free_shared_cpus": -free / 1000,  # type: ignore[operator]
+        "index": index,
+    }
+
+
 def losing_criterion(key: tuple[object, ...], winner: tuple[object, ...]) -> str:
     """Name of the first criterion on which `key` is worse than the winner's key."""
     for name, mine, theirs in zip(CRITERIA, key, winner, strict=True):

@@ -7,11 +7,15 @@ and lists are in a fixed order, so two runs of the same workload give identical 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from nri_topology.policy import scoring
+from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
-from nri_topology.simulate.runner import Assignment, Placed, Simulation, StepResult
+from nri_topology.simulate.runner import Assignment, NodeState, Placed, Simulation, StepResult
 from nri_topology.topology import cpuset
+from nri_topology.topology.model import Machine
 
 SCHEMA = "nri-topology/simulate/v1"
 
@@ -49,11 +53,21 @@ def _placed(p: Placed, explain: bool) -> dict[str, Any]:
     if p.warnings:
         doc["warnings"] = list(p.warnings)
     if explain:
-        doc["trace"] = [
-            {"pool": s.pool, "key": [_scalar(k) for k in s.key], "verdict": s.verdict}
-            for s in p.trace
-        ]
+        doc["trace"] = trace(p.trace)
     return doc
+
+
+def trace(scores: Sequence[PoolScore]) -> list[dict[str, Any]]:
+    """A decision's scoring trace: every pool with its sort key, named criteria and verdict."""
+    return [
+        {
+            "pool": s.pool,
+            "key": [_scalar(k) for k in s.key],
+            "criteria": scoring.labelled(s.key),
+            "verdict": s.verdict,
+        }
+        for s in scores
+    ]
 
 
 def _scalar(value: object) -> object:
@@ -112,32 +126,41 @@ def _pool(p: PoolView) -> dict[str, Any]:
     }
 
 
+def machine(m: Machine, name: str) -> dict[str, Any]:
+    """The machine: CPUs, isolated and offline ones, NUMA nodes with memory and tier."""
+    return {
+        "name": name,
+        "cpus": cpuset.format(m.cpus),
+        "isolated": cpuset.format(m.isolated),
+        "offline": cpuset.format(m.offline),
+        "efficiency": cpuset.format(m.efficiency_cpus),
+        "nodes": [
+            {
+                "id": n.id,
+                "cpus": cpuset.format(n.cpus),
+                "memory": n.memory,
+                "tier": str(n.tier),
+            }
+            for n in sorted(m.nodes.values(), key=lambda n: n.id)
+        ],
+    }
+
+
+def node(state: NodeState) -> dict[str, Any]:
+    """Every container's placement (by id) and every pool with its capacity and what is free."""
+    return {
+        "containers": [_assignment(state.assignments[k]) for k in sorted(state.assignments)],
+        "pools": [_pool(p) for p in state.pools],
+    }
+
+
 def to_document(sim: Simulation, *, explain: bool = False) -> dict[str, Any]:
-    m = sim.machine
     return {
         "schema": SCHEMA,
-        "machine": {
-            "name": sim.machine_name,
-            "cpus": cpuset.format(m.cpus),
-            "isolated": cpuset.format(m.isolated),
-            "offline": cpuset.format(m.offline),
-            "efficiency": cpuset.format(m.efficiency_cpus),
-            "nodes": [
-                {
-                    "id": n.id,
-                    "cpus": cpuset.format(n.cpus),
-                    "memory": n.memory,
-                    "tier": str(n.tier),
-                }
-                for n in sorted(m.nodes.values(), key=lambda n: n.id)
-            ],
-        },
+        "machine": machine(sim.machine, sim.machine_name),
         "workload": {"name": sim.workload.name, "description": sim.workload.description},
         "steps": [_step(s, explain) for s in sim.steps],
-        "final": {
-            "containers": [_assignment(sim.assignments[k]) for k in sorted(sim.assignments)],
-            "pools": [_pool(p) for p in sim.pools],
-        },
+        "final": node(sim),
         "summary": {
             "steps": len(sim.steps),
             "failed": sum(1 for s in sim.steps if not s.ok),

@@ -14,9 +14,9 @@ from xml.sax.saxutils import escape
 
 from nri_topology.policy.types import CpuKind
 from nri_topology.policy.views import PoolView
-from nri_topology.quantity import format_bytes, format_milli
+from nri_topology.quantity import format_bytes, format_cores
 from nri_topology.simulate.render_text import children, describe_machine
-from nri_topology.simulate.runner import Assignment, Simulation
+from nri_topology.simulate.runner import Assignment, NodeState
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -63,7 +63,7 @@ def _cores_of(machine: Machine, cpus: frozenset[int]) -> list[list[int]]:
 
 
 class _Picture:
-    def __init__(self, sim: Simulation) -> None:
+    def __init__(self, sim: NodeState) -> None:
         self.sim = sim
         self.tpc = max(1, sim.machine.threads_per_core)
         ordered = sorted(sim.assignments.values(), key=lambda a: a.id)
@@ -117,7 +117,7 @@ class _Picture:
         )
         self.text(x + PAD, y + 17, pool.name, 13, "bold")
         self.chips(pool, x + PAD + 9 * len(pool.name) + 10, y + 12)
-        cpu = f"CPU free {format_milli(pool.free_milli)} of {format_milli(pool.capacity_milli)}"
+        cpu = f"CPU {format_cores(pool.free_milli)} of {format_cores(pool.capacity_milli)} free"
         self.text(x + PAD, y + 32, cpu, 10, fill="#57606a")
         mems = "  ".join(
             f"{t.upper()} {cpuset.format(m.nodes)}: {format_bytes(m.free)} free"
@@ -223,10 +223,9 @@ def _legend_line(a: Assignment) -> str:
     return ", ".join(parts)
 
 
-def render(sim: Simulation) -> str:
+def render(sim: NodeState, title: str) -> str:
     """The whole picture as an SVG document."""
     pic = _Picture(sim)
-    title = f"nri-topology simulate: {sim.workload.name or 'workload'} on {sim.machine_name}"
     pic.text(PAD, 22, title, 16, "bold")
     pic.text(PAD, 42, describe_machine(sim.machine, sim.machine_name), 11, fill="#57606a")
     roots = children(sim.pools, None)

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from nri_topology.policy import scoring
+from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
-from nri_topology.quantity import format_bytes, format_milli
-from nri_topology.simulate.runner import Assignment, Moved, Simulation, StepResult
+from nri_topology.quantity import format_bytes, format_cores
+from nri_topology.simulate.runner import Assignment, Moved, NodeState, Simulation, StepResult
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -86,6 +88,14 @@ def _moved(m: Moved) -> str:
     return f"    updated {m.id}: " + ", ".join(changes or ["cpu shares"])
 
 
+def _key_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 def _explain(step: StepResult) -> list[str]:
     out: list[str] = []
     for p in step.placed:
@@ -99,10 +109,22 @@ def _explain(step: StepResult) -> list[str]:
                 f"      cold start: after {p.cold_start.delay_ns / 1e9:g} s memory widens to "
                 f"{cpuset.format(p.cold_start.then_mems)}"
             )
-        if p.trace:
-            rows = [[s.pool, s.verdict, " ".join(str(k) for k in s.key)] for s in p.trace]
-            out.extend(_table(["POOL", "VERDICT", "SORT KEY"], rows, "      "))
+        out.extend(trace_table(p.trace, "      "))
     return out
+
+
+def trace_table(trace: Sequence[PoolScore], indent: str) -> list[str]:
+    """A decision's scoring trace: a row per pool, a named column per sort-key criterion."""
+    if not trace:
+        return []
+    labelled = [scoring.labelled(s.key) for s in trace]
+    names = next((list(k) for k in labelled if k), [])
+    rows = [
+        [s.pool, s.verdict, *(_key_value(k[n]) if k else "" for n in names)]
+        for s, k in zip(trace, labelled, strict=True)
+    ]
+    headers = ["POOL", "VERDICT", *(n.upper().replace("_", " ") for n in names)]
+    return _table(headers, rows, indent)
 
 
 def steps_table(sim: Simulation, *, explain: bool = False) -> str:
@@ -146,7 +168,7 @@ def _pool_line(p: PoolView) -> str:
     parts = [
         f"cpus {_set(p.cpus)}",
         f"shared {_set(p.shared)}",
-        f"free {format_milli(p.free_milli)}/{format_milli(p.capacity_milli)} CPU",
+        f"CPU {format_cores(p.free_milli)} of {format_cores(p.capacity_milli)} free",
     ]
     if p.isolated:
         parts.append(f"isolated {cpuset.format(p.isolated)}")
@@ -162,12 +184,12 @@ def _assignment_line(a: Assignment) -> str:
     return f"* {a.id} [{a.kind.value}] cpus {_set(a.cpus)} mems {_set(a.mems)}{excl}"
 
 
-def pool_tree(sim: Simulation) -> str:
-    """The pool tree with the containers assigned to each pool at the end of the workload."""
+def pool_tree(sim: NodeState, heading: str = "Pools at the end:") -> str:
+    """The pool tree with the containers assigned to each pool (at the end of the workload)."""
     by_pool: dict[str, list[Assignment]] = {}
     for a in sorted(sim.assignments.values(), key=lambda a: a.id):
         by_pool.setdefault(a.pool, []).append(a)
-    lines: list[str] = ["Pools at the end:"]
+    lines: list[str] = [heading]
 
     def walk(pool: PoolView, prefix: str, last: bool, top: bool) -> None:
         branch = "" if top else ("`-- " if last else "|-- ")

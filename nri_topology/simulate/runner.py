@@ -48,6 +48,20 @@ class Engine(Protocol):
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
 
 
+class NodeState(Protocol):
+    """A node's pools and placements, as the tree and the picture draw them: the end of a
+    simulation, or a live node (`nri-topology status`)."""
+
+    @property
+    def machine(self) -> Machine: ...
+    @property
+    def machine_name(self) -> str: ...
+    @property
+    def assignments(self) -> Mapping[str, Assignment]: ...
+    @property
+    def pools(self) -> tuple[PoolView, ...]: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Assignment:
     """Where a container runs right now, as the simulated runtime has applied it."""
