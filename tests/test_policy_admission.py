@@ -12,9 +12,10 @@ from dataclasses import replace
 import pytest
 from test_policy_engine import GiB, req
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.engine import Engine, snapshot
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
+from nri_topology.policy.restore import Found, restore
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
@@ -198,6 +199,9 @@ def test_six_cpus_fit_after_moving_shared_containers() -> None:
 def test_without_moves_the_fragmented_case_degrades_or_refuses() -> None:
     e = _fragmented(Options(shared_placement="spread", max_moves=0))
     d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    # the kernel-isolated CPUs 4-7 and 60-63 are free: taken as the kubelet would take them
+    assert d.kind is CpuKind.ISOLATED and d.exclusive <= SERVER.isolated and not d.degraded
+    d = e.place(req("y", CpuKind.EXCLUSIVE, exclusive=6))
     assert d.kind is CpuKind.SHARED and d.degraded == (Degradation.SHARED_CPUS,)
     e = _fragmented(Options(shared_placement="spread", max_moves=0, on_unfit="refuse"))
     with pytest.raises(PolicyError, match="6 needed"):
@@ -243,3 +247,20 @@ def test_degradation_survives_a_restore() -> None:
     ]
     report = Policy(DESKTOP, opts).restore([pod, be_pod], running, saved)
     assert set(report.adopted) == {"g", "be"} and not report.failed
+
+
+def test_exclusive_on_isolated_cpus_is_adopted_after_a_restart() -> None:
+    e = _fragmented(Options(shared_placement="spread", max_moves=0))
+    x = req("x", CpuKind.EXCLUSIVE, exclusive=6)
+    d = e.place(x)
+    assert d.kind is CpuKind.ISOLATED
+    found = [
+        Found(
+            replace(g.request, kind=CpuKind.EXCLUSIVE) if cid == "x" else g.request, g.cpus, g.mems
+        )
+        for cid, g in e.grants.items()
+    ]
+    fresh = Engine(SERVER, e.options)
+    report = restore(fresh, found, snapshot(e))
+    assert set(report.adopted) == set(e.grants) and not report.updates
+    assert fresh.grants["x"].exclusive == d.exclusive

@@ -7,8 +7,11 @@ kubelet would admit, degrading it when it must, in this order:
 1. as asked;
 2. as asked, after moving a few shared containers to fewer pools (`consolidate`);
 3. exclusive CPUs asked for: the same amount of shared CPUs (`Degradation.SHARED_CPUS`);
+   Before that, exclusive CPUs from the kernel-isolated ones when no ordinary ones are left (the
+   kubelet hands isolated CPUs out like any other CPU);
 4. no shared CPU left in any pool: the reserved CPUs, which the kubelet keeps in its shared pool
-   unless `strict_reserved_cpus` is on (`Degradation.RESERVED_CPUS`).
+   unless `strict_reserved_cpus` is on, within the reserved capacity
+   (`Degradation.RESERVED_CPUS`).
 
 Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
 `Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness
@@ -35,6 +38,8 @@ ON_UNFIT = ("degrade", "refuse")
 # and fast: it is used only when asked for.
 TIER_ORDER = (MemoryTier.DRAM, MemoryTier.CXL, MemoryTier.PMEM)
 
+_WHOLE_CPUS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
+
 # (kind asked for, kind granted) pairs a degraded grant can show; restore reads them back.
 DEGRADED_KINDS = frozenset(
     {
@@ -47,6 +52,15 @@ DEGRADED_KINDS = frozenset(
         (CpuKind.ISOLATED, CpuKind.RESERVED),
     }
 )
+
+
+def as_granted(req: Request, granted: CpuKind, isolated: bool) -> Request | None:
+    """The request as the engine placed it when it gave `granted` CPUs instead (restore)."""
+    if (req.kind, granted) in DEGRADED_KINDS and not isolated:
+        return as_kind(req, granted)
+    if granted is CpuKind.ISOLATED and isolated and req.kind in _WHOLE_CPUS:
+        return replace(req, kind=CpuKind.ISOLATED)  # no ordinary CPUs were left
+    return None
 
 
 def kubelet_request(req: Request, options: Options) -> Request:
@@ -84,9 +98,6 @@ def widen_tiers(
         if tier not in tiers and tier in on_machine:
             return tiers | {tier}
     return None
-
-
-_WHOLE_CPUS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
 
 def degradations(asked: CpuKind, granted: CpuKind, tier_widened: bool) -> tuple[Degradation, ...]:

@@ -430,6 +430,9 @@ class Engine:
             return room
         if not admission.may_degrade(req, self.options):
             raise refusal
+        on_isolated = self._on_isolated(req, op)
+        if on_isolated is not None:
+            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), "chosen"),), {}
         if req.kind in _EXCLUSIVE_KINDS:
             try:
                 g, trace, moved = self._admit(
@@ -490,6 +493,24 @@ class Engine:
         self._note_degradation(g, old.request)
         g.degraded = tuple(dict.fromkeys(old.degraded + g.degraded))
         g.reason = f"moved to make room for {_who(cause)}: {g.reason}"
+        return g
+
+    def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
+        """Exclusive CPUs from the isolated ones when no ordinary CPUs are left (committed).
+
+        The kubelet hands isolated CPUs out like any other; this policy keeps them for the
+        containers that prefer them, and gives them to others only instead of a degradation.
+        """
+        if req.kind not in (CpuKind.EXCLUSIVE, CpuKind.MIXED) or not self.isolated:
+            return None
+        try:
+            g, _ = self._choose(replace(req, kind=CpuKind.ISOLATED), None, frozenset())
+        except PolicyError:
+            return None
+        if not g.isolated:
+            return None
+        self._commit(g, op)
+        g.reason += "; isolated CPUs because no ordinary ones are left"
         return g
 
     def _kubelet_admits(self, req: Request) -> bool:

@@ -88,8 +88,9 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
         zone = cpuset.parse(str(entry["zone"]))
     except (KeyError, ValueError) as e:
         raise PolicyError(f"saved entry unusable: {e}") from None
-    if kind != req.kind and (req.kind, kind) in admission.DEGRADED_KINDS and not isolated:
-        f = Found(admission.as_kind(req, kind), f.cpus, f.mems)  # placed degraded
+    granted = admission.as_granted(req, kind, isolated) if kind != req.kind else None
+    if granted is not None:
+        f = Found(granted, f.cpus, f.mems)  # placed degraded
     elif kind != req.kind:
         if (req.kind, kind) not in _FALLBACKS or isolated:
             raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
