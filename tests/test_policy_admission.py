@@ -264,3 +264,17 @@ def test_exclusive_on_isolated_cpus_is_adopted_after_a_restart() -> None:
     report = restore(fresh, found, snapshot(e))
     assert set(report.adopted) == set(e.grants) and not report.updates
     assert fresh.grants["x"].exclusive == d.exclusive
+
+
+def test_moves_undone_leave_the_movers_pinning_as_the_runtime_holds_it() -> None:
+    """A resize that fails after a trial of moves: the shared container taken out and put back
+    keeps the cpuset the runtime holds, so the next diff still sees what changed."""
+    big = 29_398_453_504
+    e = Engine(DESKTOP, Options())
+    e.place(req("c1", shared=1, memory=big))
+    e.place(req("c2", CpuKind.EXCLUSIVE, exclusive=1, memory_preserve=True))
+    e.place(req("c3", shared=1, memory=big))
+    before = e.grants["c1"].cpus
+    with pytest.raises(PolicyError):
+        e.resize(req("c2", shared=0, memory=12_599_337_216))
+    assert e.grants["c1"].cpus == before == e.pin(e.grants["c1"])

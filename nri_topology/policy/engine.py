@@ -459,6 +459,7 @@ class Engine:
         state exactly as before.
         """
         olds = {cid: self.grants[cid] for cid in movers}
+        pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
         trial = _Op()
         for old in olds.values():
             self._uncommit(old, trial)
@@ -472,8 +473,9 @@ class Engine:
         except PolicyError:
             for done in reversed(placed):
                 self._uncommit(done, _Op())
-            for old in olds.values():
+            for cid, old in olds.items():
                 self._commit(old, _Op())
+                old.cpus, old.mems = pinned[cid]  # the next diff compares with these
             return None
         op.touched |= trial.touched
         return g, trace, olds
