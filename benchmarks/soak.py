@@ -154,11 +154,7 @@ class _MachineSoak:
         except PolicyError:
             self._unchanged(before, "refused resize")
             return "resize:refused"
-        self.runtime.apply((*decision.updates,))
-        if decision.placement.cpus is not None:
-            self.runtime.cpus[cid] = decision.placement.cpus
-        if decision.placement.mems is not None:
-            self.runtime.mems[cid] = decision.placement.mems
+        self.runtime.resized(decision)
         self.live[cid] = (pod, replace(ctr, resources=resources(new)), new)
         self.requested += new.cpu - spec.cpu
         return "resize"

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_topology.policy.annotations import ANNOTATIONS, SPECS, Found, Scope, lookup
+from nri_topology.policy.annotations import ANNOTATIONS, SPECS, Scope, ScopedAnnotation, lookup
 
 P = "resource-policy.nri.io"
 A = "cri-resource-manager.intel.com"
@@ -17,24 +17,30 @@ K = "prefer-shared-cpus"
     ("pod", "expected"),
     [
         ({}, None),
-        ({f"{K}.{P}": "1"}, Found(f"{K}.{P}", "1", Scope.UNSCOPED)),
-        ({f"{K}.{P}": "1", f"{K}.{P}/pod": "2"}, Found(f"{K}.{P}/pod", "2", Scope.POD)),
+        ({f"{K}.{P}": "1"}, ScopedAnnotation(f"{K}.{P}", "1", Scope.UNSCOPED)),
+        ({f"{K}.{P}": "1", f"{K}.{P}/pod": "2"}, ScopedAnnotation(f"{K}.{P}/pod", "2", Scope.POD)),
         (
             {f"{K}.{P}": "1", f"{K}.{P}/pod": "2", f"{K}.{P}/container.app": "3"},
-            Found(f"{K}.{P}/container.app", "3", Scope.CONTAINER),
+            ScopedAnnotation(f"{K}.{P}/container.app", "3", Scope.CONTAINER),
         ),
         # another container's key does not apply
         ({f"{K}.{P}/container.other": "3"}, None),
         (
             {f"{K}.{P}/container.other": "3", f"{K}.{P}": "1"},
-            Found(f"{K}.{P}", "1", Scope.UNSCOPED),
+            ScopedAnnotation(f"{K}.{P}", "1", Scope.UNSCOPED),
         ),
         # alias domain
-        ({f"{K}.{A}/container.app": "4"}, Found(f"{K}.{A}/container.app", "4", Scope.CONTAINER)),
+        (
+            {f"{K}.{A}/container.app": "4"},
+            ScopedAnnotation(f"{K}.{A}/container.app", "4", Scope.CONTAINER),
+        ),
         # primary wins over alias at equal scope
-        ({f"{K}.{A}/pod": "4", f"{K}.{P}/pod": "2"}, Found(f"{K}.{P}/pod", "2", Scope.POD)),
+        (
+            {f"{K}.{A}/pod": "4", f"{K}.{P}/pod": "2"},
+            ScopedAnnotation(f"{K}.{P}/pod", "2", Scope.POD),
+        ),
         # narrower scope wins over domain
-        ({f"{K}.{A}/pod": "4", f"{K}.{P}": "1"}, Found(f"{K}.{A}/pod", "4", Scope.POD)),
+        ({f"{K}.{A}/pod": "4", f"{K}.{P}": "1"}, ScopedAnnotation(f"{K}.{A}/pod", "4", Scope.POD)),
         # other keys and near misses are ignored
         ({f"prefer-isolated-cpus.{P}": "1", f"{K}.resource-manager.nri.io": "1"}, None),
     ],
@@ -53,7 +59,9 @@ def test_container_annotations_win_at_equal_scope_only():
 
 @pytest.mark.parametrize("name", ["affinity", "anti-affinity"])
 def test_prefixed_keys(name):
-    assert lookup(name, "app", {f"{P}/{name}": "x"}) == Found(f"{P}/{name}", "x", Scope.UNSCOPED)
+    assert lookup(name, "app", {f"{P}/{name}": "x"}) == ScopedAnnotation(
+        f"{P}/{name}", "x", Scope.UNSCOPED
+    )
     assert lookup(name, "app", {f"{A}/{name}": "y"}).value == "y"
     assert lookup(name, "app", {f"{A}/{name}": "y", f"{P}/{name}": "x"}).value == "x"
     # the scoped suffix form is not how these keys are spelled

@@ -106,3 +106,28 @@ def test_parent_that_is_a_file_is_a_write_failure_not_a_crash(tmp_path: Path) ->
     cp = Checkpoint(tmp_path / "blocker" / "state.json")
     assert not cp.save(BODY)
     assert cp.load().body is None
+
+
+def _nested(depth: int) -> object:
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        (b'{"a":' * 100_000 + b"1" + b"}" * 100_000, "refused: nested more than 16"),
+        (encode({"policy": _nested(20)}), "refused: nested more than 16"),
+        (b"[" + b"9" * 5000 + b"]", "4300 digits"),
+        (b" " * (checkpoint.MAX_BYTES + 1), "refused: 67108865 bytes"),
+    ],
+    ids=["deep-json", "deep-with-checksum", "huge-number", "oversized"],
+)
+def test_hostile_files_are_refused_not_raised(tmp_path: Path, data: bytes, problem: str) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(data)
+    loaded = Checkpoint(path).load()
+    assert loaded.body is None and problem in loaded.problem
+    assert len(loaded.problem) < 300

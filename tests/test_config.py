@@ -336,3 +336,36 @@ def test_effective_config_written_back_reads_the_same(path):
     config = load_config(path)
     text = yaml.safe_dump(config.model_dump(mode="json"))
     assert parse_config(text, "round-trip") == config
+
+
+def _alias_bomb() -> str:
+    lines = ['a0: &a0 ["x", "x", "x", "x", "x", "x", "x", "x", "x", "x"]']
+    for i in range(1, 9):
+        lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("policy: " + "[" * 30_000 + "]" * 30_000, "nested more than 16 levels deep"),
+        ("policy:\n" + "".join(" " * i + f"k{i}:\n" for i in range(1, 40)), "nested more"),
+        (_alias_bomb(), "anchors and aliases are not accepted"),
+        ("policy:\n  reserved_namespaces: [" + "9" * 5000 + "]\n", "4300 digits"),
+        ("# " + "x" * (2 << 20) + "\n", "more than the limit of 1048576"),
+    ],
+    ids=["flow-nesting", "block-nesting", "alias-bomb", "huge-number", "oversized"],
+)
+def test_hostile_files_are_refused_with_the_reason(text: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, "cfg.yaml")
+    (line,) = info.value.errors
+    assert line.startswith("cfg.yaml: refused: ") and problem in line
+    assert len(line) < 300  # the value is never echoed whole
+
+
+def test_oversized_file_is_refused_without_reading_it_whole(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text("# " + "x" * (load.MAX_CONFIG_BYTES + 10) + "\n")
+    with pytest.raises(ConfigError, match="refused: larger than the limit"):
+        read_config(path)

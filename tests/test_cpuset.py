@@ -30,3 +30,9 @@ def test_parse_rejects(text: str) -> None:
 @given(st.sets(st.integers(min_value=0, max_value=4096)))
 def test_round_trip(ids: set[int]) -> None:
     assert cpuset.parse(cpuset.format(ids)) == ids
+
+
+def test_a_bound_refuses_large_ids_before_building_a_set() -> None:
+    assert cpuset.parse("0-3,7", below=8) == {0, 1, 2, 3, 7}
+    with pytest.raises(cpuset.CpuSetError, match="beyond the largest id 7"):
+        cpuset.parse("0-999999999999", below=8)

@@ -2,7 +2,8 @@
 
 A small scripted policy stands in for the real one here, so each daemon rule (what goes in which
 reply, what goes through UpdateContainers, what is checkpointed, what reaches the runtime on
-error) is tested on its own; tests/test_daemon_restart.py runs the real policy.
+error) is tested on its own. What a restore or reload adopts, re-places and keeps in cold start
+is the policy's to say: tests/test_daemon_restart.py runs those with the real policy.
 """
 
 from __future__ import annotations
@@ -49,7 +50,9 @@ class Report:
     replaced: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
     updates: list[Update] = field(default_factory=list)
-    decisions: dict[str, Decision] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)  # of the re-placed ones
+    cold_starts: dict[str, ColdStart] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
 
 
 class ScriptedPolicy:
@@ -57,6 +60,7 @@ class ScriptedPolicy:
 
     def __init__(self) -> None:
         self.cpus: dict[str, int] = {}
+        self.cold: dict[str, ColdStart] = {}
         self.options = Options()
         self.calls: list[str] = []
 
@@ -81,6 +85,8 @@ class ScriptedPolicy:
         cold = (
             ColdStart(int(float(note["cold"]) * 1e9), frozenset({0, 1})) if "cold" in note else None
         )
+        if cold is not None:
+            self.cold[container.id] = cold
         return self._decision(container.id, updates=updates, cold_start=cold)
 
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
@@ -93,6 +99,7 @@ class ScriptedPolicy:
     def release(self, container_id: str) -> tuple[Update, ...]:
         self.calls.append(f"release {container_id}")
         del self.cpus[container_id]
+        self.cold.pop(container_id, None)
         return tuple(Update(o, Placement(frozenset({41}), None)) for o in self.cpus)
 
     def restore(
@@ -104,11 +111,17 @@ class ScriptedPolicy:
         self.calls.append(f"restore {'saved' if saved else 'fresh'}")
         report = Report()
         kept = dict((saved or {}).get("cpus", {}))
-        self.cpus = {}
+        cold = {
+            cid: ColdStart(ns, frozenset({0, 1}))
+            for cid, ns in (saved or {}).get("cold", {}).items()
+        }
+        self.cpus, self.cold = {}, {}
         for c in containers:
             if c.id in kept:
                 self.cpus[c.id] = kept[c.id]
                 report.adopted.append(c.id)
+                if c.id in cold:
+                    self.cold[c.id] = report.cold_starts[c.id] = cold[c.id]
         for c in containers:
             if c.id not in self.cpus:
                 self.cpus[c.id] = self._free()
@@ -120,18 +133,26 @@ class ScriptedPolicy:
 
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         self.calls.append(f"cold {container_id}")
+        self.cold.pop(container_id, None)
         return (Update(container_id, Placement(None, frozenset({0, 1}))),)
 
-    def reconfigure(self, options: Options) -> tuple[Update, ...]:
+    def reconfigure(self, options: Options) -> Report:
+        """Every container moves one CPU up (re-placed), so each reaches the runtime."""
         if not options.pin_memory:
             raise PolicyError("pin_memory cannot be turned off on this machine")
         self.options = options
-        return tuple(
-            Update(c, Placement(frozenset({cpu + 1}), None)) for c, cpu in self.cpus.items()
-        )
+        report = Report(cold_starts=dict(self.cold))
+        for c, cpu in self.cpus.items():
+            self.cpus[c] = cpu + 1
+            d = self._decision(c)
+            report.replaced[c] = "scripted move"
+            report.decisions[c] = d
+            report.updates.append(Update(c, d.placement))
+        return report
 
     def snapshot(self) -> dict[str, Any]:
-        return {"cpus": dict(self.cpus)}
+        cold = {c: x.delay_ns for c, x in self.cold.items()}
+        return {"cpus": dict(self.cpus), **({"cold": cold} if cold else {})}
 
     def pools(self) -> list[PoolView]:
         used = len(self.cpus)

@@ -114,6 +114,34 @@ async def test_external_plugin_stops_cleanly_on_sigterm(tmp_path: Path, short_di
     assert body is not None and "a" in json.dumps(body["policy"])
 
 
+async def test_a_second_instance_on_the_same_state_exits_naming_the_holder(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    first = await asyncio.create_subprocess_exec(
+        sys.executable, *_args(tmp_path), f"--socket={sock}", env=env, cwd=ROOT
+    )
+    try:
+        await peer.wait_plugin(timeout=30)
+        args = [a for a in _args(tmp_path) if not a.startswith("--log-file")]
+        second = await asyncio.create_subprocess_exec(
+            sys.executable, *args, f"--socket={sock}", env=env, cwd=ROOT,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        _, stderr = await asyncio.wait_for(second.communicate(), 30)
+        assert second.returncode == 2
+        assert f"pid {first.pid} holds {tmp_path / 'state.json.lock'}" in stderr.decode()
+        assert len(peer.registrations) == 1  # the second never connected
+    finally:
+        first.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(first.wait(), 30)
+        await peer.close()
+    assert first.returncode == 0
+
+
 async def test_bad_configuration_exits_2_before_connecting(tmp_path: Path) -> None:
     args = _args(tmp_path)
     (tmp_path / "config.yaml").write_text("policy:\n  pin_cpu: maybe\n")

@@ -241,3 +241,57 @@ def test_invalid_command_line_option_stops_start_up(tmp_path) -> None:
     )
     with pytest.raises(StartupError, match="invalid command-line option"):
         daemon.setup()
+
+
+async def test_one_instance_per_state_file(tmp_path: Path, short_dir: Path) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    first = make_daemon(tmp_path, sock)
+    with pytest.raises(StartupError, match=rf"pid {os.getpid()} holds .*state\.json\.lock"):
+        make_daemon(tmp_path, sock)
+    task = asyncio.get_running_loop().create_task(first.serve())
+    await peer.wait_plugin()
+    first.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.close()
+    make_daemon(tmp_path, sock).close()  # the lock went with the first daemon
+
+
+async def test_failed_final_checkpoint_exits_non_zero(tmp_path: Path, short_dir: Path) -> None:
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    daemon = make_daemon(tmp_path, sock)
+    (tmp_path / "state" / "state.json").mkdir()  # every write fails: it cannot be replaced
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    await peer.create_container(pod(), ctr("a"))
+    os.kill(os.getpid(), signal.SIGTERM)
+    assert await asyncio.wait_for(task, 5) == 1
+    await peer.close()
+
+
+async def test_hostile_config_files_are_refused_and_the_old_one_kept(running, tmp_path):
+    daemon, peer = running
+    policy = daemon.plugin.policy  # type: ignore[union-attr]
+    registry = daemon.plugin.metrics.registry  # type: ignore[union-attr]
+
+    def refusals() -> float:
+        return registry.get_sample_value("nri_topology_errors_total", {"reason": "config"}) or 0
+
+    hostile = [
+        "policy: " + "[" * 30_000 + "]" * 30_000,
+        "policy:\n  reserved_namespaces: [" + "9" * 5000 + "]\n",
+        "a: &a [1]\nb: [*a, *a]\n",
+        "# " + "x" * (2 << 20) + "\n",
+    ]
+    for text in hostile:
+        before = refusals()
+        (tmp_path / "config.yaml").write_text(text)
+        async with asyncio.timeout(5):
+            while refusals() == before:
+                await asyncio.sleep(0.01)
+        assert not policy.options.colocate_pods and daemon.config.policy.colocate_pods is False
+    reply = await peer.create_container(pod(), ctr("a"))  # still serving
+    assert reply.adjust.linux.resources.cpu.cpus == "0"

@@ -10,7 +10,9 @@ import importlib.util
 import os
 import re
 import shlex
+import shutil
 import stat
+import subprocess
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -267,6 +269,87 @@ def test_systemd_unit_and_environment_file() -> None:
     )
     assert set(assigned) == {"NRI_TOPOLOGY_ARGS"}
     assert shlex.split(shlex.split(assigned["NRI_TOPOLOGY_ARGS"])[0])[0] == "--config"
+
+
+def _unit(path: Path) -> dict[str, dict[str, list[str]]]:
+    """A systemd unit file: section -> key -> every value given (keys may repeat)."""
+    sections: dict[str, dict[str, list[str]]] = {}
+    current: dict[str, list[str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("["):
+            current = sections.setdefault(line.strip("[]"), {})
+            continue
+        key, _, value = line.partition("=")
+        current.setdefault(key.strip(), []).append(value.strip())
+    return sections
+
+
+UNIT = ROOT / "systemd" / "nri-topology.service"
+HARDENING = {
+    "CapabilityBoundingSet": "",
+    "NoNewPrivileges": "yes",
+    "ProtectSystem": "strict",
+    "ProtectHome": "yes",
+    "PrivateTmp": "yes",
+    "PrivateDevices": "yes",
+    "ProtectKernelTunables": "yes",
+    "ProtectKernelModules": "yes",
+    "ProtectKernelLogs": "yes",
+    "ProtectControlGroups": "yes",
+    "RestrictNamespaces": "yes",
+    "RestrictRealtime": "yes",
+    "RestrictSUIDSGID": "yes",
+    "LockPersonality": "yes",
+    "MemoryDenyWriteExecute": "yes",
+    "SystemCallArchitectures": "native",
+    "UMask": "0077",
+    "IPAddressDeny": "any",
+    "IPAddressAllow": "localhost",
+}
+
+
+@pytest.mark.parametrize(("key", "value"), HARDENING.items(), ids=list(HARDENING))
+def test_systemd_unit_hardening(key: str, value: str) -> None:
+    assert _unit(UNIT)["Service"].get(key) == [value]
+
+
+def test_systemd_unit_limits_and_what_the_plugin_needs() -> None:
+    service = _unit(UNIT)["Service"]
+    filters = service["SystemCallFilter"]
+    assert "@system-service" in filters
+    assert any(f.startswith("~") and "@privileged" in f for f in filters)
+    assert int(service["TasksMax"][0]) >= 40  # the event loop and the checkpoint thread pool
+    assert service["MemoryMax"][0].endswith(("M", "G"))
+    # what the plugin needs stays: the state directory, the NRI socket, sysfs and /proc/cmdline
+    # to read, the loopback metrics endpoint
+    assert service["StateDirectory"] == ["nri-topology"]
+    assert "/run/nri" in service["ReadWritePaths"][0]
+    assert set(service["RestrictAddressFamilies"][0].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}
+    for absent in ("ProcSubset", "PrivateNetwork", "InaccessiblePaths", "User", "DynamicUser"):
+        assert absent not in service
+
+
+def test_systemd_unit_exposure_is_low(tmp_path: Path) -> None:
+    """`systemd-analyze security` rates the unit; "OK" is up to 4.9, the unit aims below 2."""
+    tool = shutil.which("systemd-analyze")
+    if tool is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = tmp_path / UNIT.name
+    unit.write_text(UNIT.read_text())
+    run = subprocess.run(
+        [tool, "security", "--offline=yes", "--no-pager", str(unit)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = re.search(r"Overall exposure level for \S+: ([0-9.]+)", run.stdout)
+    if found is None:
+        pytest.skip(f"this systemd-analyze cannot rate a unit offline: {run.stderr.strip()[:200]}")
+    assert float(found.group(1)) <= 2.0, run.stdout
 
 
 @pytest.mark.parametrize(

@@ -17,7 +17,9 @@ from nri_topology.policy.types import (
     Resources,
     Update,
 )
+from nri_topology.simulate.machine_spec import load_bundled
 from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
 from tests import machines
 
 MiB = 1 << 20
@@ -120,39 +122,109 @@ def test_restart_without_saved_state_keeps_exclusive_cpus() -> None:
     assert set(report.adopted) == set(policy.assignments())
 
 
-def test_mixed_containers_without_saved_state_are_re_placed_with_a_reason() -> None:
-    policy, rt = populated(10)
+def test_mixed_containers_without_saved_state_keep_their_exclusive_cpus() -> None:
+    """A mixed container's exclusive CPUs are those of its cpuset no other container runs on."""
+    policy, rt = populated(30)
     fresh = Policy(policy_machine(), Options())
     report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
-    mixed = {
-        cid
-        for cid, a in policy.assignments().items()
-        if a.kind in (CpuKind.MIXED, CpuKind.ISOLATED)
-    }
-    assert mixed and set(report.replaced) == mixed
-    assert all("saved state" in why for why in report.replaced.values())
-    assert set(report.decisions) == set(policy.assignments())
+    mixed = {cid for cid, a in policy.assignments().items() if a.kind is CpuKind.MIXED}
+    assert mixed and mixed <= set(report.adopted)
+    assert report.replaced == {} and report.updates == () and report.decisions == {}
+    assert exclusive_of(fresh) == exclusive_of(policy)
 
 
-def test_inconsistent_state_is_re_placed_deterministically() -> None:
+def test_a_mixed_container_alone_in_its_pool_is_re_placed_with_a_reason() -> None:
+    policy, rt = populated(2)  # c0 exclusive, c1 mixed: no other container shares c1's CPUs
+    assert policy.assignments()["c1"].kind is CpuKind.MIXED
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert set(report.replaced) == {"c1"} and "saved state" in report.replaced["c1"]
+    assert set(report.decisions) == {"c1"}  # decisions are made for the re-placed ones only
+
+
+def test_entries_contradicting_the_runtime_are_dropped() -> None:
     policy, rt = populated(20)
     saved = policy.snapshot()
-    # two containers claim the same exclusive CPUs: the first in restore order keeps them
     ids = sorted(exclusive_of(policy), key=lambda c: int(c[1:]))
     a, b = ids[0], ids[2]
     saved["containers"][b]["exclusive"] = saved["containers"][a]["exclusive"]
     saved["containers"][b]["pool"] = saved["containers"][a]["pool"]
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert set(report.dropped) == {b} and "runtime reports cpuset" in report.dropped[b]
+    assert report.replaced == {} and report.updates == ()
+    assert exclusive_of(fresh) == exclusive_of(policy)
 
-    def run() -> tuple[dict[str, str], dict[str, frozenset[int]]]:
+
+def test_forged_checkpoint_with_a_valid_checksum_moves_nothing() -> None:
+    """Every entry "exclusive 0-111 in pool nowhere" (the checksum says nothing about sense)."""
+    m = load_bundled("server")[1]
+    policy, rt = Policy(m, Options()), Runtime()
+    for i in range(20):
+        qos = ("g", "b", "be", "g")[i % 4]
+        milli = {"g": 2000 if i % 8 == 0 else 1500, "b": 300, "be": 0}[qos]
+        rt.create(policy, *workload(i, qos, milli))
+    saved = policy.snapshot()
+    for entry in saved["containers"].values():
+        entry.update(exclusive="0-111", pool="nowhere")
+    fresh = Policy(m, Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert len(report.dropped) == 20
+    assert all("nowhere" in why for why in report.dropped.values())
+    assert report.replaced == {} and report.updates == ()
+    assert placements(fresh) == placements(policy)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("pool", "NUMA node #9", "does not exist"),
+        ("exclusive", "500-501", "not on this machine"),
+        ("exclusive", "0-999999999999", "beyond the largest id 143"),
+        ("exclusive", "0," * 40_000, "longer than"),
+        ("zone", "77", "memory nodes not on this machine"),
+        ("exclusive", "zero", "malformed"),
+        ("isolated", None, "malformed (KeyError"),
+    ],
+    ids=["pool", "cpus", "huge-range", "long-list", "nodes", "malformed", "missing-key"],
+)
+def test_entries_naming_what_the_machine_lacks_are_dropped(
+    field: str, value: str | None, problem: str
+) -> None:
+    policy, rt = populated(10, with_mixed=False)
+    saved = policy.snapshot()
+    cid = next(iter(exclusive_of(policy)))
+    if value is None:
+        del saved["containers"][cid][field]
+    else:
+        saved["containers"][cid][field] = value
+    fresh = Policy(policy_machine(), Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
+    assert list(report.dropped) == [cid] and problem in report.dropped[cid]
+    assert report.replaced == {} and exclusive_of(fresh) == exclusive_of(policy)
+
+
+def test_overlapping_runtime_cpusets_are_resolved_deterministically() -> None:
+    policy, rt = populated(20)
+    saved = policy.snapshot()
+    # two containers claim the same exclusive CPUs, and the runtime agrees with both:
+    # neither entry is believed and the first in restore order keeps them
+    ids = sorted(exclusive_of(policy), key=lambda c: int(c[1:]))
+    a, b = ids[0], ids[2]
+    saved["containers"][b]["exclusive"] = saved["containers"][a]["exclusive"]
+    saved["containers"][b]["pool"] = saved["containers"][a]["pool"]
+    rt.pin(b, rt.cpus(a), None)
+
+    def run() -> tuple[dict[str, str], dict[str, str], dict[str, frozenset[int]]]:
         fresh = Policy(policy_machine(), Options())
         report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
-        return dict(report.replaced), exclusive_of(fresh)
+        return dict(report.dropped), dict(report.replaced), exclusive_of(fresh)
 
-    replaced, excl = run()
-    assert set(replaced) == {b}
-    assert "inconsistent" in replaced[b]
+    dropped, replaced, excl = run()
+    assert set(dropped) == {a, b} and "claimed by" in dropped[a]
+    assert set(replaced) == {b} and "inconsistent" in replaced[b]
     assert excl[a] == exclusive_of(policy)[a]
-    assert run() == (replaced, excl)
+    assert run() == (dropped, replaced, excl)
 
 
 def test_bad_saved_state_falls_back_to_runtime_view() -> None:
@@ -188,14 +260,15 @@ def test_reconfigure_keeps_valid_placements_and_moves_the_rest() -> None:
     before = exclusive_of(policy)
     reserved = CpuAmount(cpus=frozenset({0, 72}))
     clash = {cid for cid, cpus in before.items() if cpus & {0, 72}}
-    updates = policy.reconfigure(Options(reserved_resources=reserved))
+    report = policy.reconfigure(Options(reserved_resources=reserved))
     after = exclusive_of(policy)
     for cid, cpus in before.items():
         if cid not in clash:
             assert after[cid] == cpus
         assert not after[cid] & {0, 72}
+    assert clash and set(report.replaced) == clash
     assert policy.options.reserved_resources == reserved
-    for u in updates:
+    for u in report.updates:
         assert u.container_id in policy.assignments()
 
 
@@ -238,3 +311,113 @@ def test_runtime_pinning_that_drifted_from_saved_state_gets_an_update() -> None:
     report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), saved)
     assert cid in report.adopted
     assert [(u.container_id, u.placement.cpus) for u in report.updates] == [(cid, want)]
+
+
+# --- the pool tree changes under a restore: only what left the usable set moves ------------------
+
+
+def server_one_per_node() -> tuple[Policy, Runtime, dict[int, frozenset[int]]]:
+    """Four 4-CPU Guaranteed containers on "server", one per NUMA node (c<n> on node n)."""
+    m = load_bundled("server")[1]
+    nodes = {n: frozenset(c for c in m.cpus if m.cpus[c].node == n) for n in range(4)}
+    rt = Runtime()
+    for n in range(4):
+        pod, ctr = workload(n, "g", 4000)
+        rt.pods[pod.id], rt.ctrs[ctr.id] = pod, ctr
+        rt.pin(ctr.id, frozenset(sorted(nodes[n])[4:8]), frozenset({n}))
+    policy = Policy(m, Options())
+    report = policy.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert sorted(report.adopted) == ["c0", "c1", "c2", "c3"]
+    assert {a.pool for a in policy.assignments().values()} == {f"NUMA node #{n}" for n in range(4)}
+    return policy, rt, nodes
+
+
+def without_node(nodes: dict[int, frozenset[int]], *gone: int) -> Options:
+    usable = frozenset().union(*(c for n, c in nodes.items() if n not in gone))
+    return Options(available_resources=CpuAmount(cpus=usable))
+
+
+def placements(policy: Policy) -> dict[str, tuple[frozenset[int] | None, frozenset[int] | None]]:
+    return {cid: (a.cpus, a.mems) for cid, a in policy.assignments().items()}
+
+
+def test_reload_excluding_a_node_moves_only_that_nodes_container() -> None:
+    policy, _, nodes = server_one_per_node()
+    before = placements(policy)
+    report = policy.reconfigure(without_node(nodes, 1))
+    # socket #1 keeps a single NUMA node, so its NUMA pool collapses into the socket pool;
+    # the container there still holds valid CPUs and memory and is adopted
+    assert "NUMA node #3" not in {v.name for v in policy.pools()}
+    assert set(report.replaced) == {"c1"} and sorted(report.adopted) == ["c0", "c2", "c3"]
+    assert "17" in report.replaced["c1"] or "no longer" in report.replaced["c1"]
+    assert [u.container_id for u in report.updates] == ["c1"]
+    assert set(report.decisions) == {"c1"}
+    after = placements(policy)
+    for cid in ("c0", "c2", "c3"):
+        assert after[cid] == before[cid]
+    cpus, mems = after["c1"]
+    assert cpus is not None and not cpus & nodes[1] and mems is not None and 1 not in mems
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["checkpoint", "synchronize-only"])
+def test_restart_excluding_a_node_moves_only_that_nodes_container(saved: bool) -> None:
+    policy, rt, nodes = server_one_per_node()
+    before = placements(policy)
+    snapshot = json.loads(json.dumps(policy.snapshot())) if saved else None
+    fresh = Policy(load_bundled("server")[1], without_node(nodes, 1))
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), snapshot)
+    assert set(report.replaced) == {"c1"} and sorted(report.adopted) == ["c0", "c2", "c3"]
+    assert [u.container_id for u in report.updates] == ["c1"]
+    after = placements(fresh)
+    assert {c: after[c] for c in ("c0", "c2", "c3")} == {c: before[c] for c in ("c0", "c2", "c3")}
+
+
+def test_memory_node_no_longer_usable_moves_the_container() -> None:
+    policy, rt, nodes = server_one_per_node()
+    rt.pin("c0", None, frozenset({0, 1}))  # memory on node 1 too
+    snapshot = policy.snapshot()
+    snapshot["containers"]["c0"]["zone"] = "0-1"
+    fresh = Policy(load_bundled("server")[1], without_node(nodes, 1))
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), snapshot)
+    assert set(report.replaced) == {"c0", "c1"}
+    assert "memory nodes 1" in report.replaced["c0"]
+
+
+def test_re_placed_containers_keep_their_cold_start_state() -> None:
+    """A cold start belongs to the container: re-placing a warm one does not start it again."""
+    m = load_bundled("server")[1]
+    policy, rt = Policy(m, Options()), Runtime()
+    for i in range(2):
+        pod, ctr = workload(i, "g", 2000)
+        pod = replace(pod, annotations={"cold-start.resource-policy.nri.io/pod": "duration: 60s"})
+        rt.create(policy, pod, ctr)
+    restarted = policy.restore(list(rt.pods.values()), list(rt.ctrs.values()), policy.snapshot())
+    assert set(restarted.cold_starts) == {"c0", "c1"} and restarted.replaced == {}
+    rt.apply(policy.cold_start_done("c0"))
+    nodes = {n: frozenset(c for c in m.cpus if m.cpus[c].node == n) for n in range(4)}
+    dram = {n for n, x in m.nodes.items() if x.tier is MemoryTier.DRAM}
+
+    def node_of(cid: str) -> int:
+        return m.cpus[min(policy.assignments()[cid].cpus or ())].node
+
+    report = policy.reconfigure(without_node(nodes, node_of("c0")))
+    assert "c0" in report.replaced and set(report.cold_starts) == {"c1"}
+    assert report.decisions["c0"].cold_start is None  # its cold start was over
+    assert (policy.assignments()["c0"].mems or frozenset()) & dram
+    report = policy.reconfigure(without_node(nodes, node_of("c1")))
+    assert "c1" in report.replaced and set(report.cold_starts) == {"c1"}  # still cold
+    assert not (policy.assignments()["c1"].mems or frozenset()) & dram
+
+
+def test_hidden_hyperthreads_are_adopted_as_whole_cores_without_saved_state() -> None:
+    m = load_bundled("server")[1]
+    policy, rt = Policy(m, Options()), Runtime()
+    pod, ctr = workload(0, "g", 4000)
+    pod = replace(pod, annotations={"hide-hyperthreads.resource-policy.nri.io/pod": "true"})
+    rt.create(policy, pod, ctr)
+    held = policy.assignments()["c0"]
+    assert held.cpus is not None and len(held.cpus) == 2 and len(held.exclusive) == 4
+    fresh = Policy(m, Options())
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert report.adopted == ("c0",) and report.updates == ()
+    assert fresh.assignments()["c0"].exclusive == held.exclusive

@@ -22,6 +22,7 @@ from nri_topology.policy.engine import Engine, snapshot
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.restore import Found, restore
 from nri_topology.policy.types import CpuKind, Decision, PolicyError, QoS, Request, Update
+from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 from tests import machines
 from tests.test_policy_engine import req
@@ -195,6 +196,29 @@ def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
             assert {cid: (g.pool, g.exclusive, g.zone) for cid, g in fresh.grants.items()} == held
             assert accounting(fresh) == counted
             self.e = fresh
+
+        @rule()
+        def restart_with_a_forged_checkpoint(self) -> None:
+            """Entries that all contradict the runtime are not believed: no container holding
+            only exclusive CPUs, all of them in its cpuset, loses them (hide-hyperthreads hides
+            some; the engine goes on unchanged)."""
+            found = [
+                Found(g.request, *self.runtime[cid]) for cid, g in sorted(self.e.grants.items())
+            ]
+            forged = snapshot(self.e)
+            everything = cpuset.format(frozenset(machine.cpus))
+            forged["containers"] = {
+                cid: {**entry, "pool": "nowhere", "exclusive": everything}
+                for cid, entry in forged["containers"].items()
+            }
+            fresh = Engine(machine, options)
+            report = restore(fresh, found, forged)
+            assert set(report.dropped) == set(self.e.grants)
+            for cid, g in self.e.grants.items():
+                pinned = self.runtime[cid][0]
+                whole = pinned is not None and g.exclusive <= pinned
+                if g.kind in (CpuKind.EXCLUSIVE, CpuKind.ISOLATED) and not g.shared and whole:
+                    assert cid in report.adopted and fresh.grants[cid].exclusive == g.exclusive
 
         @invariant()
         def holds(self) -> None:

@@ -85,6 +85,7 @@ SHAPES: dict[str, Shape] = {
 def test_committed_description_is_what_the_reader_makes_of_the_dump(name: str) -> None:
     """Regenerate with `python -m tests.machines` when the reader or the format changes."""
     dump = read_dump(name)
+    assert machine_file(name).is_file(), f"no {machine_file(name)}: run python -m tests.machines"
     assert load(name) == dump
     assert describe(name, dump) == machine_file(name).read_text()
 

@@ -2,7 +2,8 @@
 
 Command-line options override the configuration file. Exit status: 0 after SIGTERM/SIGINT or when
 the runtime that launched the plugin closes its socket, 1 when the NRI connection or the metrics
-endpoint cannot be set up, 2 when the configuration, topology or policy is unusable at start-up.
+endpoint cannot be set up or the final checkpoint cannot be written, 2 when the configuration,
+topology or policy is unusable at start-up or another instance holds the state file.
 """
 
 from __future__ import annotations

@@ -2,6 +2,12 @@
 
 Loading has no side effects: it returns a new value or raises `ConfigError`, so a reload can
 refuse an invalid new file and keep the configuration it already has.
+
+The text is bounded before it is parsed: at most `MAX_CONFIG_BYTES`, nested at most
+`MAX_CONFIG_DEPTH` deep, no anchors or aliases (a few lines of aliases expand to millions of
+values when validated).
+The bounds are checked on YAML's token stream, which is read without recursion; so no file,
+however made, reaches the recursive parts of the loader with more than they can take.
 """
 
 from __future__ import annotations
@@ -17,6 +23,16 @@ from pydantic import BaseModel, ValidationError
 from nri_topology.config.schema import Config
 
 DEFAULT_PATH = Path("/etc/nri-topology/config.yaml")
+MAX_CONFIG_BYTES = 1 << 20  # the annotated example configurations are a few KiB
+MAX_CONFIG_DEPTH = 16  # the schema nests 4 deep
+
+_OPENERS = (
+    yaml.BlockMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.FlowSequenceStartToken,
+)
+_CLOSERS = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 
 
 class ConfigError(ValueError):
@@ -139,15 +155,47 @@ def _lines(source: str, e: ValidationError) -> list[str]:
     return [f"{source}: {_dotted(tuple(err['loc']))}: {_problem(err)}" for err in e.errors()]
 
 
+def _bounds_problem(text: str) -> str:
+    """Why `text` is refused before parsing (size, nesting, aliases), or "" (YAMLError on bad
+    syntax)."""
+    size = len(text.encode("utf-8", errors="replace"))
+    if size > MAX_CONFIG_BYTES:
+        return f"{size} bytes, more than the limit of {MAX_CONFIG_BYTES}"
+    depth = 0
+    for token in yaml.scan(text, Loader=yaml.SafeLoader):
+        if isinstance(token, _OPENERS):
+            depth += 1
+            if depth > MAX_CONFIG_DEPTH:
+                line = token.start_mark.line + 1
+                return f"line {line}: nested more than {MAX_CONFIG_DEPTH} levels deep"
+        elif isinstance(token, _CLOSERS):
+            depth -= 1
+        elif isinstance(token, yaml.AnchorToken | yaml.AliasToken):
+            line = token.start_mark.line + 1
+            return f"line {line}: anchors and aliases are not accepted"
+    return ""
+
+
+def _short(text: str, limit: int = 160) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def parse_config(text: str, source: str) -> Config:
     """Validate configuration text; `source` (a file name) starts every error line."""
     try:
+        problem = _bounds_problem(text)
+        if problem:
+            raise ConfigError([f"{source}: refused: {problem}"])
         data = yaml.load(text, Loader=_StrictLoader)  # a SafeLoader subclass
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e)
-        raise ConfigError([f"{source}: {where}invalid YAML: {problem}"]) from None
+        raise ConfigError([f"{source}: {where}invalid YAML: {_short(problem)}"]) from None
+    except (ValueError, RecursionError) as e:  # e.g. an integer of more digits than Python takes
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError([f"{source}: refused: {_short(str(e))}"]) from None
     if data is None:
         return Config()
     if not isinstance(data, dict):
@@ -182,7 +230,7 @@ def read_config(path: Path | None = None) -> Loaded:
     """Load `path` (default: DEFAULT_PATH); a missing file is fine only at the default path."""
     path = DEFAULT_PATH if path is None else Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path).decode("utf-8")
     except FileNotFoundError:
         if path == DEFAULT_PATH:
             return Loaded(Config(), (f"{path}: no configuration file, using the defaults",))
@@ -194,6 +242,15 @@ def read_config(path: Path | None = None) -> Loaded:
     if not text.strip():
         return Loaded(Config(), (f"{path}: empty, using the defaults",))
     return Loaded(parse_config(text, str(path)))
+
+
+def read_bounded(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
+    """The file's bytes; ConfigError when it holds more than `limit` (the rest is not read)."""
+    with path.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ConfigError([f"{path}: refused: larger than the limit of {limit} bytes"])
+    return data
 
 
 def load_config(path: Path | None = None) -> Config:

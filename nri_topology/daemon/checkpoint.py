@@ -6,8 +6,10 @@ Writes are atomic: a temporary file in the same directory is written and fsynced
 old file, and the directory is fsynced, so a crash leaves either the old or the new state.
 
 A missing or unreadable checkpoint is never fatal: `load` reports why, and the daemon rebuilds its
-state from the runtime's Synchronize. A failed write (read-only or full disk) is reported once, the
-state stays pending in memory and the next `save` retries.
+state from the runtime's Synchronize. So is one that is refused: larger than `MAX_BYTES`, nested
+deeper than `MAX_DEPTH` (the body nests 4 deep), or holding numbers longer than Python converts.
+A failed write (read-only or full disk) is reported once, the state stays pending in memory and
+the next `save` retries.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ import structlog
 
 FORMAT = "nri-topology-checkpoint"
 VERSION = 1
+MAX_BYTES = 64 << 20  # about 200 bytes per container: room for hundreds of thousands
+MAX_DEPTH = 16
 
 _log = structlog.get_logger("nri_topology.checkpoint")
 
@@ -180,10 +184,16 @@ class Loaded:
 
 def decode(data: bytes) -> Loaded:
     """Check and unpack a checkpoint's bytes; never raises on bad content."""
+    if len(data) > MAX_BYTES:
+        return Loaded(None, f"refused: {len(data)} bytes, more than the limit of {MAX_BYTES}")
     try:
         document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        return Loaded(None, f"not valid JSON ({exc})")
+    except RecursionError:
+        return Loaded(None, f"refused: nested more than {MAX_DEPTH} levels deep")
+    except ValueError as exc:  # also a number of more digits than Python converts
+        return Loaded(None, f"not valid JSON ({str(exc)[:160]})")
+    if _deeper_than(document, MAX_DEPTH):
+        return Loaded(None, f"refused: nested more than {MAX_DEPTH} levels deep")
     if not isinstance(document, dict) or document.get("format") != FORMAT:
         return Loaded(None, "not an nri-topology checkpoint")
     if document.get("version") != VERSION:
@@ -194,6 +204,19 @@ def decode(data: bytes) -> Loaded:
     if hashlib.sha256(canonical(body)).hexdigest() != document.get("sha256"):
         return Loaded(None, "checksum mismatch (file is damaged or was edited)")
     return Loaded(body)
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether JSON `value` nests more than `limit` levels (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            if depth >= limit:
+                return True
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 class Checkpoint:
@@ -209,7 +232,8 @@ class Checkpoint:
         No file at all is what a fresh install has: said at info level, as nothing is wrong.
         """
         try:
-            data = self.path.read_bytes()
+            with self.path.open("rb") as f:
+                data = f.read(MAX_BYTES + 1)  # a larger file is refused unread past the limit
         except FileNotFoundError:
             _log.info("no checkpoint yet, building the state from the runtime", path=str(self.path))
             return Loaded(None, "no checkpoint file")

@@ -42,6 +42,7 @@ LATENCY_BUCKETS = (
 
 # Every reason the daemon counts an error for; each is exported at 0 from the start.
 ERROR_REASONS = (
+    "checkpoint_implausible",  # checkpoint entries that contradict the runtime, dropped
     "checkpoint_write",  # the checkpoint could not be written
     "cold_start",  # the unsolicited update after a cold start failed
     "config",  # a configuration reload was rejected

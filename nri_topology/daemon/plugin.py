@@ -20,9 +20,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -34,20 +34,24 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Stub, StubError, Updates
 from nri_topology.policy.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     AnnotationError,
+    ColdStart,
     ContainerInfo,
     Decision,
+    Placement,
     PodInfo,
     PolicyError,
-    Resources,
     Update,
+    qualified_name,
 )
-from nri_topology.policy.views import Assignment, PoolView, RestoreReport
 from nri_topology.ttrpc.codec import Code, TtrpcError
 
 _log = structlog.get_logger("nri_topology.daemon")
 _KEYS_LISTED = 8  # unknown annotation keys named in one warning
+
+_SHOWN = 10  # per-container details in one warning line, at most
 
 # Containers in these states hold resources; stopped and unknown ones do not.
 _LIVE_STATES = (
@@ -55,25 +59,6 @@ _LIVE_STATES = (
     api_pb2.CONTAINER_RUNNING,
     api_pb2.CONTAINER_PAUSED,
 )
-
-
-class PolicyPort(Protocol):
-    """The policy facade as the daemon uses it."""
-
-    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
-    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
-    def release(self, container_id: str) -> tuple[Update, ...]: ...
-    def restore(
-        self,
-        pods: Sequence[PodInfo],
-        containers: Sequence[ContainerInfo],
-        saved: Mapping[str, Any] | None,
-    ) -> RestoreReport: ...
-    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
-    def reconfigure(self, options: Options) -> tuple[Update, ...]: ...
-    def snapshot(self) -> dict[str, Any]: ...
-    def pools(self) -> Iterable[PoolView]: ...
-    def assignments(self) -> Mapping[str, Assignment]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +76,15 @@ class Settings:
 
     expose_env: bool = True  # give new containers environment variables naming their placement
     env_prefix: str = convert.ENV_PREFIX
+
+
+def _is_ns(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    """A checkpoint part that should be a mapping; anything else counts as empty."""
+    return value if isinstance(value, Mapping) else {}
 
 
 class _Timers:
@@ -203,11 +197,22 @@ class TopologyPlugin(Plugin):
             self._containers = {c.id: c for c in infos if c.id not in report.failed}
             self.decisions = {c: e for c, e in self.decisions.items() if c in self._containers}
             self._keys_reported = {}
-            self._restore_timers(saved.get("cold_starts") or {}, report)
+            created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
+            self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
             self._commit()
-        adopted = set(report.adopted)
-        for cid, decision in report.decisions.items():
-            self._log_decision(decision, "adopted" if cid in adopted else "re-placed")
+        for cid, decision in report.decisions.items():  # the re-placed ones only
+            self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
+        self._explain_adopted(report.adopted)
+        if report.dropped:
+            # A checkpoint that contradicts the runtime (edited, forged, or from another node)
+            # is not believed for those containers; the runtime's cpusets are.
+            self.metrics.error("checkpoint_implausible", len(report.dropped))
+            shown = dict(sorted(report.dropped.items())[:_SHOWN])
+            _log.warning(
+                "checkpoint entries contradict the runtime, taking the runtime's view",
+                dropped=len(report.dropped),
+                entries=shown,
+            )
         failed = dict(report.failed)
         if failed:
             self.metrics.error("restore_failed", len(failed))
@@ -313,15 +318,28 @@ class TopologyPlugin(Plugin):
         """Apply new policy options; raises PolicyError (state unchanged) if they cannot apply."""
         async with self._lock:
             started = time.perf_counter()
-            updates = self.policy.reconfigure(options)
+            report = self.policy.reconfigure(options)
             self._observe("reconfigure", started)
+            timers = self._timers
+            self._restore_timers(timers.to_json(), report.cold_starts, set(timers.pending))
             self._commit()
-        _log.info("policy options applied", **logs.summarize_updates(updates))
+        for cid, decision in report.decisions.items():
+            self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
+        updates = report.updates
+        _log.info(
+            "policy options applied",
+            adopted=len(report.adopted),
+            replaced=len(report.replaced),
+            **logs.summarize_updates(updates),
+        )
         if updates:
             self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
 
-    async def shutdown(self) -> None:
-        """Finish the request in flight, disconnect, write the final checkpoint."""
+    async def shutdown(self) -> bool:
+        """Finish the request in flight, disconnect, write the final checkpoint.
+
+        False when the checkpoint on disk is older than the state (its last write failed).
+        """
         async with self._lock:
             if self.stub is not None:
                 await self.stub.stop()
@@ -337,7 +355,15 @@ class TopologyPlugin(Plugin):
         if self._writer is not None:
             self._writer.close()
         self.metrics.registered.set(0)
+        if self.checkpoint is not None and self.checkpoint.failing:
+            _log.error(
+                "shut down, but the final checkpoint write failed: the state file is older "
+                "than the placements; the next start adopts them from the runtime",
+                checkpoint=str(self.checkpoint.path),
+            )
+            return False
         _log.info("shut down", checkpoint=str(self.checkpoint.path) if self.checkpoint else None)
+        return True
 
     async def settle(self) -> None:
         """Wait until the background updates started so far are done."""
@@ -383,7 +409,7 @@ class TopologyPlugin(Plugin):
             self.metrics.error("policy")
             if isinstance(exc, AnnotationError):
                 self.metrics.annotation_refusals.labels(exc.limit or "invalid").inc()
-            who = f"{pod.namespace}/{pod.name}/{info.name}"
+            who = qualified_name(pod.namespace, pod.name, info.name)
             _log.warning("placement refused", container=who, operation=operation, reason=str(exc))
             # The policy's message names the container and says why; the runtime shows it as is.
             raise TtrpcError(Code.UNKNOWN, f"nri-topology: {exc}") from exc
@@ -392,7 +418,7 @@ class TopologyPlugin(Plugin):
             self.metrics.annotation_warnings.labels(warning.kind).inc()
             _log.warning(
                 "annotation ignored",
-                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                container=qualified_name(pod.namespace, pod.name, info.name),
                 kind=warning.kind,
                 reason=warning.message,
             )
@@ -457,26 +483,36 @@ class TopologyPlugin(Plugin):
         self._timers.cancel(container_id)
         return updates
 
-    def _restore_timers(self, saved: Mapping[str, Any], report: RestoreReport) -> None:
-        """Re-arm cold starts of adopted containers; a deadline passed while down fires now."""
+    def _restore_timers(
+        self, saved: Mapping[str, Any], cold_starts: Mapping[str, ColdStart], created: set[str]
+    ) -> None:
+        """Keep the cold-start timers of the containers still in cold start.
+
+        A cold start belongs to the container, so a saved deadline is kept whether the container
+        was adopted or re-placed; one that passed while the plugin was down fires now. A
+        container not started yet (`created`) waits for StartContainer as before. A started one
+        without a saved deadline (no checkpoint, or a crash before it was written) gets the full
+        duration from now: when it started is not known, and widening too early defeats the
+        cold start. Deadlines are wall-clock (they must outlive the process); one further away
+        than the full duration (the clock was set back) is cut to it.
+        """
         for handle in self._timers.handles.values():
             handle.cancel()
-        adopted = set(report.adopted)
         now = self._now_ns()
-        pending = saved.get("pending_ns", {})
-        deadlines = saved.get("deadline_ns", {})
+        pending = _mapping(saved.get("pending_ns"))
+        deadlines = _mapping(saved.get("deadline_ns"))
         self._timers = _Timers()
-        for cid, delay in pending.items():
-            if cid in adopted and isinstance(delay, int):
-                self._timers.pending[cid] = delay
-        for cid, deadline in deadlines.items():
-            if cid in adopted and isinstance(deadline, int):
-                self._timers.deadlines[cid] = deadline
-                self._arm(cid, max(0.0, (deadline - now) / 1e9))
-        for decision in report.decisions.values():  # re-placed ones start their cold start anew
-            if decision.cold_start is not None:
-                self._timers.deadlines[decision.container_id] = now + decision.cold_start.delay_ns
-                self._arm(decision.container_id, decision.cold_start.delay_ns / 1e9)
+        for cid, cold in cold_starts.items():
+            if cid in created:
+                delay = pending.get(cid)
+                self._timers.pending[cid] = delay if _is_ns(delay) else cold.delay_ns
+                continue
+            deadline = deadlines.get(cid)
+            if not _is_ns(deadline):
+                deadline = now + cold.delay_ns
+            deadline = min(deadline, now + cold.delay_ns)
+            self._timers.deadlines[cid] = deadline
+            self._arm(cid, max(0.0, (deadline - now) / 1e9))
 
     def _arm(self, container_id: str, delay_s: float) -> None:
         loop = asyncio.get_running_loop()
@@ -531,17 +567,35 @@ class TopologyPlugin(Plugin):
             self.metrics.error("update_failed")
             _log.warning("runtime refused updates", why=why, error=str(exc))
 
-    def _log_decision(self, decision: Decision, what: str) -> None:
+    def _explain_adopted(self, adopted: Sequence[str]) -> None:
+        """Containers kept as found have no decision of this run: `explain` shows what they hold,
+        without a trace. One placed by this process earlier (a reconnection) keeps its decision."""
+        new = [cid for cid in adopted if cid not in self.decisions]
+        if not new:
+            return
+        held, now = self.policy.assignments(), self._now_ns()
+        for cid in new:
+            a = held.get(cid)
+            if a is not None:
+                placed = Decision(cid, a.pool, a.kind, Placement(a.cpus, a.mems), a.exclusive)
+                self.decisions[cid] = Explained("adopted", now, placed)
+
+    def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:
         """Log and keep a decision once the reply carrying it is out: its fields (cpusets of ~70
         updated containers at 1000 containers) took 0.03-0.1 ms of every reply."""
         info = self._containers.get(decision.container_id)
         pod = self._pods.get(info.pod_id) if info else None
         pod_name = f"{pod.namespace}/{pod.name}" if pod else ""
         name = f"{pod_name}/{info.name}" if info else decision.container_id
-        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, name, pod_name)
+        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, name, pod_name, why)
 
-    def _after_reply(self, decision: Decision, what: str, name: str, pod_name: str) -> None:
-        _log.info(f"container {what}", **logs.decision_fields(decision, name, pod_name))
+    def _after_reply(
+        self, decision: Decision, what: str, name: str, pod_name: str, why: str
+    ) -> None:
+        fields = logs.decision_fields(decision, name, pod_name)
+        if why:
+            fields["why"] = why
+        _log.info(f"container {what}", **fields)
         cid = decision.container_id
         if cid in self._containers:  # not released meanwhile
             # Without the other containers' updates, which explain nothing about this one.

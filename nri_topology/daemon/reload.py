@@ -39,6 +39,7 @@ class Reloader(Generic[T]):
         refusals: tuple[type[Exception], ...],
         metrics: Metrics,
         interval: float = 2.0,
+        max_bytes: int = 1 << 20,
     ) -> None:
         self.path = path
         self._parse = parse
@@ -46,6 +47,7 @@ class Reloader(Generic[T]):
         self._refusals = refusals
         self._metrics = metrics
         self._interval = interval
+        self._max_bytes = max_bytes  # a larger file is refused unread past this
         self._digest: str | None = None  # of the content last looked at, applied or refused
         self._lock = asyncio.Lock()
         self._tasks: set[asyncio.Task[bool]] = set()
@@ -61,13 +63,17 @@ class Reloader(Generic[T]):
         """Re-read and apply the file; False when it was refused or unchanged (unless `force`)."""
         async with self._lock:
             try:
-                data = self.path.read_bytes()
+                with self.path.open("rb") as f:
+                    data = f.read(self._max_bytes + 1)
             except OSError as exc:
                 return self._refuse(why, f"cannot read {self.path}: {exc.strerror or exc}")
             digest = hashlib.sha256(data).hexdigest()
             if not force and digest == self._digest:
                 return False
             self._digest = digest
+            if len(data) > self._max_bytes:
+                limit = self._max_bytes
+                return self._refuse(why, f"{self.path}: larger than the limit of {limit} bytes")
             return await self._apply_bytes(data, why)
 
     async def _apply_bytes(self, data: bytes, why: str) -> bool:

@@ -1,10 +1,12 @@
 """The daemon assembled: configuration, topology, policy, plugin, NRI stub, status endpoint,
 reload and signals, for `nri-topology run`.
 
-Start-up problems (bad configuration, unreadable sysfs, a policy that cannot be built for this
-machine) end the process with a clear message before it connects: a plugin that registers and then
-refuses every container would be worse. After start-up nothing ends it but SIGTERM/SIGINT or, for
-a plugin the runtime launched, the runtime closing its socket.
+Start-up problems (bad configuration, another instance holding the state file, unreadable sysfs,
+a policy that cannot be built for this machine) end the process with a clear message before it
+connects: a plugin that registers and then refuses every container would be worse. After start-up
+nothing ends it but SIGTERM/SIGINT or, for a plugin the runtime launched, the runtime closing its
+socket. A final checkpoint that cannot be written makes the exit status non-zero: the state on
+disk is older than the placements, and whoever restarts the plugin should know.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import structlog
 from nri_topology import __version__
 from nri_topology.config.load import (
     DEFAULT_PATH,
+    MAX_CONFIG_BYTES,
     ConfigError,
     parse_config,
     read_config,
@@ -34,9 +37,11 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
-from nri_topology.daemon.plugin import PolicyPort, Settings, TopologyPlugin
+from nri_topology.daemon.lock import InstanceLock, LockedError
+from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import TopologyError, read_machine
@@ -119,6 +124,7 @@ class Daemon:
         self.machine: Machine | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
+        self.lock: InstanceLock | None = None
         self._stop = asyncio.Event()
 
     def setup(self) -> None:
@@ -136,6 +142,25 @@ class Daemon:
         )
         for note in loaded.notes:
             _log.info(note)
+        self.lock = InstanceLock(Path(self.config.state.path))
+        try:
+            self.lock.acquire()
+        except LockedError as exc:
+            raise StartupError(str(exc)) from None
+        except OSError as exc:
+            raise StartupError(f"cannot lock {self.lock.path}: {exc.strerror or exc}") from None
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Release the state file to the next instance (`serve` does it when it returns)."""
+        if self.lock is not None:
+            self.lock.release()
+
+    def _build(self) -> None:
         topology = self.config.topology
         try:
             machine = read_machine(
@@ -196,7 +221,13 @@ class Daemon:
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
 
     async def serve(self) -> int:
-        """Connect and serve until stopped; 0 on a clean stop."""
+        """Connect and serve until stopped; 0 on a clean stop. Releases the state file's lock."""
+        try:
+            return await self._serve()
+        finally:
+            self.close()
+
+    async def _serve(self) -> int:
         assert self.plugin is not None
         plugin, config = self.plugin, self.config
         loop = asyncio.get_running_loop()
@@ -248,7 +279,8 @@ class Daemon:
             else:
                 _log.info("stopping", reason="signal" if stopper.done() else "runtime closed")
         finally:
-            await plugin.shutdown()
+            if not await plugin.shutdown():
+                status = status or 1
             stopper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(runner, 5)
@@ -282,6 +314,7 @@ class Daemon:
             (ConfigError, PolicyError),
             self.plugin.metrics,
             interval=self._reload_interval,
+            max_bytes=MAX_CONFIG_BYTES,
         )
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from nri_topology import __version__
 from nri_topology.daemon.plugin import Explained, TopologyPlugin
-from nri_topology.policy import views
+from nri_topology.policy.types import qualified_name
 from nri_topology.policy.views import PoolView
 from nri_topology.simulate import render_json, render_svg, render_text
 from nri_topology.simulate.runner import Assignment
@@ -44,15 +44,11 @@ class LiveNode:
     container_ids: Mapping[str, str]  # namespace/pod/container -> runtime container id
 
 
-def display_name(a: views.Assignment) -> str:
-    return f"{a.namespace}/{a.pod_name}/{a.name}"
-
-
 def live_node(machine: Machine, name: str, plugin: TopologyPlugin) -> LiveNode:
     assignments: dict[str, Assignment] = {}
     ids: dict[str, str] = {}
     for a in plugin.policy.assignments().values():
-        shown = display_name(a)
+        shown = qualified_name(a.namespace, a.pod_name, a.name)
         if shown in assignments:  # the same name twice (a restart in flight): keep both apart
             shown = f"{shown}@{a.container_id[:12]}"
         ids[shown] = a.container_id

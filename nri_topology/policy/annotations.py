@@ -45,7 +45,7 @@ class Scope(IntEnum):
 
 
 @dataclass(frozen=True, slots=True)
-class Found:
+class ScopedAnnotation:
     """An annotation that applies: the exact key it was found under, its value and scope."""
 
     key: str
@@ -211,7 +211,7 @@ def lookup(
     container: str,
     pod_annotations: Mapping[str, str],
     container_annotations: Mapping[str, str] | None = None,
-) -> Found | None:
+) -> ScopedAnnotation | None:
     """The annotation `name` that applies to `container`, or None when none is set."""
     if name not in SPECS:
         raise KeyError(f"unknown annotation {name!r}")
@@ -220,7 +220,7 @@ def lookup(
         for source in sources:
             value = source.get(key)
             if value is not None:
-                return Found(key, value, scope)
+                return ScopedAnnotation(key, value, scope)
     return None
 
 

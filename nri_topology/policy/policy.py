@@ -108,11 +108,12 @@ class Policy:
         """JSON-able state for the checkpoint, to be given back to `restore`."""
         return snapshot(self._engine)
 
-    def reconfigure(self, options: Options) -> tuple[Update, ...]:
+    def reconfigure(self, options: Options) -> RestoreReport:
         """Switch options, keeping every placement that is still valid under the new ones.
 
-        Raises PolicyError, keeping the old options and state, when a container cannot be
-        placed under the new options.
+        Only containers whose CPUs or memory nodes left the usable set (or whose accounting no
+        longer fits) are re-placed; the report says which. Raises PolicyError, keeping the old
+        options and state, when a container cannot be placed under the new options.
         """
         engine = Engine(self._machine, options)
         old = self._engine
@@ -135,7 +136,7 @@ class Policy:
         self._engine = engine
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
-        return report.updates
+        return report
 
     def assignments(self) -> Mapping[str, Assignment]:
         e = self._engine

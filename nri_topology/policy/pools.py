@@ -224,3 +224,17 @@ def subtree(pools: tuple[Pool, ...], index: int) -> tuple[int, ...]:
     for c in pools[index].children:
         out.extend(subtree(pools, c))
     return tuple(out)
+
+
+def could_exist(machine: Machine, name: str) -> bool:
+    """Whether some configuration of `machine` has a pool of this name (see `build_pools`)."""
+    if name == "root":
+        return len(machine.packages) > 1
+    cpus = machine.cpus.values()
+    if name.startswith("socket #"):
+        return name[8:] in {str(c.package) for c in cpus}
+    if name.startswith("die #"):
+        return name[5:] in {f"{c.package}/{c.die}" for c in cpus}
+    if name.startswith("NUMA node #"):
+        return name[11:] in {str(n) for n in machine.cpu_nodes}
+    return False

@@ -64,8 +64,8 @@ from typing import Any
 from nri_topology.policy import affinity
 from nri_topology.policy.annotations import (
     RESOURCES_KEY,
-    Found,
     Scope,
+    ScopedAnnotation,
     lookup,
     relevant,
     shown,
@@ -83,6 +83,7 @@ from nri_topology.policy.types import (
     QoS,
     Request,
     Resources,
+    qualified_name,
 )
 from nri_topology.quantity import (
     MAX_QUANTITY_CHARS,
@@ -161,11 +162,6 @@ def qos_of(pod: PodInfo) -> QoS:
     return QoS.GUARANTEED
 
 
-def who(pod: PodInfo, container: ContainerInfo) -> str:
-    """The name that error messages give a container: namespace/pod/container."""
-    return f"{pod.namespace}/{pod.name}/{container.name}"
-
-
 def shares_to_milli(shares: int | None) -> int:
     """CPU request from cgroup shares; 2 (the minimum) means no request.
 
@@ -178,7 +174,7 @@ def shares_to_milli(shares: int | None) -> int:
     return -(-shares * 1000 // 1024)
 
 
-def _invalid(w: str, found: Found, accepted: str) -> PolicyError:
+def _invalid(w: str, found: ScopedAnnotation, accepted: str) -> PolicyError:
     return AnnotationError(
         f"{w}: annotation {found.key}: invalid value {shown(found.value)}; {accepted}",
         key=found.key,
@@ -217,12 +213,12 @@ class _Annotations:
     def __init__(self, pod: PodInfo, container: ContainerInfo, options: Options) -> None:
         self.pod = pod
         self.container = container
-        self.who = who(pod, container)
+        self.who = qualified_name(pod.namespace, pod.name, container.name)
         self.any = relevant(pod.annotations) or relevant(container.annotations)
         self.max_bytes = options.annotation_limits.max_value_bytes
         self.warnings: list[AnnotationWarning] = []
 
-    def find(self, name: str) -> Found | None:
+    def find(self, name: str) -> ScopedAnnotation | None:
         if not self.any:
             return None
         found = lookup(name, self.container.name, self.pod.annotations, self.container.annotations)
@@ -311,7 +307,7 @@ def _from_annotation(
     text = pod.annotations.get(RESOURCES_KEY)
     if text is None:
         return None
-    w = who(pod, container)
+    w = qualified_name(pod.namespace, pod.name, container.name)
     check_size(w, RESOURCES_KEY, text, max_bytes)
     accepted = (
         'expected JSON {"containers": {NAME: {"requests": {"cpu": Q, "memory": Q}, '
@@ -573,7 +569,7 @@ def build_request(
     resources: Resources | None = None,
 ) -> Request:
     """Classify a container's resource request; `resources` overrides its own (resize)."""
-    w = who(pod, container)
+    w = qualified_name(pod.namespace, pod.name, container.name)
     a = _Annotations(pod, container, options)
     qos = qos_of(pod)
     limits = options.annotation_limits

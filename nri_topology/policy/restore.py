@@ -2,7 +2,13 @@
 
 Given what the runtime reports (each container's request and current cpuset and memset) and,
 optionally, the policy's saved snapshot, every container is adopted verbatim when its placement
-is consistent with the accounting; only the others are placed anew. Order is deterministic:
+is still valid: its exclusive CPUs are free and usable, its memory nodes usable, its accounting
+fits. Only the others are placed anew. The pool tree may differ from the one the snapshot was
+taken under (a configuration change can collapse or remove pools): a saved pool that is gone,
+or no longer holds the container's CPUs, is replaced by the deepest pool that does, so a
+container moves only when its own CPUs or memory nodes left the usable set.
+
+Order is deterministic:
 
 1. adoptions holding exclusive CPUs, then the other adoptions;
 2. re-placements;
@@ -10,8 +16,19 @@ is consistent with the accounting; only the others are placed anew. Order is det
 each in (QoS: Guaranteed, Burstable, BestEffort; larger CPU request first; older first; id)
 order. A saved entry wins over what the runtime reports (it says which CPUs are exclusive and
 which memory zone was charged); without one, an exclusive container's cpuset is its exclusive
-set and a shared container belongs to the deepest pool that holds its cpuset. Mixed containers
-(exclusive plus shared CPUs) cannot be told apart without a snapshot and are re-placed.
+set, a shared container belongs to the deepest pool that holds its cpuset, and a mixed container
+(exclusive plus shared CPUs) holds exclusively the CPUs of its cpuset no other container runs on;
+when their number is not its exclusive request, it is re-placed.
+
+A cold start is the container's, not its placement's: a re-placed container whose cold start was
+over is placed without one, and the report lists every container still in cold start so that the
+daemon keeps (or, without saved state, starts) its timer.
+
+Saved entries are believed only where they agree with the runtime (`implausible`): an entry
+whose exclusive CPUs the container does not run on, that claims CPUs another entry claims too,
+names CPUs, memory nodes or a pool this machine cannot have, is dropped (the report says why)
+and the container is taken as the runtime reports it. So a damaged or forged checkpoint, even
+with a valid checksum, never moves an exclusive container whose cpuset is consistent.
 
 So a restart moves no exclusive CPU as long as the containers and the configuration are the same.
 Updates are returned for every container whose reported pinning differs from the result.
@@ -26,9 +43,13 @@ from typing import Any
 
 from nri_topology.policy import admission
 from nri_topology.policy.engine import SNAPSHOT_VERSION, Engine
-from nri_topology.policy.types import CpuKind, PolicyError, QoS, Request
+from nri_topology.policy.pools import could_exist
+from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
+
+_MAX_TEXT = 1 << 16  # of a saved CPU or node list: far more than any machine's list takes
 
 _QOS_RANK = {QoS.GUARANTEED: 0, QoS.BURSTABLE: 1, QoS.BEST_EFFORT: 2}
 
@@ -81,12 +102,12 @@ def saved_entries(saved: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[st
 def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
     req = f.request
     try:
-        pool = engine.by_name[str(entry["pool"])]
+        name = str(entry["pool"])
         kind = CpuKind(str(entry["kind"]))
         exclusive = cpuset.parse(str(entry["exclusive"]))
         isolated = bool(entry["isolated"])
         zone = cpuset.parse(str(entry["zone"]))
-    except (KeyError, ValueError) as e:
+    except (KeyError, ValueError) as e:  # `implausible` drops such entries first
         raise PolicyError(f"saved entry unusable: {e}") from None
     granted = admission.as_granted(req, kind, isolated) if kind != req.kind else None
     if granted is not None:
@@ -96,7 +117,102 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
             raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
         if req.kind is CpuKind.RESERVED:  # it had spilled over to shared CPUs
             f = Found(dataclasses.replace(req, kind=CpuKind.SHARED), f.cpus, f.mems)
+    pool = _pool_now(engine, name, kind, exclusive, f.cpus)
+    _check_nodes(engine, zone)
     return _Plan(f, pool, exclusive, isolated, zone or None)
+
+
+def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
+    """Why one saved entry cannot be believed, or "" when it is plausible on its own."""
+    m = engine.machine
+    try:
+        pool, cpus, nodes, kind, _ = (
+            str(entry[k]) for k in ("pool", "exclusive", "zone", "kind", "isolated")
+        )
+        CpuKind(kind)
+    except (KeyError, ValueError) as e:
+        return f"malformed ({type(e).__name__}: {str(e)[:80]})"
+    if not could_exist(m, pool):
+        return f"pool {pool[:80]!r} does not exist on this machine"
+    if max(len(cpus), len(nodes)) > _MAX_TEXT:
+        return f"a CPU or node list longer than {_MAX_TEXT} characters"
+    try:
+        exclusive = cpuset.parse(cpus, max(m.cpus) + 1)
+    except ValueError as e:
+        return f"exclusive CPUs not on this machine or malformed: {e}"
+    try:
+        zone = cpuset.parse(nodes, max(m.nodes) + 1)
+    except ValueError as e:
+        return f"memory nodes not on this machine or malformed: {e}"
+    if outside := exclusive - frozenset(m.cpus):
+        return f"CPUs {cpuset.format(outside)} are not on this machine"
+    if outside := zone - frozenset(m.nodes):
+        return f"memory nodes {cpuset.format(outside)} are not on this machine"
+    # (hide-hyperthreads pins a container to one thread of each of its cores)
+    if f.cpus and any(not m.cpus[c].threads & f.cpus for c in exclusive - f.cpus):
+        return (
+            f"exclusive CPUs {cpuset.format(exclusive)} but the runtime reports cpuset "
+            f"{cpuset.format(f.cpus)}"
+        )
+    return ""
+
+
+def implausible(
+    engine: Engine, found: Sequence[Found], entries: Mapping[str, Mapping[str, Any]]
+) -> dict[str, str]:
+    """Saved entries that contradict the runtime or each other, with the reason for each."""
+    dropped: dict[str, str] = {}
+    claims: dict[int, list[str]] = {}
+    for f in found:
+        cid = f.request.container_id
+        entry = entries.get(cid)
+        if entry is None:
+            continue
+        if problem := _entry_problem(engine, f, entry):
+            dropped[cid] = problem
+            continue
+        for c in cpuset.parse(str(entry["exclusive"])):
+            claims.setdefault(c, []).append(cid)
+    for c, holders in sorted(claims.items()):
+        if len(holders) > 1:
+            for cid in holders:
+                others = ", ".join(h for h in holders if h != cid)
+                dropped.setdefault(cid, f"exclusive CPU {c} is claimed by {others} too")
+    return dropped
+
+
+def _pool_now(
+    engine: Engine,
+    name: str,
+    kind: CpuKind,
+    exclusive: frozenset[int],
+    cpus: frozenset[int] | None,
+) -> int:
+    """The pool a saved entry belongs to under the current tree.
+
+    The saved pool when it still exists and holds the exclusive CPUs; otherwise (the tree
+    changed with the configuration) the deepest pool holding the CPUs the container uses.
+    """
+    pool = engine.by_name.get(name)
+    if kind is CpuKind.RESERVED or kind is CpuKind.PRESERVE:
+        return 0 if pool is None else pool
+    if pool is not None and exclusive <= engine.pools[pool].cpus:
+        return pool
+    probes = [exclusive | cpus, exclusive] if cpus else [exclusive]
+    for probe in probes:
+        if probe and (deepest := _deepest_holding(engine, probe)) is not None:
+            return deepest
+    held = exclusive or cpus or frozenset()
+    if held:
+        raise PolicyError(f"CPUs {cpuset.format(held)} are no longer all available")
+    raise PolicyError(f"saved pool {name!r} is gone and the runtime reports no cpuset")
+
+
+def _check_nodes(engine: Engine, zone: frozenset[int] | None) -> None:
+    """Memory nodes outside every pool (no longer available) make a placement invalid."""
+    gone = (zone or frozenset()) - engine.pools[0].nodes
+    if gone:
+        raise PolicyError(f"memory nodes {cpuset.format(gone)} are no longer available")
 
 
 def _deepest_holding(engine: Engine, cpus: frozenset[int]) -> int | None:
@@ -107,9 +223,11 @@ def _deepest_holding(engine: Engine, cpus: frozenset[int]) -> int | None:
     return best
 
 
-def _from_runtime(engine: Engine, f: Found) -> _Plan:
+def _from_runtime(engine: Engine, f: Found, users: Mapping[int, int]) -> _Plan:
+    """A plan from the runtime's view alone; `users` counts the containers pinned to each CPU."""
     req = f.request
     zone = f.mems if f.mems else None
+    _check_nodes(engine, zone)
     if req.kind in (CpuKind.RESERVED, CpuKind.PRESERVE):
         return _Plan(f, 0, frozenset(), False, zone)
     if not f.cpus:
@@ -120,9 +238,37 @@ def _from_runtime(engine: Engine, f: Found) -> _Plan:
     if req.kind is CpuKind.SHARED:
         return _Plan(f, pool, frozenset(), False, zone)
     if req.kind is CpuKind.MIXED or req.shared:
-        raise PolicyError("exclusive and shared CPUs cannot be told apart without saved state")
-    isolated = f.cpus <= engine.isolated
-    return _Plan(f, pool, f.cpus, isolated, zone)
+        # Its exclusive CPUs are the ones no other container runs on; when their number is not
+        # the request's (it is the only shared user of its pool), they cannot be told apart.
+        own = frozenset(c for c in f.cpus if users.get(c, 0) == 1)
+        if len(own) != req.exclusive:
+            raise PolicyError("exclusive and shared CPUs cannot be told apart without saved state")
+        return _Plan(f, pool, own, own <= engine.isolated, zone)
+    held = f.cpus
+    if req.hide_hyperthreads and len(held) != req.exclusive:
+        # pinned to one thread of each core it holds whole
+        held = frozenset().union(*(engine.machine.cpus[c].threads for c in f.cpus))
+    return _Plan(f, pool, held, held <= engine.isolated, zone)
+
+
+def _pinned_users(found: Sequence[Found]) -> dict[int, int]:
+    """How many containers the runtime pins to each CPU (preserved cpusets are not ours)."""
+    users: dict[int, int] = {}
+    for f in found:
+        if f.cpus and f.request.kind is not CpuKind.PRESERVE:
+            for c in f.cpus:
+                users[c] = users.get(c, 0) + 1
+    return users
+
+
+def _warm(engine: Engine, f: Found, entry: Mapping[str, Any] | None) -> bool:
+    """Whether a container's cold start is known to be over (saved state, else DRAM in use)."""
+    if entry is not None:
+        return not entry.get("cold_start", True)
+    nodes = engine.machine.nodes
+    return bool(f.mems) and any(
+        n in nodes and nodes[n].tier is MemoryTier.DRAM for n in f.mems or ()
+    )
 
 
 def restore(
@@ -130,17 +276,25 @@ def restore(
 ) -> RestoreReport:
     """Adopt or re-place every found container into an empty engine."""
     entries, no_saved = saved_entries(saved)
+    dropped = implausible(engine, found, entries)
+    believed = {cid: e for cid, e in entries.items() if cid not in dropped}
+    users = _pinned_users(found)
     plans: list[_Plan] = []
     again: list[Found] = []
     reasons: dict[str, str] = {}
     for f in sorted(found, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
+        entry = believed.get(cid)
         try:
-            entry = entries.get(cid)
-            plans.append(_from_saved(engine, f, entry) if entry else _from_runtime(engine, f))
+            plans.append(
+                _from_saved(engine, f, entry) if entry else _from_runtime(engine, f, users)
+            )
         except PolicyError as e:
             again.append(f)
-            reasons[cid] = str(e) if entries or not no_saved else f"{no_saved}; {e}"
+            if cid in dropped:
+                reasons[cid] = f"saved entry dropped ({dropped[cid]}); {e}"
+            else:
+                reasons[cid] = str(e) if entries or not no_saved else f"{no_saved}; {e}"
     adopted: list[str] = []
     plans.sort(key=lambda p: not p.exclusive)  # stable: exclusive holders first, order kept
     for plan in plans:
@@ -153,7 +307,7 @@ def restore(
             again.append(f)
             reasons[f.request.container_id] = f"inconsistent: {e}"
             continue
-        entry = entries.get(f.request.container_id)
+        entry = believed.get(f.request.container_id)
         if g.cold_start is not None and (
             (entry is not None and not entry.get("cold_start", True))
             or (f.mems is not None and g.cold_start.then_mems <= f.mems)
@@ -164,8 +318,13 @@ def restore(
     replaced: dict[str, str] = {}
     for f in sorted(again, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
+        req = f.request
+        if req.cold_start_ns and _warm(engine, f, believed.get(cid)):
+            # the memory it had once warm: the cold-start tiers with DRAM (as `Engine._tiers`)
+            tiers = req.memory_tiers | {MemoryTier.DRAM}
+            req = dataclasses.replace(req, cold_start_ns=0, memory_tiers=tiers)
         try:
-            engine.place(f.request)
+            engine.place(req)
         except PolicyError as e:
             failed[cid] = f"{reasons[cid]}; re-placing failed: {e}"
             continue
@@ -177,11 +336,15 @@ def restore(
             g.cpus = f.cpus if f.cpus is not None else frozenset()
             g.mems = f.mems if f.mems is not None else frozenset()
     updates = engine.refresh()
-    decisions = {cid: engine.decision_of(cid) for cid in sorted(engine.grants)}
+    cold: dict[str, ColdStart] = {
+        cid: g.cold_start for cid, g in sorted(engine.grants.items()) if g.cold_start is not None
+    }
     return RestoreReport(
         adopted=tuple(adopted),
         replaced=replaced,
         failed=failed,
         updates=updates,
-        decisions=decisions,
+        decisions={cid: engine.decision_of(cid) for cid in sorted(replaced)},
+        cold_starts=cold,
+        dropped=dropped,
     )

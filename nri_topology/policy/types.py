@@ -160,6 +160,11 @@ class AnnotationWarning:
     message: str
 
 
+def qualified_name(namespace: str, pod: str, container: str) -> str:
+    """The name messages and logs give a container: namespace/pod/container."""
+    return f"{namespace}/{pod}/{container}"
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """A container's classified resource request: what the engine places.

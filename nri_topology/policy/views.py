@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from nri_topology.policy.types import CpuKind, Decision, QoS, Update
+from nri_topology.policy.types import ColdStart, CpuKind, Decision, QoS, Update
 from nri_topology.topology.model import MemoryTier
 
 
@@ -66,4 +66,8 @@ class RestoreReport:
     replaced: Mapping[str, str] = field(default_factory=dict)  # id -> why it was re-placed
     failed: Mapping[str, str] = field(default_factory=dict)  # id -> why it could not be placed
     updates: tuple[Update, ...] = ()  # containers whose pinning must change
-    decisions: Mapping[str, Decision] = field(default_factory=dict)
+    decisions: Mapping[str, Decision] = field(default_factory=dict)  # of the re-placed ones
+    # every container still in cold start, adopted or re-placed; the daemon keeps their timers
+    cold_starts: Mapping[str, ColdStart] = field(default_factory=dict)
+    # saved entries not believed (they contradict the runtime or each other): id -> why
+    dropped: Mapping[str, str] = field(default_factory=dict)

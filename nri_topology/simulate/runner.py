@@ -11,16 +11,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
+from nri_topology.policy.pinning import apply_updates, merged
+from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     ColdStart,
-    ContainerInfo,
     CpuKind,
-    Decision,
-    PodInfo,
+    Placement,
     PolicyError,
     PoolScore,
     QoS,
-    Resources,
     Update,
 )
 from nri_topology.policy.views import PoolView
@@ -34,18 +33,6 @@ from nri_topology.simulate.workload import (
     resized,
 )
 from nri_topology.topology.model import Machine, MemoryTier
-
-
-class Engine(Protocol):
-    """The part of the policy facade the simulator drives."""
-
-    def create(self, pod: PodInfo, container: ContainerInfo) -> Decision: ...
-
-    def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision: ...
-
-    def release(self, container_id: str) -> tuple[Update, ...]: ...
-
-    def cold_start_done(self, container_id: str) -> tuple[Update, ...]: ...
 
 
 class NodeState(Protocol):
@@ -155,10 +142,10 @@ def _failure(cid: str, exc: Exception) -> Failure:
 
 
 class Runner:
-    """Feeds workload steps to an engine and keeps the node's picture up to date."""
+    """Feeds workload steps to a policy and keeps the node's picture up to date."""
 
-    def __init__(self, engine: Engine, machine: Machine) -> None:
-        self._engine = engine
+    def __init__(self, policy: PolicyPort, machine: Machine) -> None:
+        self._policy = policy
         self._capacity = sum(n.memory for n in machine.nodes.values())
         self._running: dict[str, RunningContainer] = {}
         self._cold: dict[str, int] = {}  # container id -> when its cold start ends (ns)
@@ -201,9 +188,9 @@ class Runner:
         for rc, old in items:
             try:
                 if old is None:
-                    decision = self._engine.create(rc.pod, rc.info)
+                    decision = self._policy.create(rc.pod, rc.info)
                 else:
-                    decision = self._engine.resize(rc.pod, old.info, rc.info.resources)
+                    decision = self._policy.resize(rc.pod, old.info, rc.info.resources)
             except Exception as exc:  # recorded; the simulation goes on with the next one
                 errors.append(_failure(rc.info.id, exc))
                 continue
@@ -250,7 +237,7 @@ class Runner:
         errors: list[Failure] = []
         for cid in ids:
             try:
-                updates = self._engine.release(cid)
+                updates = self._policy.release(cid)
             except Exception as exc:
                 errors.append(_failure(cid, exc))
                 continue
@@ -273,7 +260,7 @@ class Runner:
         for _, cid in due:
             del self._cold[cid]
             try:
-                updates = self._engine.cold_start_done(cid)
+                updates = self._policy.cold_start_done(cid)
             except Exception as exc:
                 errors.append(_failure(cid, exc))
                 continue
@@ -282,26 +269,21 @@ class Runner:
 
     def _apply(self, updates: tuple[Update, ...], moved: dict[str, Moved]) -> None:
         """Apply other containers' new placements; several in one step merge into one line."""
-        for update in updates:
-            cid = update.container_id
-            current = self.assignments.get(cid)
-            if current is None:
-                continue
-            cpus, mems = update.placement.cpus, update.placement.mems
+        current = {
+            u.container_id: Placement(a.cpus, a.mems, a.cpu_shares)
+            for u in updates
+            if (a := self.assignments.get(u.container_id)) is not None
+        }
+        applied = apply_updates(current, updates)
+        for cid, p in applied.placements.items():
             self.assignments[cid] = replace(
-                current,
-                cpus=cpus if cpus is not None else current.cpus,
-                mems=mems if mems is not None else current.mems,
-                cpu_shares=update.placement.cpu_shares
-                if update.placement.cpu_shares is not None
-                else current.cpu_shares,
+                self.assignments[cid], cpus=p.cpus, mems=p.mems, cpu_shares=p.cpu_shares
             )
+        for cid, change in applied.changes.items():
             prev = moved.get(cid)
-            moved[cid] = Moved(
-                cid,
-                cpus if cpus is not None else (prev.cpus if prev else None),
-                mems if mems is not None else (prev.mems if prev else None),
-            )
+            if prev is not None:
+                change = merged(Placement(prev.cpus, prev.mems), change)
+            moved[cid] = Moved(cid, change.cpus, change.mems)
 
     @staticmethod
     def _ordered(moved: dict[str, Moved]) -> tuple[Moved, ...]:

@@ -2,27 +2,22 @@
 
 `check(policy)` reads only the public views (`assignments()`, `pools()`), so it judges the policy
 the way the daemon and the runtime see it. `RuntimeView` replays decisions and updates the way a
-runtime applies them and must always agree with the policy's own view: an update that is missing
-or wrong shows up as a container the runtime pins differently from what the policy believes.
+runtime applies them (`policy.pinning`, the simulator's model too) and must always agree with the
+policy's own view: an update that is missing or wrong shows up as a container the runtime pins
+differently from what the policy believes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from nri_topology.policy.types import CpuKind, Decision, Update
+from nri_topology.policy.pinning import apply_updates
+from nri_topology.policy.port import PolicyPort
+from nri_topology.policy.types import CpuKind, Decision, Placement, Update
 from nri_topology.policy.views import Assignment, PoolView
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
-
-
-class Views(Protocol):
-    """What the checks read: the policy facade's public views."""
-
-    def assignments(self) -> Mapping[str, Assignment]: ...
-    def pools(self) -> Sequence[PoolView]: ...
 
 
 class InvariantError(AssertionError):
@@ -33,7 +28,7 @@ def _fail(rule: str) -> None:
     raise InvariantError(rule)
 
 
-def check(policy: Views, machine: Machine) -> None:
+def check(policy: PolicyPort, machine: Machine) -> None:
     """Raise `InvariantError` naming the first broken rule."""
     assignments = policy.assignments()
     pools = {p.name: p for p in policy.pools()}
@@ -120,21 +115,29 @@ class RuntimeView:
         self.mems[decision.container_id] = decision.placement.mems
         self.apply(decision.updates)
 
+    def resized(self, decision: Decision) -> None:
+        """Other containers' updates, then the resized container's new placement."""
+        self.apply((*decision.updates, Update(decision.container_id, decision.placement)))
+
     def removed(self, container_id: str, updates: Iterable[Update]) -> None:
         self.cpus.pop(container_id, None)
         self.mems.pop(container_id, None)
         self.apply(updates)
 
     def apply(self, updates: Iterable[Update]) -> None:
-        for u in updates:
-            if u.container_id not in self.cpus:
-                _fail(f"update for unknown container {u.container_id}")
-            if u.placement.cpus is not None:
-                self.cpus[u.container_id] = u.placement.cpus
-            if u.placement.mems is not None:
-                self.mems[u.container_id] = u.placement.mems
+        updates = tuple(updates)
+        current = {
+            u.container_id: Placement(self.cpus[u.container_id], self.mems[u.container_id])
+            for u in updates
+            if u.container_id in self.cpus
+        }
+        applied = apply_updates(current, updates)
+        if applied.unknown:
+            _fail(f"update for unknown container {applied.unknown[0]}")
+        for cid, p in applied.placements.items():
+            self.cpus[cid], self.mems[cid] = p.cpus, p.mems
 
-    def agrees(self, policy: Views) -> None:
+    def agrees(self, policy: PolicyPort) -> None:
         """Raise `InvariantError` when the runtime would pin a container otherwise."""
         assignments = policy.assignments()
         if set(assignments) != set(self.cpus):

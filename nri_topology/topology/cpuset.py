@@ -13,8 +13,12 @@ class CpuSetError(ValueError):
     """A list string that is not in the Linux list format."""
 
 
-def parse(text: str) -> frozenset[int]:
-    """Parse "0-3,8" into {0, 1, 2, 3, 8}; whitespace and an empty string give an empty set."""
+def parse(text: str, below: int | None = None) -> frozenset[int]:
+    """Parse "0-3,8" into {0, 1, 2, 3, 8}; whitespace and an empty string give an empty set.
+
+    With `below`, an id of that or more is an error before any set is built: a list from an
+    untrusted source ("0-999999999") must not cost memory in proportion to its numbers.
+    """
     text = text.strip()
     if not text:
         return frozenset()
@@ -31,6 +35,8 @@ def parse(text: str) -> frozenset[int]:
             raise CpuSetError(f"bad element {part!r} in list {text!r}") from None
         if first < 0 or last < first:
             raise CpuSetError(f"bad range {part!r} in list {text!r}")
+        if below is not None and last >= below:
+            raise CpuSetError(f"{part[:40]!r} goes beyond the largest id {below - 1}")
         out.update(range(first, last + 1))
     return frozenset(out)
 
