@@ -30,6 +30,8 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * `cpu.preserve` containers keep their CPU shares (reference 14.19);
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
+* a container that does not fit as asked is not refused when the kubelet would admit it: a few
+  shared containers are moved out of the way, else it is degraded (`admission`, `consolidate`);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
   (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
 * on hybrid machines exclusive CPUs come from the core kind of the request's CPU priority first
