@@ -22,8 +22,9 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * slicing exclusive CPUs protects, per pool, only as many CPUs as its shared containers need,
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
-* memory that does not fit widens the new container's zone to an ancestor's nodes; other
-  containers are never moved for it (the reference moves lower-priority containers instead);
+* memory that does not fit widens the new container's zone to an ancestor's nodes, then into
+  the next memory tier (`admission.TIER_ORDER`); other containers are never moved for it (the
+  reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
   zone; containers that keep their memory pinning are not charged (their nodes are unknown);
 * a CPU node without memory stays a pool and borrows the memory of its closest nodes;
