@@ -173,6 +173,10 @@ class Engine:
         self._numa = tuple(self._numa_measure(p) for p in self.pools)
         self._pool_tiers = tuple(p.tiers for p in self.pools)
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
+        # Per tier set: with normal memory ensured; per zone: its tiers (few of each, asked for
+        # by every decision).
+        self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
+        self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
         # Shared sets seen lately, one object per value: a pool's shared set returns to an
         # earlier value when a container leaves, and its containers and updates are compared
         # and cached by identity. Per set: its Placement and the Update of each container.
@@ -340,13 +344,18 @@ class Engine:
         Movable-only memory (not in has_normal_memory) cannot serve the kernel's allocations for
         the container; the pool's nodes of the added tier are the closest normal memory.
         """
+        hit = self._normal_cache.get(tiers)
+        if hit is not None:
+            return hit
+        out = tiers
         nodes = self.machine.nodes.values()
-        if any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
-            return tiers
-        for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
-            if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
-                return tiers | {tier}
-        return tiers
+        if not any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
+            for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
+                if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
+                    out = tiers | {tier}
+                    break
+        self._normal_cache[tiers] = out
+        return out
 
     def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
         """The pool's memory nodes of the tiers, kept: every decision asks for every pool."""
@@ -548,16 +557,24 @@ class Engine:
         return g
 
     def _note_degradation(self, g: Grant, asked: Request) -> None:
-        tiers = self._tiers(g.request)
-        widened = any(self.machine.nodes[n].tier not in tiers for n in g.zone)
+        zone_tiers = self._zone_tiers.get(g.zone)
+        if zone_tiers is None:
+            zone_tiers = frozenset(self.machine.nodes[n].tier for n in g.zone)
+            self._zone_tiers[g.zone] = zone_tiers
+        widened = not zone_tiers <= self._tiers(g.request)
+        if not widened and g.kind is asked.kind:
+            return
         g.degraded = admission.degradations(asked.kind, g.kind, widened)
         if widened and "memory widened into" not in g.reason:
-            names = ",".join(sorted({str(self.machine.nodes[n].tier) for n in g.zone}))
+            names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
 
     def _updates(self, op: _Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
         """The diff of the operation, with every moved container's new cpuset and memset."""
-        updates = {u.container_id: u for u in self._diff(op, skip=cid)}
+        diff = self._diff(op, skip=cid)
+        if not moved:
+            return diff
+        updates = {u.container_id: u for u in diff}
         for mid, old in moved.items():
             new = self.grants[mid]
             cpus = new.cpus if new.cpus != old.cpus else None
