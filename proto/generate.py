@@ -35,6 +35,7 @@ TARGETS = (
     Target("nri/pkg/api/v1alpha1/api.proto", "nri_topology.nri.api_pb2"),
     Target("google/rpc/status.proto", "nri_topology.ttrpc.status_pb2"),
     Target("ttrpc/request.proto", "nri_topology.ttrpc.request_pb2"),
+    Target("podresources/api.proto", "nri_topology.kubelet.podresources_pb2"),
 )
 
 

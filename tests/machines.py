@@ -554,5 +554,37 @@ def synthetic(tmp_path: Path, spec: SyntheticSpec | None = None, **kwargs: objec
     return read_machine(write_sysfs(tmp_path, spec))
 
 
+def add_pci_device(
+    sys_root: Path,
+    address: str,
+    *,
+    node: int = -1,
+    cpus: str = "",
+    char: tuple[int, int] | None = None,
+    block: tuple[int, int] | None = None,
+    iommu_group: int | None = None,
+    child: str = "",
+) -> Path:
+    """A PCI function under `sys_root/devices/pci0000:00` as the kernel lays it out: its
+    `numa_node` and `local_cpulist`, the `dev/{char,block}/M:m` link of a device node on it (at
+    `child`, e.g. `drm/card0`, like a GPU's DRM card or an NVMe namespace), an IOMMU group."""
+    dev = sys_root / "devices" / "pci0000:00" / address
+    _write(dev / "numa_node", str(node))
+    if cpus:
+        _write(dev / "local_cpulist", cpus)
+    target = dev / child if child else dev
+    target.mkdir(parents=True, exist_ok=True)
+    for kind, number in (("char", char), ("block", block)):
+        if number is not None:
+            link = sys_root / "dev" / kind / f"{number[0]}:{number[1]}"
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to(os.path.relpath(target, link.parent))
+    if iommu_group is not None:
+        group = sys_root / "kernel" / "iommu_groups" / str(iommu_group) / "devices"
+        group.mkdir(parents=True, exist_ok=True)
+        (group / address).symlink_to(os.path.relpath(dev, group))
+    return dev
+
+
 if __name__ == "__main__":
     sys.exit(main())

@@ -85,6 +85,8 @@ def test_key_table():
         "cold-start",
         "cpu.preserve",
         "memory.preserve",
+        "topologyhints",
+        "strict.topologyhints",
         "affinity",
         "anti-affinity",
         "prefer-cpu-priority",

@@ -150,16 +150,16 @@ def test_cpu_amounts(value, quantity, expected):
                 "prefer_isolated_cpus, prefer_shared_cpus, reserved_resources, "
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
-                "full_pcpus_only, numa_policy, default_memory_tiers, on_unfit, "
-                "strict_reserved_cpus, shared_placement, max_moves, annotation_limits, "
-                "trusted_namespaces"
+                "full_pcpus_only, topology_hints, strict_topology_hints, numa_policy, "
+                "default_memory_tiers, on_unfit, strict_reserved_cpus, shared_placement, "
+                "max_moves, annotation_limits, trusted_namespaces"
             ],
         ),
         (
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose"
+                "metrics, expose, hints, nrt"
             ],
         ),
         (
@@ -260,7 +260,7 @@ def test_cpu_amounts(value, quantity, expected):
             "- policy\n",
             [
                 "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, got a list"
+                "state, logging, metrics, expose, hints, nrt, got a list"
             ],
         ),
         (

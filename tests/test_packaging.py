@@ -129,6 +129,7 @@ def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     "source",
     [
         "daemonset.yaml",
+        "noderesourcetopology-crd.yaml",
         "chart defaults",
         "chart with metrics service",
     ],
@@ -136,6 +137,9 @@ def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def test_manifests_validate_against_kubernetes_schemas(source: str, version: str) -> None:
     docs = {
         "daemonset.yaml": _static_docs,
+        "noderesourcetopology-crd.yaml": lambda: list(
+            yaml.safe_load_all((PACKAGING / "kubernetes" / source).read_text())
+        ),
         "chart defaults": render_chart,
         "chart with metrics service": lambda: render_chart({"metrics.service": True}),
     }[source]()
@@ -198,6 +202,10 @@ def test_daemonset_mounts_socket_sysfs_state_and_config(docs: Callable[[], list]
     assert host["nri-socket"] == "/var/run/nri" and host["sysfs"] == "/sys"
     assert host["state"] == "/var/lib/nri-topology"
     assert mounts["sysfs"]["readOnly"] and mounts["config"]["readOnly"]
+    # the PodResources socket's directory where the config's default socket path expects it
+    default_socket = Config().hints.pod_resources.socket
+    assert host["pod-resources"] == mounts["pod-resources"]["mountPath"]
+    assert default_socket == f"{mounts['pod-resources']['mountPath']}/kubelet.sock"
     args = container["args"]
     assert "--socket=/var/run/nri/nri.sock" in args
     assert f"--sysfs={mounts['sysfs']['mountPath']}" in args
@@ -413,3 +421,34 @@ def test_shipped_configurations_are_valid() -> None:
     chart = render_chart({"config": {"policy": {"reserved_resources": {"cpu": "2"}}}})
     text = _by_kind(chart)["ConfigMap"]["data"]["config.yaml"]
     assert parse_config(text, "chart").to_options().reserved_resources.milli == 2000
+
+
+def test_chart_ships_the_same_crd_as_the_manifests() -> None:
+    static = yaml.safe_load(
+        (PACKAGING / "kubernetes" / "noderesourcetopology-crd.yaml").read_text()
+    )
+    chart = yaml.safe_load((CHART / "crds" / "noderesourcetopology.yaml").read_text())
+    assert chart == static
+
+
+@pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
+def test_the_pod_may_publish_node_resource_topology(docs: Callable[[], list]) -> None:
+    kinds = _by_kind(docs())
+    pod = _pod(docs())
+    account = kinds["ServiceAccount"]["metadata"]
+    assert pod["serviceAccountName"] == account["name"] and pod["automountServiceAccountToken"]
+    binding = kinds["ClusterRoleBinding"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["name"], "namespace": account["namespace"]}
+    ]
+    assert binding["roleRef"]["name"] == kinds["ClusterRole"]["metadata"]["name"]
+    rules = {
+        (g, r): set(rule["verbs"])
+        for rule in kinds["ClusterRole"]["rules"]
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+    }
+    assert rules[("", "nodes")] == {"get"}  # the owner's uid
+    assert {"create", "patch"} <= rules[("topology.node.k8s.io", "noderesourcetopologies")]
+    (env,) = pod["containers"][0]["env"]
+    assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}

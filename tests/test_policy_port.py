@@ -23,6 +23,7 @@ def test_the_port_lists_the_calls_its_drivers_make() -> None:
         "assignments",
         "cold_start_done",
         "create",
+        "node_capacity",
         "pools",
         "reconfigure",
         "release",

@@ -131,6 +131,8 @@ def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
             hide_hyperthreads=draw(st.booleans()),
             memory_preserve=draw(st.integers(0, 9)) == 0,
             cpu_limit=draw(st.none() | st.integers(shared, 4 * ncpu * 1000)) if shared else None,
+            hint_nodes=draw(st.frozensets(st.sampled_from(sorted(machine.nodes)), max_size=2)),
+            strict_hints=draw(st.integers(0, 3)) == 0,
         )
 
     class PolicyMachine(RuleBasedStateMachine):
@@ -157,6 +159,11 @@ def make(machine: Machine, options: Options) -> type[RuleBasedStateMachine]:
             except PolicyError:
                 assert accounting(self.e) == before
                 return
+            if r.strict_hints and r.hint_nodes and d.kind is not CpuKind.RESERVED:
+                assert (
+                    d.placement.cpus is None
+                    or {machine.cpus[c].node for c in d.placement.cpus} <= r.hint_nodes
+                ), "strict hints: CPUs outside the hinted nodes"
             self.record(d)
             self.live.append(cid)
 

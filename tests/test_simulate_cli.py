@@ -492,3 +492,10 @@ def test_until_stops_after_a_step(capsys: pytest.CaptureFixture[str], tmp_path: 
     assert "default/render/blender" in {c["id"] for c in doc["final"]["containers"]}
     texts = {t.text for t in ET.parse(svg).getroot().iter(f"{SVG}text")}
     assert any(t and "40 CPUs of its own" in t for t in texts)
+
+
+def test_bundled_devices_workload_shows_hints(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "--workload", "devices", "--explain")
+    assert code == 0
+    assert "default/train/main: exclusive CPUs in socket #3; devices on NUMA 3" in out
+    assert "strict topology hints: CPUs of NUMA 0 are outside the devices' NUMA 3" in out

@@ -110,3 +110,18 @@ def test_runner_picture_is_the_policy_state_after_every_step(doc: dict[str, Any]
             for cpu in a.exclusive:
                 assert cpu not in owners, f"step {number}: CPU {cpu} to {owners[cpu]} and {cid}"
                 owners[cpu] = cid
+
+
+def test_a_device_steers_a_simulated_container_to_its_socket() -> None:
+    _, machine = machine_spec.load_bundled("4-socket")
+    container = {"name": "main", "limits": {"cpu": 4, "memory": "4Gi"}}
+    gpu = {**container, "devices": [{"name": "/dev/nvidia1", "numa": [3]}]}
+    steps = [
+        {"create": {"pod": "gpu", "containers": [gpu]}},
+        {"create": {"pod": "plain", "containers": [container]}},
+    ]
+    results = Runner(Policy(machine, Options()), machine).run(parse_workload({"steps": steps}))
+    (with_gpu,), (plain,) = (r.placed for r in results)
+    assert with_gpu.assignment.pool == "socket #3"
+    assert "devices on NUMA 3 (/dev/nvidia1): covered" in with_gpu.reason
+    assert plain.assignment.pool != "socket #3"

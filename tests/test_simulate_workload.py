@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nri_topology.policy.types import QoS, Resources
+from nri_topology.policy.types import HintSource, QoS, Resources, TopologyHint
 from nri_topology.simulate.workload import (
     ContainerSpec,
     WorkloadError,
@@ -293,3 +293,19 @@ def test_bundled_default_workload_is_valid_and_tells_the_story() -> None:
     assert "kube-system" in namespaces
     qos = {qos_class(s.create.containers) for s in wl.steps if s.create}
     assert qos == set(QoS)
+
+
+def test_devices_become_topology_hints() -> None:
+    device = {"name": "/dev/nvidia1", "numa": [3]}
+    mount = {"name": "/dev/vfio/7", "numa": [0, 1], "source": "mounts"}
+    pod = {"create": {"pod": "t", "containers": [{"name": "c", "devices": [device, mount]}]}}
+    spec = parse_workload(_one([pod])).steps[0].create
+    assert spec is not None
+    (rc,) = create_containers(spec, step=1, memory_capacity=64 << 30)
+    assert rc.info.hints == (
+        TopologyHint(HintSource.DEVICES, "/dev/nvidia1", frozenset({3})),
+        TopologyHint(HintSource.MOUNTS, "/dev/vfio/7", frozenset({0, 1})),
+    )
+    bad = {"create": {"pod": "t", "containers": [{"name": "c", "devices": [{"name": "x"}]}]}}
+    with pytest.raises(WorkloadError, match="devices"):
+        parse_workload(_one([bad]))

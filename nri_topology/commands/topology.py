@@ -2,7 +2,8 @@
 
 The JSON form is documented in `nri_topology.topology.render` (`JSON_SCHEMA`). `--machine-json`
 prints instead a machine description (docs/simulate.md) that `simulate --machine FILE` loads as
-exactly the machine read here. Unreadable or inconsistent sysfs data exits with status 2 and
+exactly the machine read here; `--nrt` the NodeResourceTopology object the daemon publishes
+(`nri_topology.nrt.build`). Unreadable or inconsistent sysfs data exits with status 2 and
 the reason on stderr.
 """
 
@@ -13,7 +14,9 @@ import json
 import sys
 from pathlib import Path
 
+from nri_topology.config.schema import Config
 from nri_topology.simulate.machine_spec import dumps, from_machine
+from nri_topology.topology.model import Machine
 from nri_topology.topology.render import machine_json, machine_text
 from nri_topology.topology.sysfs import ENV_SYSFS, TopologyError, default_sysfs_root, read_machine
 
@@ -37,6 +40,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print JSON instead of a tree")
     parser.add_argument(
+        "--nrt",
+        action="store_true",
+        help="print the node's NodeResourceTopology object (topology.node.k8s.io/v1alpha2) as "
+        "JSON, as the daemon publishes it with no containers placed",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with --nrt: the configuration file whose policy and nrt sections apply",
+    )
+    parser.add_argument(
+        "--node-name",
+        default=None,
+        metavar="NAME",
+        help="with --nrt: the object's name (default: nrt.node_name, $NODE_NAME, the host name)",
+    )
+    parser.add_argument(
         "--machine-json",
         action="store_true",
         help="print a machine description for `simulate --machine FILE` (docs/simulate.md)",
@@ -58,6 +80,8 @@ def main(args: argparse.Namespace) -> int:
     except (TopologyError, OSError) as err:
         print(f"nri-topology topology: {err}", file=sys.stderr)
         return 2
+    if args.nrt:
+        return _nrt(machine, args)
     if args.machine_json:
         doc = from_machine(machine, name=args.name, description="", source=str(root))
         sys.stdout.write(dumps(doc))
@@ -66,4 +90,28 @@ def main(args: argparse.Namespace) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         sys.stdout.write(machine_text(machine, windows_groups=args.windows_groups))
+    return 0
+
+
+def _nrt(machine: Machine, args: argparse.Namespace) -> int:
+    from nri_topology.config.load import ConfigError, read_config
+    from nri_topology.nrt.build import node_name, node_resource_topology
+    from nri_topology.policy.policy import Policy
+    from nri_topology.policy.types import PolicyError
+
+    try:
+        config = read_config(args.config).config if args.config else Config()
+        policy = Policy(machine, config.to_options())
+    except (ConfigError, PolicyError) as err:
+        print(f"nri-topology topology: {err}", file=sys.stderr)
+        return 2
+    nrt = config.nrt
+    doc = node_resource_topology(
+        machine,
+        policy.node_capacity(),
+        args.node_name or node_name(nrt.node_name),
+        policy=nrt.topology_manager_policy,
+        scope=nrt.topology_manager_scope,
+    )
+    sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     return 0

@@ -153,6 +153,8 @@ class PolicySection(_Section):
     distribute_across_numa: StrictBool = False
     distribute_min_group: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
     full_pcpus_only: StrictBool = False
+    topology_hints: StrictBool = True
+    strict_topology_hints: StrictBool = False
     numa_policy: Literal["best-effort", "single-numa-node"] = "best-effort"
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)]], Field(min_length=1)
@@ -245,10 +247,45 @@ class MetricsSection(_Section):
 
 
 class ExposeSection(_Section):
-    """Telling the workload its placement: environment variables set at container creation."""
+    """Telling the workload its placement: environment variables set at container creation,
+    and a read-only file kept current."""
 
     enabled: StrictBool = True
     env_prefix: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
+    file: StrictBool = False
+    file_dir: Annotated[str, Field(pattern=r"^/\S*$")] = "/.nri-topology"
+
+
+class PodResourcesSection(_Section):
+    """The kubelet's PodResources API, for the NUMA nodes of devices from device plugins."""
+
+    enabled: StrictBool = False
+    socket: Annotated[str, Field(min_length=1)] = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 2.0  # deadline of one call
+    budget_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # CreateContainer waits this long
+
+
+class HintsSection(_Section):
+    """Where topology hints are looked for (whether they steer placement is a policy option)."""
+
+    devices: StrictBool = True  # the container's devices and device mounts, via sysfs
+    pod_resources: PodResourcesSection = PodResourcesSection()
+
+
+class NrtSection(_Section):
+    """NodeResourceTopology: the node's per-NUMA capacity, published for the scheduler."""
+
+    # auto: publish when running in a cluster (a service account is mounted) or when a
+    # kubeconfig is given; true: always (logs errors without credentials); false: never.
+    publish: StrictBool | Literal["auto"] = "auto"
+    node_name: Annotated[str, Field(min_length=1)] | None = None  # default: $NODE_NAME, hostname
+    kubeconfig: Annotated[str, Field(min_length=1)] | None = None  # systemd mode
+    topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = (
+        "best-effort"
+    )
+    topology_manager_scope: Literal["container", "pod"] = "container"
+    min_interval_seconds: Annotated[float, Field(ge=0, le=3600)] = 5.0
+    max_backoff_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
 
 
 class Config(_Section):
@@ -261,6 +298,8 @@ class Config(_Section):
     logging: LoggingSection = LoggingSection()
     metrics: MetricsSection = MetricsSection()
     expose: ExposeSection = ExposeSection()
+    hints: HintsSection = HintsSection()
+    nrt: NrtSection = NrtSection()
 
     def to_options(self) -> Options:
         """The policy options this configuration asks for."""
@@ -283,6 +322,8 @@ class Config(_Section):
             distribute_across_numa=p.distribute_across_numa,
             distribute_min_group=p.distribute_min_group,
             full_pcpus_only=p.full_pcpus_only,
+            topology_hints=p.topology_hints,
+            strict_topology_hints=p.strict_topology_hints,
             single_numa_node=p.numa_policy == "single-numa-node",
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
             on_unfit=p.on_unfit,

@@ -7,10 +7,19 @@ a pod's cgroup parent or a container's cpuset lives (docs/protocol.md §5).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from nri_topology.nri import api_pb2
-from nri_topology.policy.types import ContainerInfo, Decision, Placement, PodInfo, Resources, Update
+from nri_topology.policy.types import (
+    ContainerInfo,
+    Decision,
+    HintSource,
+    Placement,
+    PodInfo,
+    Resources,
+    Update,
+)
 from nri_topology.topology import cpuset
 
 ENV_PREFIX = "NRI_TOPOLOGY_"
@@ -79,6 +88,64 @@ def container_info(
         oom_score_adj=_optional(ctr.linux, "oom_score_adj"),
         created_at=ctr.created_at,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """A device a container uses, as the runtime names it: a Linux device or a mounted node."""
+
+    source: HintSource
+    path: str  # in the container for devices, on the host for mounts
+    kind: str = ""  # "c", "b", "u" for Linux devices; "" for a mount (stat the path)
+    major: int = 0
+    minor: int = 0
+
+
+def _writable(rules: Iterable[api_pb2.LinuxDeviceCgroup], d: api_pb2.LinuxDevice) -> bool:
+    """Whether the device cgroup rules (the last matching one decides) let the container write
+    to the device; without rules the runtime did not say, so it may."""
+    verdict = True
+    for r in rules:
+        if r.type not in ("", "a", d.type):
+            continue
+        if r.HasField("major") and r.major.value != d.major:
+            continue
+        if r.HasField("minor") and r.minor.value != d.minor:
+            continue
+        verdict = r.allow and ("w" in r.access or not r.access)
+    return verdict
+
+
+def _all_devices(rules: Iterable[api_pb2.LinuxDeviceCgroup]) -> bool:
+    """A rule allowing every device: a privileged container, which lists every host device."""
+    return any(
+        r.allow and r.type in ("", "a") and not r.HasField("major") and not r.HasField("minor")
+        for r in rules
+    )
+
+
+def device_refs(ctr: api_pb2.Container) -> tuple[DeviceRef, ...]:
+    """The devices the container may write to, and the device nodes it mounts read-write.
+
+    As in the reference implementation, read-only devices and mounts are left out: a device the
+    container only reads (a disk image, a config) is rarely what it should be placed near. A
+    privileged container lists every device of the host, which says nothing about what it uses,
+    so its devices are left out too.
+    """
+    rules = ctr.linux.resources.devices
+    refs = []
+    if not _all_devices(rules):
+        refs = [
+            DeviceRef(HintSource.DEVICES, d.path, d.type, d.major, d.minor)
+            for d in ctr.linux.devices
+            if d.type in ("c", "b", "u") and _writable(rules, d)
+        ]
+    refs += [
+        DeviceRef(HintSource.MOUNTS, m.source)
+        for m in ctr.mounts
+        if m.source.startswith("/dev/") and "ro" not in m.options
+    ]
+    return tuple(refs)
 
 
 def _fill(out: api_pb2.LinuxResources, placement: Placement) -> None:

@@ -21,8 +21,8 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -47,6 +47,10 @@ from nri_topology.policy.types import (
     qualified_name,
 )
 from nri_topology.ttrpc.codec import Code, TtrpcError
+
+if TYPE_CHECKING:
+    from nri_topology.daemon.hints import HintFinder
+    from nri_topology.daemon.placement_file import PlacementFiles
 
 _log = structlog.get_logger("nri_topology.daemon")
 _KEYS_LISTED = 8  # unknown annotation keys named in one warning
@@ -76,6 +80,8 @@ class Settings:
 
     expose_env: bool = True  # give new containers environment variables naming their placement
     env_prefix: str = convert.ENV_PREFIX
+    expose_file: bool = False  # mount a placement file, kept current, into new containers
+    file_dir: str = "/.nri-topology"  # where that file's directory appears in the container
 
 
 def _is_ns(value: Any) -> bool:
@@ -119,8 +125,13 @@ class TopologyPlugin(Plugin):
         runtime_config: Callable[[str], Awaitable[None]] | None = None,
         wall_clock_ns: Callable[[], int] = time.time_ns,
         checkpoint_retry_s: float = 10.0,
+        hints: HintFinder | None = None,
+        files: PlacementFiles | None = None,
     ) -> None:
         self.policy = policy
+        self.hints = hints
+        self.files = files
+        self.on_change: Callable[[], None] | None = None  # e.g. the NRT publisher
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
@@ -177,6 +188,8 @@ class TopologyPlugin(Plugin):
         pod_infos = [convert.pod_info(p) for p in pods]
         live = [c for c in containers if c.state in _LIVE_STATES]
         infos = [convert.container_info(c) for c in live]
+        if self.hints is not None:  # device hints, for containers re-placed or resized later
+            infos = await self._with_device_hints(pod_infos, live, infos)
         async with self._lock:
             saved = self._saved_state()
             started = time.perf_counter()
@@ -200,6 +213,9 @@ class TopologyPlugin(Plugin):
             created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
             self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
             self._commit()
+            placed = self._placement_docs() if self.files is not None else {}
+        if self.files is not None:
+            await self.files.adopt(placed)
         for cid, decision in report.decisions.items():  # the re-placed ones only
             self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
         self._explain_adopted(report.adopted)
@@ -236,11 +252,15 @@ class TopologyPlugin(Plugin):
 
     async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RunPodSandbox").inc()
-        self._pods[pod.id] = convert.pod_info(pod)
+        info = self._pods[pod.id] = convert.pod_info(pod)
+        if self.hints is not None:
+            self.hints.pod_started(info)
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.requests.labels("RemovePodSandbox").inc()
         self._pods.pop(pod.id, None)
+        if self.hints is not None:
+            self.hints.pod_removed(pod.id)
         self._keys_reported.pop(pod.id, None)
 
     async def create_container(
@@ -248,6 +268,11 @@ class TopologyPlugin(Plugin):
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
         self.metrics.requests.labels("CreateContainer").inc()
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        if self.hints is not None:  # before the lock: other events go on while it looks
+            refs = convert.device_refs(ctr)
+            found = await self.hints.find(pod_info, info, refs, self.policy.options)
+            if found:
+                info = replace(info, hints=found)
         self._report_keys(pod_info, info)
         async with self._lock:
             self._pods[pod_info.id] = pod_info
@@ -264,7 +289,14 @@ class TopologyPlugin(Plugin):
         env = {}
         if self.settings.expose_env:
             env = convert.exposure(decision, self.settings.env_prefix)
-        return convert.adjustment(decision, env), convert.updates(decision.updates)
+        adjust = convert.adjustment(decision, env)
+        if self.files is not None:
+            self.files.updated(decision.updates)
+            if self.settings.expose_file:
+                mount = await self.files.create(decision, self.settings.file_dir)
+                if mount is not None:
+                    adjust.mounts.append(mount)
+        return adjust, convert.updates(decision.updates)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.requests.labels("StartContainer").inc()
@@ -286,6 +318,9 @@ class TopologyPlugin(Plugin):
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
+            old = self._containers.get(info.id)
+            if old is not None and old.hints:  # found at creation; devices do not change
+                info = replace(info, hints=old.hints)
             decision = self._decide(
                 "resize",
                 pod_info,
@@ -295,6 +330,9 @@ class TopologyPlugin(Plugin):
             self._containers[info.id] = info
             self._commit()
         self._log_decision(decision, "resized")
+        if self.files is not None:
+            self.files.replaced(decision)
+            self.files.updated(u for u in decision.updates if u.container_id != info.id)
         # The runtime takes the last entry for the container being updated as its new resources.
         own = convert.container_update(info.id, decision.placement)
         others = [u for u in decision.updates if u.container_id != info.id]
@@ -309,6 +347,8 @@ class TopologyPlugin(Plugin):
         # Normally released at stop already; a removal without a stop must not leak resources.
         # Other containers' updates have no reply to ride on here, so they go out separately.
         updates = await self._release(ctr.id, "removed")
+        if self.files is not None:
+            self.files.removed(ctr.id)
         if updates:
             self._send_later(updates, "release")
 
@@ -332,6 +372,10 @@ class TopologyPlugin(Plugin):
             replaced=len(report.replaced),
             **logs.summarize_updates(updates),
         )
+        if self.files is not None:
+            for decision in report.decisions.values():
+                self.files.replaced(decision)
+            self.files.updated(updates)
         if updates:
             self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
 
@@ -351,6 +395,10 @@ class TopologyPlugin(Plugin):
         for task in list(self._background):
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self.hints is not None:
+            await self.hints.close()
+        if self.files is not None:
+            await self.files.flush()
         await self.flush()
         if self._writer is not None:
             self._writer.close()
@@ -382,6 +430,29 @@ class TopologyPlugin(Plugin):
             self._saved = self._body()
         return self._saved or {}
 
+    async def _with_device_hints(
+        self,
+        pods: Sequence[PodInfo],
+        live: Sequence[api_pb2.Container],
+        infos: list[ContainerInfo],
+    ) -> list[ContainerInfo]:
+        assert self.hints is not None
+        by_id = {p.id: p for p in pods}
+        out = []
+        for ctr, info in zip(live, infos, strict=True):
+            refs = convert.device_refs(ctr)
+            pod = by_id.get(info.pod_id)
+            if refs and pod is not None:
+                found = await self.hints.find(pod, info, refs, self.policy.options, kubelet=False)
+                info = replace(info, hints=found) if found else info
+            out.append(info)
+        return out
+
+    def _placement_docs(self) -> dict[str, dict[str, Any]]:
+        from nri_topology.daemon.placement_file import assigned
+
+        return {cid: assigned(a) for cid, a in self.policy.assignments().items()}
+
     def _body(self) -> dict[str, Any]:
         return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
 
@@ -389,6 +460,8 @@ class TopologyPlugin(Plugin):
         """Note a change of state; the writer checkpoints it soon, off the request path."""
         if self._writer is not None:
             self._writer.changed()
+        if self.on_change is not None:
+            self.on_change()
 
     async def flush(self) -> None:
         """Write the latest state now and wait until it is on disk (or its write has failed)."""
@@ -468,6 +541,8 @@ class TopologyPlugin(Plugin):
             updates = self._release_locked(container_id)
             self._commit()
         _log.info("released", container_id=container_id, why=why, **logs.summarize_updates(updates))
+        if self.files is not None:
+            self.files.updated(updates)
         return convert.updates(updates, ignore_failure=True)
 
     def _release_locked(self, container_id: str) -> tuple[Update, ...]:
@@ -545,6 +620,8 @@ class TopologyPlugin(Plugin):
             self._commit()
         summary = logs.summarize_updates(updates)
         _log.info("cold start over, memory widened", container_id=container_id, **summary)
+        if self.files is not None:
+            self.files.updated(updates)
         if updates:
             await self._send(convert.updates(updates), "cold_start")
 

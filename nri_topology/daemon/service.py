@@ -20,7 +20,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import structlog
 
@@ -37,14 +37,22 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
+from nri_topology.daemon.hints import HintFinder
 from nri_topology.daemon.lock import InstanceLock, LockedError
+from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.nri.stub import Stub, StubError
+from nri_topology.nrt.build import node_resource_topology
+from nri_topology.nrt.cluster import in_cluster, wanted
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import PolicyError
+from nri_topology.topology.devices import DeviceLocator
 from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import TopologyError, read_machine
+
+if TYPE_CHECKING:
+    from nri_topology.nrt.publish import Publisher
 
 _log = structlog.get_logger("nri_topology.service")
 
@@ -88,7 +96,28 @@ def effective(config: Config, o: Overrides) -> Config:
 
 
 def settings_of(config: Config) -> Settings:
-    return Settings(expose_env=config.expose.enabled, env_prefix=config.expose.env_prefix)
+    e = config.expose
+    return Settings(
+        expose_env=e.enabled,
+        env_prefix=e.env_prefix,
+        expose_file=e.file,
+        file_dir=e.file_dir,
+    )
+
+
+def hint_finder(config: Config) -> HintFinder | None:
+    """Where the daemon looks for topology hints; None when nowhere."""
+    hints = config.hints
+    locator = DeviceLocator(config.topology.sysfs_root) if hints.devices else None
+    client = None
+    if hints.pod_resources.enabled:
+        from nri_topology.kubelet.podresources import PodResourcesClient  # loads grpc
+
+        pr = hints.pod_resources
+        client = PodResourcesClient(pr.socket, pr.timeout_seconds)
+    if locator is None and client is None:
+        return None
+    return HintFinder(locator, client, hints.pod_resources.budget_seconds)
 
 
 PolicyFactory = Callable[[Machine, Config], PolicyPort]
@@ -124,6 +153,7 @@ class Daemon:
         self.machine: Machine | None = None
         self.status: StatusServer | None = None
         self.reloader: Reloader[Config] | None = None
+        self.publisher: Publisher | None = None  # set when publishing NodeResourceTopology
         self.lock: InstanceLock | None = None
         self._stop = asyncio.Event()
 
@@ -182,7 +212,10 @@ class Daemon:
             checkpoint=Checkpoint(Path(self.config.state.path)),
             settings=settings_of(self.config),
             runtime_config=self._runtime_config,
+            hints=hint_finder(self.config),
+            files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
+        self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
         if self.reloader is not None:
             self.reloader.mark_current()
@@ -203,7 +236,7 @@ class Daemon:
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
-            for name in ("topology", "nri", "state", "metrics", "logging")
+            for name in ("topology", "nri", "state", "metrics", "logging", "hints", "nrt")
             if getattr(new, name) != getattr(self.config, name)
         ]
         if restart_only:
@@ -261,6 +294,8 @@ class Daemon:
             except OSError as exc:
                 _log.error("cannot open the metrics endpoint", error=str(exc))
                 return 1
+        if self.publisher is not None:
+            self.publisher.start()
         watcher: asyncio.Task[None] | None = None
         reloader = self.reloader
         if reloader is not None:
@@ -292,10 +327,49 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             if self.status is not None:
                 await self.status.close()
+            if self.publisher is not None:
+                await self.publisher.close()
         return status
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _publisher(self, machine: Machine) -> Publisher | None:
+        """The NodeResourceTopology publisher, when publishing is wanted (see `nrt.publish`)."""
+        nrt = self.config.nrt
+        environ = os.environ if self._environ is None else self._environ
+        if not wanted(nrt.publish, nrt.kubeconfig, in_cluster(environ)):
+            return None
+        from nri_topology.nrt.publish import Publisher, make_client  # loads the client library
+
+        try:
+            client = make_client(nrt.kubeconfig)
+        except Exception as exc:  # lightkube raises its own ConfigError, OSError, KeyError...
+            raise StartupError(f"cannot publish NodeResourceTopology: {exc}") from None
+        plugin = self.plugin
+        assert plugin is not None
+        name = nrt.node_name or self.node_name().lower()  # node names are lower case
+
+        def build() -> dict[str, Any]:
+            return node_resource_topology(
+                machine,
+                plugin.policy.node_capacity(),
+                name,
+                policy=nrt.topology_manager_policy,
+                scope=nrt.topology_manager_scope,
+            )
+
+        publisher = Publisher(
+            client,
+            name,
+            build,
+            min_interval_s=nrt.min_interval_seconds,
+            max_backoff_s=nrt.max_backoff_seconds,
+            on_error=plugin.metrics.errors.labels("nrt_publish").inc,
+        )
+        plugin.on_change = publisher.changed
+        _log.info("publishing NodeResourceTopology", node=name)
+        return publisher
 
     def node_name(self) -> str:
         """The Kubernetes node name when the DaemonSet gives it (NODE_NAME), else the host's."""

@@ -15,8 +15,8 @@ kubelet would admit, degrading it when it must, in this order:
 
 Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
 `Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness
-(`require-isolated-cpus`, `numa-policy: single-numa-node` or the option) or the operator set
-`on_unfit: refuse`.
+(`require-isolated-cpus`, `numa-policy: single-numa-node`, strict topology hints, or the options
+for them) or the operator set `on_unfit: refuse`.
 
 `full_pcpus_only` is the kubelet's admission rule for integer requests: a count of exclusive CPUs
 that is not a multiple of the threads per core is refused, as the kubelet refuses it
@@ -81,9 +81,9 @@ def as_kind(req: Request, kind: CpuKind) -> Request:
 
 
 def strict(req: Request) -> bool:
-    """Whether the container (or `numa_policy: single-numa-node`) asks to be refused rather than
-    degraded: isolated CPUs required, or CPUs and memory of one NUMA node only."""
-    return req.require_isolated or req.single_numa
+    """Whether the container (or an option) asks to be refused rather than degraded: isolated
+    CPUs required, CPUs and memory of one NUMA node only, or of its devices' nodes only."""
+    return req.require_isolated or req.single_numa or (req.strict_hints and bool(req.hint_nodes))
 
 
 def may_degrade(req: Request, options: Options) -> bool:

@@ -120,6 +120,18 @@ ANNOTATIONS: tuple[AnnotationSpec, ...] = (
         "Leave the container's memory node pinning as the runtime set it.",
     ),
     AnnotationSpec(
+        "topologyhints",
+        f"{_BOOL}, or a comma list of devices, mounts, pod-resources, all, none",
+        "Which device locality hints steer the pool choice (default: all sources the daemon "
+        "has turned on); false or none turns them off for the container.",
+    ),
+    AnnotationSpec(
+        "strict.topologyhints",
+        _BOOL,
+        "true: refuse the container rather than place it on CPUs outside its devices' NUMA "
+        "nodes; false: prefer them only. Overrides the strict_topology_hints option.",
+    ),
+    AnnotationSpec(
         "affinity",
         "YAML map of container name to a list of affinities or of container names",
         "Pull the named containers' placements towards each other (weight +1 by default).",
@@ -160,9 +172,7 @@ UNSUPPORTED: frozenset[str] = frozenset(
         "pick-resources-by-hints",
         "rdtclass",
         "scheduling-class",
-        "strict.topologyhints",
         "test.topologyhints",
-        "topologyhints",
         "toptierlimit",
         "unlimited-burstable",
     }

@@ -53,6 +53,8 @@ class Options:
     distribute_across_numa: bool = False  # KEP-2902
     distribute_min_group: int = 1  # KEP-2902 cpuGroupSize (>= threads per core if full_pcpus_only)
     full_pcpus_only: bool = False
+    topology_hints: bool = True  # steer pool choice by the locality of the container's devices
+    strict_topology_hints: bool = False  # refuse rather than place outside the hinted nodes
     single_numa_node: bool = False  # numa_policy: single-numa-node (refuse rather than span)
     # DRAM unless a pod asks for another tier: defaulting to PMEM too would pull every container
     # towards the few pools with PMEM nearby (on SNC machines, all of one socket).

@@ -18,13 +18,20 @@ from nri_topology.policy.options import Options
 from nri_topology.policy.request import build_request
 from nri_topology.policy.types import (
     ContainerInfo,
+    CpuKind,
     Decision,
     PodInfo,
     PolicyError,
     Resources,
     Update,
 )
-from nri_topology.policy.views import Assignment, PoolView, RestoreReport, TierMemory
+from nri_topology.policy.views import (
+    Assignment,
+    NodeCapacity,
+    PoolView,
+    RestoreReport,
+    TierMemory,
+)
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -200,3 +207,47 @@ class Policy:
                 )
             )
         return tuple(views)
+
+    def node_capacity(self) -> tuple[NodeCapacity, ...]:
+        """Per NUMA node capacity, allocatable and available CPU and memory (see NodeCapacity)."""
+        e = self._engine
+        m = self._machine
+        whole_reserved = e.reserved_all - e.partial
+        shared_used: dict[int, float] = {}
+        for g in e.grants.values():
+            if not g.uses_shared or g.kind is CpuKind.RESERVED or not g.shared:
+                continue
+            free = e.free[g.pool]
+            if not free:
+                continue
+            per_node: dict[int, int] = {}
+            for c in free:
+                node = m.cpus[c].node
+                per_node[node] = per_node.get(node, 0) + 1
+            for node, count in per_node.items():
+                shared_used[node] = shared_used.get(node, 0.0) + g.shared * count / len(free)
+        memory_used: dict[int, int] = {}
+        for zone, charged in e.book.zones().items():
+            total = e.book.capacity(zone)
+            for node in zone:
+                if total:
+                    share = charged * m.nodes[node].memory // total
+                    memory_used[node] = memory_used.get(node, 0) + share
+        out = []
+        for n in sorted(m.nodes):
+            node = m.nodes[n]
+            cpus = node.cpus & e.allowed
+            cut = e.partial_cut if e.partial & cpus else 0
+            allocatable = 1000 * len(cpus - whole_reserved) - cut
+            used = 1000 * len(e.taken & cpus) + round(shared_used.get(n, 0.0))
+            out.append(
+                NodeCapacity(
+                    node=n,
+                    cpu_capacity=1000 * len(node.cpus),
+                    cpu_allocatable=allocatable,
+                    cpu_available=max(0, allocatable - used),
+                    memory_capacity=node.memory,
+                    memory_available=max(0, node.memory - memory_used.get(n, 0)),
+                )
+            )
+        return tuple(out)

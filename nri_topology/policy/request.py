@@ -78,11 +78,13 @@ from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
     CpuPriority,
+    HintSource,
     PodInfo,
     PolicyError,
     QoS,
     Request,
     Resources,
+    TopologyHint,
     qualified_name,
 )
 from nri_topology.quantity import (
@@ -520,6 +522,50 @@ def _classify(
     return (CpuKind.MIXED if frac else CpuKind.EXCLUSIVE), cores, frac, False
 
 
+_ALL_SOURCES = frozenset(HintSource)
+_SOURCE_WORDS = {s.value: frozenset({s}) for s in HintSource} | {
+    "all": _ALL_SOURCES,
+    "none": frozenset(),
+}
+_HINTS_HELP = f"expected {BOOL_HELP}, or a comma list of devices, mounts, pod-resources, all, none"
+
+
+def _hint_sources(a: _Annotations, options: Options) -> frozenset[HintSource]:
+    """The hint sources that apply: all unless turned off by option or annotation."""
+    found = a.find("topologyhints")
+    if found is None:
+        return _ALL_SOURCES if options.topology_hints else frozenset()
+    flag = parse_bool(found.value.strip())
+    if flag is not None:
+        return _ALL_SOURCES if flag else frozenset()
+    sources: set[HintSource] = set()
+    for part in found.value.split(","):
+        words = _SOURCE_WORDS.get(part.strip().lower())
+        if words is None:
+            raise _invalid(a.who, found, _HINTS_HELP)
+        sources |= words
+    return frozenset(sources)
+
+
+def hint_sources(pod: PodInfo, container: ContainerInfo, options: Options) -> frozenset[HintSource]:
+    """Which hint sources the daemon needs to look at for a container (invalid values: none,
+    since `build_request` refuses the container with the message anyway)."""
+    try:
+        return _hint_sources(_Annotations(pod, container, options), options)
+    except PolicyError:
+        return frozenset()
+
+
+def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[int]:
+    """NUMA nodes of the hints; a hint with CPUs but no nodes counts the nodes of its CPUs."""
+    nodes: set[int] = set()
+    for h in hints:
+        nodes |= h.nodes
+        if not h.nodes:
+            nodes |= {machine.cpus[c].node for c in h.cpus if c in machine.cpus}
+    return frozenset(n for n in nodes if n in machine.nodes)
+
+
 _NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
 
 
@@ -612,6 +658,9 @@ def build_request(
             cold_start_ns = 0
 
     hide = a.boolean("hide-hyperthreads")
+    sources = _hint_sources(a, options)
+    hints = tuple(h for h in container.hints if h.source in sources)
+    strict = a.boolean("strict.topologyhints")
     single_numa = _single_numa(a, options)
     cpu_priority = _cpu_priority(a, qos)
 
@@ -678,5 +727,8 @@ def build_request(
         labels=dict(container.labels),
         created_at=container.created_at,
         pod_labels=dict(pod.labels),
+        hints=hints,
+        hint_nodes=hint_nodes(hints, machine),
+        strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
     )

@@ -9,6 +9,11 @@ this tuple, criterion by criterion:
    to be near (negative for anti-affinity) in the pool's subtree and ancestors, each scaled by
    0.75 per tree level between the two pools (reference section 4.4). Affinity beats everything
    else because the user asked for it.
+1a. `hints` - topology hints: how many of the NUMA nodes of the container's devices (found by
+   the daemon from its devices, device mounts and the kubelet's PodResources API) the pool does
+   not cover; 0 for every pool of a container without hints. Pools covering every device come
+   first, and among them `numa` and `depth` pick the tightest. With strict hints, pools with CPUs
+   outside the hinted nodes are filtered out instead (see `engine`).
 2. `tiers` - 0 when the pool has memory of every requested tier, else 1.
 3. `memory` - 0 when the memory fits in the pool's own nodes, 1 when it only fits after widening
    to an ancestor's nodes (relaxation).
@@ -53,6 +58,7 @@ from nri_topology.policy.pools import Pool
 
 CRITERIA = (
     "affinity",
+    "hints",
     "tiers",
     "memory",
     "burst",
@@ -73,6 +79,7 @@ class Candidate(NamedTuple):
 
     pool: Pool
     affinity: float
+    hint_miss: int  # hinted NUMA nodes the pool does not cover
     tier_miss: bool
     relaxed: bool
     burst_short: bool
@@ -90,6 +97,7 @@ def sort_key(c: Candidate) -> tuple[object, ...]:
     load = (0, -c.free_shared) if c.exclusive else (c.colocated, -c.free_shared)
     return (
         -round(c.affinity, 9),
+        c.hint_miss,
         int(c.tier_miss),
         int(c.relaxed),
         int(c.burst_short),
@@ -109,11 +117,12 @@ def labelled(key: tuple[object, ...]) -> dict[str, object]:
     """
     if not key:
         return {}
-    affinity, tiers, memory, burst, isolated, numa, cores, depth, load, index = key
+    affinity, hints, tiers, memory, burst, isolated, numa, cores, depth, load, index = key
     nodes, distance = numa  # type: ignore[misc]
     colocated, free = load  # type: ignore[misc]
     return {
         "affinity": -affinity + 0.0,  # type: ignore[operator]
+        "hint_miss": hints,
         "tier_miss": bool(tiers),
         "memory_relaxed": bool(memory),
         "burst_short": bool(burst),

@@ -64,6 +64,28 @@ class PodInfo:
     cgroup_parent: str = ""  # QoS class is read from it (besteffort / burstable / else guaranteed)
 
 
+class HintSource(StrEnum):
+    """Where a topology hint comes from (the values the `topologyhints` annotation names)."""
+
+    DEVICES = "devices"  # the container's Linux devices (major:minor) and VFIO groups
+    MOUNTS = "mounts"  # device nodes among the container's mounts
+    POD_RESOURCES = "pod-resources"  # devices the kubelet's device plugins allocated
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyHint:
+    """The locality of one device a container uses: its NUMA nodes and local CPUs.
+
+    Found by the daemon (sysfs, the kubelet); the policy only reads it. Either set may be empty:
+    a device without a NUMA node still has local CPUs, the kubelet reports only nodes.
+    """
+
+    source: HintSource
+    provider: str  # what it describes: a device path, a PCI address, a resource name
+    nodes: frozenset[int] = frozenset()
+    cpus: frozenset[int] = frozenset()
+
+
 @dataclass(frozen=True, slots=True)
 class ContainerInfo:
     id: str
@@ -74,6 +96,7 @@ class ContainerInfo:
     annotations: Mapping[str, str] = field(default_factory=dict)
     oom_score_adj: int | None = None
     created_at: int = 0  # nanoseconds since the epoch, as the runtime reports it
+    hints: tuple[TopologyHint, ...] = ()  # locality of the devices it uses (all sources)
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,4 +219,7 @@ class Request:
     labels: Mapping[str, str] = field(default_factory=dict)
     created_at: int = 0
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # affinity keys pod/labels/<k>
+    hints: tuple[TopologyHint, ...] = ()  # the hints that apply (sources not turned off)
+    hint_nodes: frozenset[int] = frozenset()  # NUMA nodes of the hints, CPUs resolved to nodes
+    strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back

@@ -59,6 +59,24 @@ class PoolView:
 
 
 @dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """One NUMA node as the scheduler should see it: CPUs in milli-CPU, memory in bytes.
+
+    `allocatable` leaves out the reserved CPUs (exactly, to the milli-CPU) and CPUs outside
+    `available_resources`; `available` further leaves out exclusive CPUs and the shared milli-CPU
+    granted on the node (a pool spanning nodes charges each node by its share of the pool's
+    shared CPUs), and memory charged to zones holding the node (by the node's share of the zone).
+    """
+
+    node: int
+    cpu_capacity: int
+    cpu_allocatable: int
+    cpu_available: int
+    memory_capacity: int
+    memory_available: int
+
+
+@dataclass(frozen=True, slots=True)
 class RestoreReport:
     """What a restore did with each container the runtime reported."""
 

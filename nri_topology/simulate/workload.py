@@ -26,7 +26,14 @@ from pydantic import (
 )
 
 from nri_topology.policy.request import parse_duration
-from nri_topology.policy.types import ContainerInfo, PodInfo, QoS, Resources
+from nri_topology.policy.types import (
+    ContainerInfo,
+    HintSource,
+    PodInfo,
+    QoS,
+    Resources,
+    TopologyHint,
+)
 from nri_topology.quantity import cpu_milli, memory_bytes
 
 # Kubelet constants for CPU shares and CFS quota (cgroup v1 units, as NRI reports them).
@@ -71,12 +78,22 @@ class ResourceList(_Strict):
     memory: Bytes | None = None
 
 
+class DeviceSpec(_Strict):
+    """A device the container uses and the NUMA nodes it sits on (what the daemon would find
+    in sysfs or from the kubelet)."""
+
+    name: Annotated[str, Field(min_length=1)]
+    numa: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    source: HintSource = HintSource.DEVICES
+
+
 class ContainerSpec(_Strict):
     name: Name
     requests: ResourceList = ResourceList()
     limits: ResourceList = ResourceList()
     annotations: dict[str, str] = Field(default_factory=dict)
     labels: dict[str, str] = Field(default_factory=dict)
+    devices: list[DeviceSpec] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _requests_within_limits(self) -> ContainerSpec:
@@ -298,6 +315,7 @@ def create_containers(
             annotations=dict(c.annotations),
             oom_score_adj=oom_score_adj(qos, requests.memory, memory_capacity),
             created_at=step * 1_000_000_000 + index,
+            hints=tuple(TopologyHint(d.source, d.name, frozenset(d.numa)) for d in c.devices),
         )
         out.append(
             RunningContainer(pod=pod, info=info, qos=qos, requests=requests, limits=c.limits)

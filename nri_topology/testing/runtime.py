@@ -630,6 +630,7 @@ class RuntimePeer:
                 raise PluginError(f'plugin asked update of "{ctr.id}" during creation')
             created.annotations.update(reply.adjust.annotations)
             created.linux.resources.MergeFrom(reply.adjust.linux.resources)
+            created.mounts.extend(reply.adjust.mounts)
             self._apply_updates(reply.update)
         self.containers[created.id] = created
         return reply

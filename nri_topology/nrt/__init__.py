@@ -1,0 +1,1 @@
+"""NodeResourceTopology: the node's per-NUMA capacity for the scheduler (build, publish)."""

@@ -1,0 +1,104 @@
+"""A small Kubernetes API server for tests: the two requests the NRT publisher makes (GET a Node,
+server-side apply of a NodeResourceTopology), over real HTTP, with failures on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+NRT_PATH = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/"
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    headers: dict[str, str]
+    body: Any
+
+
+@dataclass
+class ApiServer:
+    nodes: dict[str, str] = field(default_factory=dict)  # node name -> uid
+    fail: list[int] = field(default_factory=list)  # status codes for the next applies
+    requests: list[Request] = field(default_factory=list)
+    objects: dict[str, Any] = field(default_factory=dict)  # NRT objects by name
+    url: str = ""
+
+    def applies(self) -> list[Request]:
+        return [r for r in self.requests if r.method == "PATCH"]
+
+    def _answer(self, req: Request) -> tuple[int, Any]:
+        if req.method == "GET" and req.path.startswith("/api/v1/nodes/"):
+            name = req.path.rsplit("/", 1)[1]
+            if name not in self.nodes:
+                return 404, _status(404, f'nodes "{name}" not found', "NotFound")
+            meta = {"name": name, "uid": self.nodes[name]}
+            return 200, {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+        if req.method == "PATCH" and req.path.startswith(NRT_PATH):
+            if self.fail:
+                code = self.fail.pop(0)
+                return code, _status(code, "injected failure", "InternalError")
+            name = req.path.removeprefix(NRT_PATH)
+            self.objects[name] = req.body
+            return 200, req.body
+        return 404, _status(404, "no such path", "NotFound")
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                line = await reader.readline()
+                if not line:
+                    return
+                method, target, _ = line.decode().split(" ", 2)
+                headers: dict[str, str] = {}
+                while (h := await reader.readline()) not in (b"\r\n", b""):
+                    k, _, v = h.decode().partition(":")
+                    headers[k.strip().lower()] = v.strip()
+                size = int(headers.get("content-length", "0"))
+                raw = await reader.readexactly(size) if size else b""
+                parts = urlsplit(target)
+                body = json.loads(raw) if raw else None
+                req = Request(method, parts.path, parse_qs(parts.query), headers, body)
+                self.requests.append(req)
+                code, payload = self._answer(req)
+                data = json.dumps(payload).encode()
+                writer.write(
+                    f"HTTP/1.1 {code} X\r\nContent-Type: application/json\r\n"
+                    f"Content-Length: {len(data)}\r\n\r\n".encode()
+                    + data
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            writer.close()
+
+
+def _status(code: int, message: str, reason: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
+
+
+@asynccontextmanager
+async def serve(api: ApiServer) -> AsyncIterator[ApiServer]:
+    server = await asyncio.start_server(api._serve, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    api.url = f"http://127.0.0.1:{port}"
+    try:
+        yield api
+    finally:
+        server.close()
+        await server.wait_closed()
