@@ -494,7 +494,26 @@ class TopologyPlugin(Plugin):
                 kind=warning.kind,
                 reason=warning.message,
             )
+        if decision.degraded or decision.moved:
+            self._count_admission(operation, pod, info, decision)
         return decision
+
+    def _count_admission(
+        self, operation: str, pod: PodInfo, info: ContainerInfo, decision: Decision
+    ) -> None:
+        """Degraded placements warn and count; moves of other containers count."""
+        for degradation in decision.degraded:
+            self.metrics.degraded.labels(str(degradation)).inc()
+        if decision.moved:
+            self.metrics.moves.inc(len(decision.moved))
+        if decision.degraded:
+            _log.warning(
+                "placement degraded",
+                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                operation=operation,
+                degraded=[str(d) for d in decision.degraded],
+                reason=decision.reason,
+            )
 
     def _report_keys(self, pod: PodInfo, info: ContainerInfo) -> None:
         """Warn once per pod about keys of our domains that the policy does not act on."""
