@@ -11,15 +11,26 @@ give each container (CPUs, memory nodes, exclusive CPUs):
 * rejected requests;
 * CPUs moved - for containers that were already running, exclusive CPUs that changed (should be
   none) and CPUs added to or removed from their cpusets (shared pools growing and shrinking).
+
+Run: ``.venv/bin/python benchmarks/quality.py [--steps 3000] [--seed 1] [--load 0.85]
+[--machines NAME ...]`` (one JSON line per machine; `benchmarks/run.py` uses load 0.85; at
+load 1.0 the trace fills every CPU but one, as far as the kubelet would admit).
 """
 
 from __future__ import annotations
 
+import argparse
 import itertools
+import json
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 from typing import Protocol
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.kubelet_static import KubeletStatic
 from benchmarks.workload import Event, Spec, churn, policy_pair
@@ -230,9 +241,31 @@ def run_trace(machine: Machine, placer: Placer, events: Iterable[Event]) -> Qual
     return q
 
 
-def compare(machine: Machine, seed: int, steps: int) -> dict[str, dict[str, object]]:
+def compare(
+    machine: Machine, seed: int, steps: int, load: float = 0.85
+) -> dict[str, dict[str, object]]:
     """Ours and the baseline on the same trace; summaries by placer name."""
     out = {}
     for placer in (Ours(machine), Baseline(machine)):
-        out[placer.name] = run_trace(machine, placer, churn(machine, seed, steps)).summary()
+        trace = churn(machine, seed, steps, load)
+        out[placer.name] = run_trace(machine, placer, trace).summary()
     return out
+
+
+def main() -> int:
+    from benchmarks.workload import MACHINES, load_machine
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--load", type=float, default=0.85)
+    parser.add_argument("--machines", nargs="+", default=list(MACHINES))
+    args = parser.parse_args()
+    for name in args.machines:
+        result = compare(load_machine(name), args.seed, args.steps, args.load)
+        print(json.dumps({"machine": name, "load": args.load, **result}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -3,6 +3,9 @@ with the invariants of `nri_topology.testing.invariants` checked after every ste
 
 Run: ``.venv/bin/python benchmarks/soak.py [--steps 10000] [--seed 1] [--machines NAME ...]``
 
+``--admission EXAMPLES`` runs instead the admission property of tests/test_admission_property.py
+with that many examples per machine (workloads the kubelet admits must never be refused).
+
 Steps are spread evenly over the machines (all shared dumps plus the synthetic 256-CPU one by
 default). Per step one of: create a random container (the churn mix of `workload`), create one
 with an invalid annotation (must be refused with the state unchanged), resize a running one,
@@ -218,12 +221,46 @@ def all_machines() -> dict[str, Machine]:
     return {name: load_machine(name) for name in (*ALL_MACHINES, "synthetic-256")}
 
 
+def admission(names: list[str], examples: int) -> dict[str, str]:
+    """The admission property, `examples` per machine; per machine "ok" or the failure."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from nri_topology.testing import kubelet
+    from tests.test_admission_property import scenarios
+
+    def prop(name: str) -> None:
+        @settings(max_examples=examples, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(data=st.data())
+        def run(data: st.DataObject) -> None:
+            machine, options, steps = data.draw(scenarios(name))
+            kubelet.run(machine, options, steps)
+
+        run()
+
+    out = {}
+    for name in names:
+        try:
+            prop(name)
+            out[name] = "ok"
+        except InvariantError as exc:
+            out[name] = f"FAILED: {exc}"
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--machines", nargs="+", help="machine names (default: all)")
+    parser.add_argument("--admission", type=int, metavar="EXAMPLES", help="admission property")
     args = parser.parse_args()
+    if args.admission:
+        from tests.test_admission_property import NAMES
+
+        result = admission(args.machines or NAMES, args.admission)
+        print(json.dumps(result, indent=2))
+        return 0 if all(v == "ok" for v in result.values()) else 1
     machines = all_machines()
     if args.machines:
         machines = {name: machines[name] for name in args.machines}

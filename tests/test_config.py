@@ -151,7 +151,8 @@ def test_cpu_amounts(value, quantity, expected):
                 "available_resources, reserved_namespaces, colocate_pods, colocate_namespaces, "
                 "prefer_closest_numa, distribute_across_numa, distribute_min_group, "
                 "full_pcpus_only, topology_hints, strict_topology_hints, numa_policy, "
-                "default_memory_tiers, annotation_limits, trusted_namespaces"
+                "default_memory_tiers, on_unfit, strict_reserved_cpus, shared_placement, "
+                "max_moves, annotation_limits, trusted_namespaces"
             ],
         ),
         (

@@ -9,7 +9,7 @@ import pytest
 from nri_topology.policy import affinity, scoring
 from nri_topology.policy.engine import Engine, milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind, PolicyError, QoS, Request
+from nri_topology.policy.types import CpuKind, Degradation, PolicyError, QoS, Request
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
@@ -82,7 +82,7 @@ def test_reserved_cpu_list_leaves_shared_sets_and_is_never_sliced() -> None:
     assert not shared.placement.cpus & {0, 10}
     big = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=17))
     assert not big.exclusive & {0, 10}
-    with pytest.raises(PolicyError, match="no pool can hold"):
+    with pytest.raises(PolicyError, match="no pool can hold"):  # the kubelet would not admit it
         e.place(req("y", CpuKind.EXCLUSIVE, exclusive=2))
 
 
@@ -138,12 +138,18 @@ def test_pool_keeps_shared_cpus_for_its_shared_containers() -> None:
 
 def test_best_effort_keeps_one_shared_cpu() -> None:
     m = machines.load("desktop")
-    e = Engine(m, NO_RESERVE)
+    e = Engine(m, replace(NO_RESERVE, on_unfit="refuse"))
     e.place(req("be", qos=QoS.BEST_EFFORT))
     with pytest.raises(PolicyError, match="no pool can hold"):
         e.place(req("x", CpuKind.EXCLUSIVE, exclusive=20))
     e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
     assert len(e.grants["be"].cpus or ()) == 1
+    # degrading instead: all 20 CPUs shared with the BestEffort container
+    e = Engine(m, NO_RESERVE)
+    e.place(req("be", qos=QoS.BEST_EFFORT))
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=20))
+    assert d.kind is CpuKind.SHARED and d.degraded == (Degradation.SHARED_CPUS,)
+    assert d.placement.cpus == m.all_cpus
 
 
 def test_mixed_gets_exclusive_plus_the_pool_shared_cpus() -> None:
@@ -243,7 +249,7 @@ def test_too_big_for_a_leaf_goes_up_the_tree() -> None:
 
 
 def test_exclusive_spread_and_shared_go_to_idle_pools() -> None:
-    e = Engine(machines.load("4-socket"), NO_RESERVE)
+    e = Engine(machines.load("4-socket"), replace(NO_RESERVE, shared_placement="spread"))
     pools = [e.place(req(f"x{i}", CpuKind.EXCLUSIVE, exclusive=2)).pool for i in range(4)]
     assert sorted(pools) == ["socket #0", "socket #1", "socket #2", "socket #3"]
     shared = [e.place(req(f"s{i}", shared=100)).pool for i in range(4)]
@@ -277,7 +283,7 @@ def test_affinity_pulls_and_memory_relaxes_instead_of_failing() -> None:
 
 def test_fallback_to_next_pool_when_the_grant_fails() -> None:
     m = machines.load("server")
-    e = Engine(m, Options())
+    e = Engine(m, Options(shared_placement="spread"))
     # PMEM sits next to socket #0 only, so asking for it ranks socket #0's pools first.
     pmem = frozenset({DRAM, PMEM})
     # one small shared container in each NUMA node of socket #0: each node keeps a CPU

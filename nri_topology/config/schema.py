@@ -159,6 +159,10 @@ class PolicySection(_Section):
     default_memory_tiers: Annotated[
         list[Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)]], Field(min_length=1)
     ] = ["dram"]
+    on_unfit: Annotated[Literal["degrade", "refuse"], BeforeValidator(_lower)] = "degrade"
+    strict_reserved_cpus: StrictBool = False
+    shared_placement: Annotated[Literal["pack", "spread"], BeforeValidator(_lower)] = "spread"
+    max_moves: Annotated[StrictInt, Field(ge=0, le=64)] = 4
     annotation_limits: AnnotationLimitsSection = AnnotationLimitsSection()
     trusted_namespaces: TrustedNamespacesSection = TrustedNamespacesSection()
 
@@ -330,6 +334,10 @@ class Config(_Section):
             strict_topology_hints=p.strict_topology_hints,
             single_numa_node=p.numa_policy == "single-numa-node",
             default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
+            on_unfit=p.on_unfit,
+            strict_reserved_cpus=p.strict_reserved_cpus,
+            shared_placement=p.shared_placement,
+            max_moves=p.max_moves,
             annotation_limits=AnnotationLimits(
                 max_value_bytes=p.annotation_limits.max_value_bytes,
                 max_affinity_rules=p.annotation_limits.max_affinity_rules,

@@ -113,6 +113,10 @@ def decision_fields(decision: Decision, container: str, pod: str) -> dict[str, A
         fields["exclusive"] = cpuset.format(decision.exclusive)
     if decision.memory_relaxed:
         fields["memory_relaxed"] = True
+    if decision.degraded:
+        fields["degraded"] = [str(d) for d in decision.degraded]
+    if decision.moved:
+        fields["moved"] = list(decision.moved)
     if decision.cold_start is not None:
         fields["cold_start_s"] = decision.cold_start.delay_ns / 1e9
     if decision.warnings:

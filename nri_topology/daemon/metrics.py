@@ -26,6 +26,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from nri_topology.policy.types import Degradation
 from nri_topology.policy.views import Assignment, PoolView
 
 PREFIX = "nri_topology"
@@ -267,6 +268,20 @@ class Metrics:
         )
         for check in ("post_start", "periodic"):
             self.cgroup_drift.labels(check)
+        self.degraded = Counter(
+            f"{PREFIX}_degraded_placements",
+            "Containers placed with less than they asked for rather than refused, by what they "
+            "got less of (shared-cpus, reserved-cpus, memory-tier).",
+            ["degradation"],
+            registry=self.registry,
+        )
+        for degradation in Degradation:  # every series exists from the start, at 0
+            self.degraded.labels(str(degradation))
+        self.moves = Counter(
+            f"{PREFIX}_consolidation_moves",
+            "Shared containers moved to another pool to make room for a new container.",
+            registry=self.registry,
+        )
         self.annotation_warnings = Counter(
             f"{PREFIX}_annotation_warnings",
             "Annotations ignored or cut back rather than refused, by kind (untrusted: a "

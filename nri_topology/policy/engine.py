@@ -22,14 +22,17 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * slicing exclusive CPUs protects, per pool, only as many CPUs as its shared containers need,
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
-* memory that does not fit widens the new container's zone to an ancestor's nodes; other
-  containers are never moved for it (the reference moves lower-priority containers instead);
+* memory that does not fit widens the new container's zone to an ancestor's nodes, then into
+  the next memory tier (`admission.TIER_ORDER`); other containers are never moved for it (the
+  reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
   zone; containers that keep their memory pinning are not charged (their nodes are unknown);
 * a CPU node without memory stays a pool and borrows the memory of its closest nodes;
 * `cpu.preserve` containers keep their CPU shares (reference 14.19);
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
+* a container that does not fit as asked is not refused when the kubelet would admit it: a few
+  shared containers are moved out of the way, else it is degraded (`admission`, `consolidate`);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
   (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
 * topology hints are NUMA nodes, scored by how many the pool misses (reference: a product of
@@ -51,7 +54,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
-from nri_topology.policy import affinity, cpuallocator, numasets, scoring
+from nri_topology.policy import admission, affinity, consolidate, cpuallocator, numasets, scoring
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
@@ -60,6 +63,7 @@ from nri_topology.policy.types import (
     CpuKind,
     CpuPriority,
     Decision,
+    Degradation,
     Placement,
     PolicyError,
     PoolScore,
@@ -110,6 +114,7 @@ class Grant:
     cpus: frozenset[int] | None = None
     mems: frozenset[int] | None = None
     reason: str = ""
+    degraded: tuple[Degradation, ...] = ()
 
     @property
     def uses_shared(self) -> bool:
@@ -174,6 +179,10 @@ class Engine:
         self._numa = tuple(self._numa_measure(p) for p in self.pools)
         self._pool_tiers = tuple(p.tiers for p in self.pools)
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
+        # Per tier set: with normal memory ensured; per zone: its tiers (few of each, asked for
+        # by every decision).
+        self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
+        self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
         # Shared sets seen lately, one object per value: a pool's shared set returns to an
         # earlier value when a container leaves, and its containers and updates are compared
         # and cached by identity. Per set: its Placement and the Update of each container.
@@ -333,7 +342,26 @@ class Engine:
             )
         if req.cold_start_ns > 0:
             tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
-        return tiers
+        return self._with_normal_memory(tiers)
+
+    def _with_normal_memory(self, tiers: frozenset[MemoryTier]) -> frozenset[MemoryTier]:
+        """The tiers, with the first tier holding normal memory added when they hold none.
+
+        Movable-only memory (not in has_normal_memory) cannot serve the kernel's allocations for
+        the container; the pool's nodes of the added tier are the closest normal memory.
+        """
+        hit = self._normal_cache.get(tiers)
+        if hit is not None:
+            return hit
+        out = tiers
+        nodes = self.machine.nodes.values()
+        if not any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
+            for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
+                if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
+                    out = tiers | {tier}
+                    break
+        self._normal_cache[tiers] = out
+        return out
 
     def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
         """The pool's memory nodes of the tiers, kept: every decision asks for every pool."""
@@ -343,11 +371,30 @@ class Engine:
             nodes = self._nodes_cache[key] = self.pools[p].nodes_of(tiers)
         return nodes
 
-    def _zone(self, p: int, tiers: frozenset[MemoryTier], size: int) -> tuple[frozenset[int], bool]:
-        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full.
+    def _zone(
+        self, p: int, tiers: frozenset[MemoryTier], size: int, widen: bool = False
+    ) -> tuple[frozenset[int], bool]:
+        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
+        when `widen`, into the next tiers (`admission.TIER_ORDER`), again from the pool up.
 
         Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it.
         """
+        try:
+            return self._zone_in(p, tiers, size)
+        except LookupError:
+            wider: frozenset[MemoryTier] | None = tiers
+            while widen and wider is not None:
+                wider = admission.widen_tiers(wider, self._tiers_on_machine)
+                if wider is not None:
+                    try:
+                        return self._zone_in(p, wider, size)
+                    except LookupError:
+                        continue
+            raise
+
+    def _zone_in(
+        self, p: int, tiers: frozenset[MemoryTier], size: int
+    ) -> tuple[frozenset[int], bool]:
         first = True
         last: frozenset[int] = frozenset()
         for a in self._chain[p]:
@@ -371,11 +418,178 @@ class Engine:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self.grants:
             raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+        req = admission.kubelet_request(req, self.options)
         self._validate(req)
         op = _Op()
-        grant, trace = self._choose(req, hint, keep)
-        self._commit(grant, op)
-        return self._decision(grant, trace, self._diff(op, skip=req.container_id))
+        grant, trace, moved = self._admit(req, hint, keep, op)
+        updates = self._updates(op, req.container_id, moved)
+        return self._decision(grant, trace, updates, tuple(sorted(moved)))
+
+    def _admit(
+        self, req: Request, hint: int | None, keep: frozenset[int], op: _Op
+    ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
+        """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
+
+        Returns the grant, its trace and the shared containers moved for it (their old grants).
+        """
+        try:
+            g, trace = self._choose(req, hint, keep)
+        except PolicyError as e:
+            refusal = e
+        else:
+            self._commit(g, op)
+            self._note_degradation(g, req)
+            return g, trace, {}
+        if not self._kubelet_admits(req):
+            raise refusal
+        room = consolidate.make_room(self, req, hint, keep, op)
+        if room is not None:
+            self._note_degradation(room[0], req)
+            return room
+        if not admission.may_degrade(req, self.options):
+            raise refusal
+        on_isolated = self._on_isolated(req, op)
+        if on_isolated is not None:
+            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), "chosen"),), {}
+        if req.kind in _EXCLUSIVE_KINDS:
+            try:
+                g, trace, moved = self._admit(
+                    admission.as_kind(req, CpuKind.SHARED), None, frozenset(), op
+                )
+            except PolicyError:
+                raise refusal from None
+            g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
+            self._note_degradation(g, req)
+            return g, trace, moved
+        g = self._on_reserved(req)
+        if g is None:
+            raise refusal
+        self._commit(g, op)
+        self._note_degradation(g, req)
+        return g, (PoolScore(self.pools[0].name, (), "chosen"),), {}
+
+    def try_moves(
+        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
+    ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
+        """Take the movers out, place `req`, place the movers again; all or nothing.
+
+        Returns the committed grant, its trace and the movers' old grants, or None with the
+        state exactly as before.
+        """
+        olds = {cid: self.grants[cid] for cid in movers}
+        pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
+        trial = _Op()
+        for old in olds.values():
+            self._uncommit(old, trial)
+        placed: list[Grant] = []
+        try:
+            g, trace = self._choose(req, hint, keep)
+            self._commit(g, trial)
+            placed.append(g)
+            for cid in sorted(olds, key=lambda c: (-olds[c].shared, c)):
+                placed.append(self._move(olds[cid], req, trial))
+        except PolicyError:
+            for done in reversed(placed):
+                self._uncommit(done, _Op())
+            for cid, old in olds.items():
+                self._commit(old, _Op())
+                old.cpus, old.mems = pinned[cid]  # the next diff compares with these
+            return None
+        op.touched |= trial.touched
+        return g, trace, olds
+
+    def _move(self, old: Grant, cause: Request, op: _Op) -> Grant:
+        """Place a shared container taken out for `cause` again (committed); PolicyError if not."""
+        try:
+            g, _ = self._choose(old.request, None, frozenset())
+        except PolicyError:
+            last = self._on_reserved(old.request)
+            if last is None or not admission.may_degrade(old.request, self.options):
+                raise
+            g = last
+        if old.cold_start is None:
+            g.cold_start = None
+        self._commit(g, op)
+        self._note_degradation(g, old.request)
+        g.degraded = tuple(dict.fromkeys(old.degraded + g.degraded))
+        g.reason = f"moved to make room for {_who(cause)}: {g.reason}"
+        return g
+
+    def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
+        """Exclusive CPUs from the isolated ones when no ordinary CPUs are left (committed).
+
+        The kubelet hands isolated CPUs out like any other; this policy keeps them for the
+        containers that prefer them, and gives them to others only instead of a degradation.
+        """
+        if req.kind not in (CpuKind.EXCLUSIVE, CpuKind.MIXED) or not self.isolated:
+            return None
+        try:
+            g, _ = self._choose(replace(req, kind=CpuKind.ISOLATED), None, frozenset())
+        except PolicyError:
+            return None
+        if not g.isolated:
+            return None
+        self._commit(g, op)
+        g.reason += "; isolated CPUs because no ordinary ones are left"
+        return g
+
+    def _kubelet_admits(self, req: Request) -> bool:
+        """Whether the kubelet would admit the container next to those placed: CPU requests
+        within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
+        allocatable = 1000 * len(self.allowed) - self.reserved_capacity
+        requested = sum(g.request.cpu_request for g in self.grants.values())
+        if requested + req.cpu_request > allocatable:
+            return False
+        return req.exclusive * 1000 <= allocatable
+
+    def _on_reserved(self, req: Request) -> Grant | None:
+        """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
+        if self.options.strict_reserved_cpus or not self.reserved_all:
+            return None
+        if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
+            return None
+        if req.cpu_request > self.reserved_capacity - self.reserved_granted:
+            return None  # the reserved CPUs are never over-committed
+        size = memory_size(req) if not req.memory_preserve else 0
+        try:
+            zone, relaxed = self._zone(0, self._tiers(req), size, widen=True)
+        except LookupError:
+            return None
+        shared = admission.as_kind(req, CpuKind.RESERVED)
+        g = self._grant(
+            shared, 0, CpuKind.RESERVED, frozenset(), False, shared.shared, zone, relaxed, size
+        )
+        g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
+        return g
+
+    def _note_degradation(self, g: Grant, asked: Request) -> None:
+        zone_tiers = self._zone_tiers.get(g.zone)
+        if zone_tiers is None:
+            zone_tiers = frozenset(self.machine.nodes[n].tier for n in g.zone)
+            self._zone_tiers[g.zone] = zone_tiers
+        widened = not zone_tiers <= self._tiers(g.request)
+        if not widened and g.kind is asked.kind:
+            return
+        g.degraded = admission.degradations(asked.kind, g.kind, widened)
+        if widened and "memory widened into" not in g.reason:
+            names = ",".join(sorted(str(t) for t in zone_tiers))
+            g.reason += f"; memory widened into tiers {names} because its own ran out"
+
+    def _updates(self, op: _Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
+        """The diff of the operation, with every moved container's new cpuset and memset."""
+        diff = self._diff(op, skip=cid)
+        if not moved:
+            return diff
+        updates = {u.container_id: u for u in diff}
+        for mid, old in moved.items():
+            new = self.grants[mid]
+            cpus = new.cpus if new.cpus != old.cpus else None
+            mems = new.mems if new.mems != old.mems else None
+            if cpus is not None or mems is not None:
+                updates[mid] = Update(mid, Placement(cpus=cpus, mems=mems))
+            else:
+                updates.pop(mid, None)
+        return tuple(updates[k] for k in sorted(updates))
 
     def _validate(self, req: Request) -> None:
         if req.kind in _EXCLUSIVE_KINDS and req.exclusive < 1:
@@ -427,6 +641,8 @@ class Engine:
         ] = []
         trace: list[PoolScore] = []
         weights = self._affinity(req)
+        widen = admission.may_degrade(req, self.options)
+        pack = self.options.shared_placement == "pack"
         for p in self.pools:
             reason = self._unfit(req, p.index, uses_exclusive)
             if reason is None and req.strict_hints and req.hint_nodes:
@@ -438,7 +654,7 @@ class Engine:
                     )
             if reason is None:
                 try:
-                    zone, relaxed = self._zone(p.index, tiers, size)
+                    zone, relaxed = self._zone(p.index, tiers, size, widen)
                 except LookupError as e:
                     reason = f"memory: {e}"
                 else:
@@ -473,7 +689,8 @@ class Engine:
                 numa_distance=dist,
                 cores_short=bool(preferred) and len(self.free[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
-                colocated=len(self.users[p.index]),
+                # packing: pools already hosting shared containers first, whole pools stay free
+                colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
                 free_shared=alloc,
             )
             candidates.append((scoring.sort_key(cand), cand, zone, relaxed, span))
@@ -556,7 +773,7 @@ class Engine:
         self, req: Request, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
         try:
-            return self._zone(0, tiers, size)
+            return self._zone(0, tiers, size, admission.may_degrade(req, self.options))
         except LookupError as e:
             raise PolicyError(f"{_who(req)}: memory does not fit at the root: {e}") from None
 
@@ -800,7 +1017,8 @@ class Engine:
         cold: ColdStart | None = None
         if req.cold_start_ns > 0 and zone:
             dram = frozenset(n for n in zone if self.machine.nodes[n].tier is MemoryTier.DRAM)
-            if dram and zone - dram:
+            nodes = self.machine.nodes
+            if dram and any(nodes[n].normal for n in zone - dram):  # no start on movable only
                 cold = ColdStart(delay_ns=req.cold_start_ns, then_mems=zone)
         if kind is CpuKind.EXCLUSIVE or (kind is CpuKind.ISOLATED and not req.shared):
             shared = 0
@@ -921,7 +1139,11 @@ class Engine:
         return tuple([changed[cid] for cid in sorted(changed)])
 
     def _decision(
-        self, g: Grant, trace: tuple[PoolScore, ...], updates: tuple[Update, ...]
+        self,
+        g: Grant,
+        trace: tuple[PoolScore, ...],
+        updates: tuple[Update, ...],
+        moved: tuple[str, ...] = (),
     ) -> Decision:
         return Decision(
             container_id=g.request.container_id,
@@ -935,6 +1157,8 @@ class Engine:
             trace=trace,
             memory_relaxed=g.relaxed,
             cold_start=g.cold_start,
+            degraded=g.degraded,
+            moved=moved,
             warnings=g.request.warnings,
         )
 
@@ -1025,20 +1249,20 @@ class Engine:
             self.by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
+        req = admission.kubelet_request(req, self.options)
         self._validate(req)
         op = _Op()
         self._uncommit(old, op)
         try:
-            g, trace = self._choose(req, old.pool, old.exclusive)
+            g, trace, others = self._admit(req, old.pool, old.exclusive, op)
         except PolicyError:
             self._commit(old, _Op())
             raise
-        self._commit(g, op)
         moved = g.pool != old.pool or not (
             old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
         )
         g.reason = ("moved: " if moved else "resized in place: ") + g.reason
-        return self._decision(g, trace, self._diff(op, skip=cid))
+        return self._decision(g, trace, self._updates(op, cid, others), tuple(sorted(others)))
 
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
         g = self.grants.get(container_id)
@@ -1068,6 +1292,7 @@ class Engine:
         """
         if req.container_id in self.grants:
             raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+        req = admission.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:

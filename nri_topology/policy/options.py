@@ -59,5 +59,18 @@ class Options:
     # DRAM unless a pod asks for another tier: defaulting to PMEM too would pull every container
     # towards the few pools with PMEM nearby (on SNC machines, all of one socket).
     default_memory_tiers: frozenset[MemoryTier] = frozenset({MemoryTier.DRAM})
+    # What to do with a container that does not fit as asked: "degrade" places it all the same
+    # (shared instead of exclusive CPUs, another memory tier, the reserved CPUs), as the kubelet
+    # admitted it; "refuse" fails its creation.
+    on_unfit: str = "degrade"
+    # The kubelet's strict-cpu-reservation: no container runs on reserved CPUs but those placed
+    # there on purpose (reserved namespaces, prefer-reserved-cpus).
+    strict_reserved_cpus: bool = False
+    # Shared containers per pool: "spread" to the idlest pool, or "pack" into pools that already
+    # host shared containers, leaving whole pools for exclusive grants. Spread by default: on the
+    # churn trace of benchmarks/quality.py packing put fewer containers in one NUMA node.
+    shared_placement: str = "spread"
+    # Shared containers that may be moved to make room for one grant that does not fit otherwise.
+    max_moves: int = 4
     annotation_limits: AnnotationLimits = AnnotationLimits()
     trust: Trust = Trust()

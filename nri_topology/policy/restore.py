@@ -41,6 +41,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nri_topology.policy import admission
 from nri_topology.policy.engine import SNAPSHOT_VERSION, Engine
 from nri_topology.policy.pools import could_exist
 from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
@@ -108,7 +109,10 @@ def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
         zone = cpuset.parse(str(entry["zone"]))
     except (KeyError, ValueError) as e:  # `implausible` drops such entries first
         raise PolicyError(f"saved entry unusable: {e}") from None
-    if kind != req.kind:
+    granted = admission.as_granted(req, kind, isolated) if kind != req.kind else None
+    if granted is not None:
+        f = Found(granted, f.cpus, f.mems)  # placed degraded
+    elif kind != req.kind:
         if (req.kind, kind) not in _FALLBACKS or isolated:
             raise PolicyError(f"saved kind {kind} differs from the request's {req.kind}")
         if req.kind is CpuKind.RESERVED:  # it had spilled over to shared CPUs

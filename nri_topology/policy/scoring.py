@@ -34,7 +34,8 @@ this tuple, criterion by criterion:
 8. `depth` - minus the depth: the deeper, tighter pool wins.
 9. `load` - exclusive requests: (0, minus free shared capacity): spread exclusive CPUs to the pool
    with most room; shared requests: (shared containers in the pool, minus free shared capacity):
-   idle pools before busy ones.
+   idle pools before busy ones (with `shared_placement: pack` the first element is 0 for pools
+   whose subtree already hosts shared containers and 1 for the others: busy pools first).
 10. `index` - the pool's pre-order number: same input, same decision.
 
 Rules deliberately changed from the reference (topology-aware of nri-plugins):

@@ -147,6 +147,16 @@ class Decision:
     memory_relaxed: bool = False  # memory widened beyond the pool because it ran out
     cold_start: ColdStart | None = None
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
+    degraded: tuple[Degradation, ...] = ()  # what the container got less of than it asked for
+    moved: tuple[str, ...] = ()  # shared containers moved to make room (their updates included)
+
+
+class Degradation(StrEnum):
+    """How a placement falls short of what the container asked for (it runs all the same)."""
+
+    SHARED_CPUS = "shared-cpus"  # exclusive CPUs asked for, shared CPUs given
+    RESERVED_CPUS = "reserved-cpus"  # no shared CPU left anywhere: the reserved CPUs are shared
+    MEMORY_TIER = "memory-tier"  # memory widened into a tier the container did not ask for
 
 
 class PolicyError(Exception):

@@ -85,6 +85,7 @@ class NodeSpec(_Strict):
     tier: MemoryTier | None = None  # default: dram for nodes with CPUs; required otherwise
     tier_source: TierSource | None = None  # default: "cpu" for DRAM with CPUs, else "config"
     hugepages: dict[int, int] = Field(default_factory=dict)  # page size in kB -> pages
+    normal_memory: bool = True  # false: movable-only memory, not in has_normal_memory
 
 
 class CacheSpec(_Strict):
@@ -204,6 +205,7 @@ def _build(spec: MachineSpec) -> Machine:
             tier_source=node.tier_source or default_source,
             distances=dict(zip(node_ids, row, strict=True)),
             hugepages=dict(node.hugepages),
+            normal=node.normal_memory,
         )
     return Machine(
         cpus=cpus,
@@ -311,6 +313,8 @@ def from_machine(machine: Machine, *, name: str, description: str, source: str) 
             doc["tier_source"] = node.tier_source
         if node.hugepages:
             doc["hugepages"] = {str(k): v for k, v in sorted(node.hugepages.items())}
+        if not node.normal:
+            doc["normal_memory"] = False
         node_docs.append(doc)
     out: dict[str, Any] = {
         "format": FORMAT_VERSION,

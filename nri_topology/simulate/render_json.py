@@ -52,6 +52,10 @@ def _placed(p: Placed, explain: bool) -> dict[str, Any]:
     )
     if p.warnings:
         doc["warnings"] = list(p.warnings)
+    if p.degraded:
+        doc["degraded"] = list(p.degraded)
+    if p.moved:
+        doc["moved"] = list(p.moved)
     if explain:
         doc["trace"] = trace(p.trace)
     return doc

@@ -104,6 +104,10 @@ def _explain(step: StepResult) -> list[str]:
             out.append("      memory widened beyond the pool: its memory ran out")
         for warning in p.warnings:
             out.append(f"      annotation ignored: {warning}")
+        if p.degraded:
+            out.append(f"      degraded: {', '.join(p.degraded)}")
+        if p.moved:
+            out.append(f"      moved to make room: {', '.join(p.moved)}")
         if p.cold_start is not None:
             out.append(
                 f"      cold start: after {p.cold_start.delay_ns / 1e9:g} s memory widens to "

@@ -77,6 +77,8 @@ class Placed:
     memory_relaxed: bool
     cold_start: ColdStart | None
     warnings: tuple[str, ...] = ()  # annotations ignored or cut back
+    degraded: tuple[str, ...] = ()  # what it got less of than it asked for (admission)
+    moved: tuple[str, ...] = ()  # shared containers moved to make room for it
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +222,8 @@ class Runner:
                     decision.memory_relaxed,
                     decision.cold_start,
                     tuple(w.message for w in decision.warnings),
+                    tuple(str(d) for d in decision.degraded),
+                    decision.moved,
                 )
             )
             self._apply(decision.updates, moved)

@@ -61,6 +61,9 @@ class NumaNode:
     tier_source: str  # how the tier was decided: "cpu", "hmat", "kernel", "heuristic" or "config"
     distances: Mapping[int, int]  # node id -> distance (self included, usually 10)
     hugepages: Mapping[int, int] = field(default_factory=dict)  # page size kB -> total pages
+    # In `has_normal_memory`: the kernel can put its own allocations here. Movable-only memory
+    # (PMEM onlined as ZONE_MOVABLE) cannot hold them, so a container needs normal memory beside it.
+    normal: bool = True
 
     def distance(self, other: int) -> int:
         return self.distances[other]

@@ -9,6 +9,8 @@ What is read, relative to the sysfs root:
 * per NUMA node `devices/system/node/nodeN/`: `cpulist` (fallback `cpumap`), `distance`,
   `meminfo` (MemTotal), `hugepages/hugepages-*kB/nr_hugepages`, HMAT `access1`/`access0`
   initiator attributes and `memory_side_cache`.
+* `devices/system/node/has_normal_memory`: nodes not listed (when the file exists) hold movable
+  memory only (`NumaNode.normal`).
 * core kinds on hybrid machines, first source that tells performance from efficiency cores:
   `devices/cpu_atom/cpus` (Intel E-cores; `devices/cpu_core/cpus` are the P-cores), else per CPU
   `cpuN/cpu_capacity` (Arm), else `cpuN/cpufreq/cpuinfo_max_freq`. From a number, CPUs below
@@ -177,6 +179,7 @@ def read_machine(
         kinds_from = ""
     distances = _distance_matrix(r, nodes_raw)
     tiers = _classify(r, nodes_raw, distances, tier_overrides or {})
+    normal = r.ids(f"{_NODE_DIR}/has_normal_memory", optional=True)
     nodes = {
         n.id: NumaNode(
             id=n.id,
@@ -186,6 +189,7 @@ def read_machine(
             tier_source=tiers[n.id][1],
             distances=distances[n.id],
             hugepages=n.hugepages,
+            normal=normal is None or n.id in normal or n.memory == 0,
         )
         for n in nodes_raw
     }

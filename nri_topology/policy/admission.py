@@ -1,0 +1,112 @@
+"""Admission parity with the kubelet: what a container that does not fit as asked gets instead.
+
+Under NRI a refusal is a failed container creation of a pod the scheduler and the kubelet have
+already admitted, so the pod is stuck on the node. The engine therefore places every container the
+kubelet would admit, degrading it when it must, in this order:
+
+1. as asked;
+2. as asked, after moving a few shared containers to fewer pools (`consolidate`);
+3. exclusive CPUs asked for: the same amount of shared CPUs (`Degradation.SHARED_CPUS`);
+   Before that, exclusive CPUs from the kernel-isolated ones when no ordinary ones are left (the
+   kubelet hands isolated CPUs out like any other CPU);
+4. no shared CPU left in any pool: the reserved CPUs, which the kubelet keeps in its shared pool
+   unless `strict_reserved_cpus` is on, within the reserved capacity
+   (`Degradation.RESERVED_CPUS`).
+
+Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
+`Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness
+(`require-isolated-cpus`, `numa-policy: single-numa-node`, strict topology hints, or the options
+for them) or the operator set `on_unfit: refuse`.
+
+`full_pcpus_only` is the kubelet's admission rule for integer requests: a count of exclusive CPUs
+that is not a multiple of the threads per core is refused, as the kubelet refuses it
+(SMTAlignmentError). Fractional Guaranteed requests never get exclusive CPUs from the kubelet, so
+under the option they run on shared CPUs (`kubelet_request`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from nri_topology.policy.options import Options
+from nri_topology.policy.types import CpuKind, Degradation, Request
+from nri_topology.topology.model import MemoryTier
+
+ON_UNFIT = ("degrade", "refuse")
+
+# Memory tiers a container spills into, in this order, when its own tiers are full. HBM is small
+# and fast: it is used only when asked for.
+TIER_ORDER = (MemoryTier.DRAM, MemoryTier.CXL, MemoryTier.PMEM)
+
+_WHOLE_CPUS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
+
+# (kind asked for, kind granted) pairs a degraded grant can show; restore reads them back.
+DEGRADED_KINDS = frozenset(
+    {
+        (CpuKind.EXCLUSIVE, CpuKind.SHARED),
+        (CpuKind.MIXED, CpuKind.SHARED),
+        (CpuKind.ISOLATED, CpuKind.SHARED),
+        (CpuKind.SHARED, CpuKind.RESERVED),
+        (CpuKind.EXCLUSIVE, CpuKind.RESERVED),
+        (CpuKind.MIXED, CpuKind.RESERVED),
+        (CpuKind.ISOLATED, CpuKind.RESERVED),
+    }
+)
+
+
+def as_granted(req: Request, granted: CpuKind, isolated: bool) -> Request | None:
+    """The request as the engine placed it when it gave `granted` CPUs instead (restore)."""
+    if (req.kind, granted) in DEGRADED_KINDS and not isolated:
+        return as_kind(req, granted)
+    if granted is CpuKind.ISOLATED and isolated and req.kind in _WHOLE_CPUS:
+        return replace(req, kind=CpuKind.ISOLATED)  # no ordinary CPUs were left
+    return None
+
+
+def kubelet_request(req: Request, options: Options) -> Request:
+    """The request as the kubelet's rules shape it: fractional ones share under full_pcpus_only."""
+    if (
+        options.full_pcpus_only
+        and req.kind in (CpuKind.MIXED, CpuKind.ISOLATED)
+        and req.shared > 0
+        and not req.require_isolated
+    ):
+        return as_kind(req, CpuKind.SHARED)
+    return req
+
+
+def as_kind(req: Request, kind: CpuKind) -> Request:
+    """The request degraded to shared (or reserved) CPUs: all of its CPU request, no whole CPU."""
+    return replace(req, kind=kind, exclusive=0, shared=req.cpu_request, require_isolated=False)
+
+
+def strict(req: Request) -> bool:
+    """Whether the container (or an option) asks to be refused rather than degraded: isolated
+    CPUs required, CPUs and memory of one NUMA node only, or of its devices' nodes only."""
+    return req.require_isolated or req.single_numa or (req.strict_hints and bool(req.hint_nodes))
+
+
+def may_degrade(req: Request, options: Options) -> bool:
+    return options.on_unfit == "degrade" and not strict(req)
+
+
+def widen_tiers(
+    tiers: frozenset[MemoryTier], on_machine: frozenset[MemoryTier]
+) -> frozenset[MemoryTier] | None:
+    """The tiers with the next one of `TIER_ORDER` the machine has added, None when none is left."""
+    for tier in TIER_ORDER:
+        if tier not in tiers and tier in on_machine:
+            return tiers | {tier}
+    return None
+
+
+def degradations(asked: CpuKind, granted: CpuKind, tier_widened: bool) -> tuple[Degradation, ...]:
+    """What a grant of `granted` CPUs gives a request of `asked` CPUs less of."""
+    out: list[Degradation] = []
+    if asked in _WHOLE_CPUS and granted not in _WHOLE_CPUS:
+        out.append(Degradation.SHARED_CPUS)
+    if granted is CpuKind.RESERVED and asked is not CpuKind.RESERVED:
+        out.append(Degradation.RESERVED_CPUS)
+    if tier_widened:
+        out.append(Degradation.MEMORY_TIER)
+    return tuple(out)

@@ -1,0 +1,155 @@
+"""What the kubelet admits, to check that the policy never refuses it (admission parity).
+
+`KubeletAdmission` keeps the running totals the scheduler and the kubelet judge a pod by:
+
+* CPU: the sum of CPU requests within the allocatable CPU (capacity - reservation, exact in
+  milli-CPU, as the scheduler counts it); a Guaranteed integer request within the CPUs the static
+  CPU manager can still assign (all - ceil(reservation) - exclusive ones held);
+* `full_pcpus_only`: an integer request must be a multiple of the threads per core and fit the
+  free whole cores outside the reserved CPUs' cores (SMTAlignmentError otherwise);
+* `strict_reserved_cpus`: the exclusive CPUs leave at least one CPU for the shared pool (with
+  strict reservation the kubelet's shared pool could otherwise be empty, and no runtime can pin a
+  container to no CPU);
+* memory: the sum of memory requests (limits when no request) within the machine's memory that
+  the policy may widen into (every tier but HBM, which is used only when asked for).
+
+Kernel-isolated CPUs are assignable CPUs for the kubelet, which does not know them. The policy
+keeps them for containers that prefer isolated CPUs and never gives them to others, so they are
+counted out here (a known difference: a node whose isolated CPUs the kubelet would hand to
+ordinary pods can refuse some of them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from nri_topology.policy import cpuallocator
+from nri_topology.policy.options import Options
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import ContainerInfo, PodInfo, PolicyError, QoS, Resources
+from nri_topology.testing.invariants import InvariantError, RuntimeView, check
+from nri_topology.topology.model import Machine, MemoryTier
+
+PERIOD = 100_000
+
+
+@dataclass(frozen=True, slots=True)
+class Pod:
+    """One single-container pod as its manifest asks for it."""
+
+    qos: QoS
+    cpu: int = 0  # request, milli-CPU
+    cpu_limit: int = 0  # Burstable only; 0 = none
+    memory: int = 0  # limit in bytes (= request for Guaranteed), 0 = none
+
+    def exclusive(self) -> int:
+        """Whole CPUs the static CPU manager pins: Guaranteed integer requests only."""
+        if self.qos is QoS.GUARANTEED and self.cpu % 1000 == 0:
+            return self.cpu // 1000
+        return 0
+
+
+def policy_pair(cid: str, pod: Pod) -> tuple[PodInfo, ContainerInfo]:
+    """Pod and container with the Linux resources the kubelet gives them."""
+    cls = {QoS.GUARANTEED: "", QoS.BURSTABLE: "burstable/", QoS.BEST_EFFORT: "besteffort/"}
+    info = PodInfo(
+        id=f"pod-{cid}",
+        name=f"pod-{cid}",
+        namespace="admission",
+        uid=f"uid-{cid}",
+        cgroup_parent=f"/kubepods/{cls[pod.qos]}poduid-{cid}",
+    )
+    limit = pod.cpu if pod.qos is QoS.GUARANTEED else pod.cpu_limit
+    quota = limit * PERIOD // 1000 if limit else None
+    res = Resources(
+        cpu_shares=max(2, pod.cpu * 1024 // 1000),
+        cpu_quota=quota,
+        cpu_period=PERIOD if quota else None,
+        memory_limit=pod.memory or None,
+    )
+    return info, ContainerInfo(id=cid, pod_id=info.id, name="app", resources=res)
+
+
+class KubeletAdmission:
+    """The admission totals of one node (see the module docstring)."""
+
+    def __init__(self, machine: Machine, options: Options) -> None:
+        amount = options.reserved_resources
+        cpus = len(machine.cpus)
+        if amount.cpus is not None:
+            reserved_milli = 1000 * len(amount.cpus)
+            reserved_cpus = amount.cpus
+        else:
+            reserved_milli = amount.milli or 0
+            count = -(-reserved_milli // 1000)
+            usable = machine.all_cpus - machine.isolated  # where the policy takes them from
+            reserved_cpus = cpuallocator.take_cpus(machine, usable, count) if count else frozenset()
+        cpus -= len(machine.isolated - reserved_cpus)
+        self.allocatable = 1000 * cpus - reserved_milli
+        self.assignable = cpus - -(-reserved_milli // 1000)
+        siblings = frozenset().union(*(machine.cpus[c].threads for c in reserved_cpus))
+        self.whole_core_cpus = cpus - len(siblings)
+        self.tpc = machine.threads_per_core
+        self.options = options
+        self.memory = sum(n.memory for n in machine.nodes.values() if n.tier is not MemoryTier.HBM)
+        self.live: dict[str, Pod] = {}
+        self.requested = 0
+        self.exclusive = 0
+        self.charged = 0
+
+    def admits(self, pod: Pod) -> bool:
+        n = pod.exclusive()
+        if self.requested + pod.cpu > self.allocatable:
+            return False
+        if self.charged + pod.memory > self.memory:
+            return False
+        if n and self.exclusive + n > self.assignable - int(self.options.strict_reserved_cpus):
+            return False
+        if n and self.options.full_pcpus_only:
+            return n % self.tpc == 0 and self.exclusive + n <= self.whole_core_cpus
+        return True
+
+    def add(self, cid: str, pod: Pod) -> None:
+        self.live[cid] = pod
+        self.requested += pod.cpu
+        self.exclusive += pod.exclusive()
+        self.charged += pod.memory
+
+    def remove(self, cid: str) -> None:
+        pod = self.live.pop(cid)
+        self.requested -= pod.cpu
+        self.exclusive -= pod.exclusive()
+        self.charged -= pod.memory
+
+
+def run(machine: Machine, options: Options, steps: Iterable[Pod | int]) -> int:
+    """Drive the policy with the pods the kubelet admits and check every rule after each step.
+
+    A `Pod` is created when the kubelet admits it (skipped otherwise); an int removes the live
+    container at that index (modulo their number). Raises `InvariantError` when an admitted pod
+    is refused or an invariant breaks; returns the number of pods created.
+    """
+    policy = Policy(machine, options)
+    kubelet = KubeletAdmission(machine, options)
+    runtime = RuntimeView()
+    created = 0
+    for n, step in enumerate(steps):
+        if isinstance(step, Pod):
+            if not kubelet.admits(step):
+                continue
+            cid = f"c{n:04}"
+            try:
+                decision = policy.create(*policy_pair(cid, step))
+            except PolicyError as e:
+                raise InvariantError(f"step {n}: admitted pod {step} refused: {e}") from None
+            kubelet.add(cid, step)
+            runtime.created(decision)
+            created += 1
+        elif kubelet.live:
+            cid = sorted(kubelet.live)[step % len(kubelet.live)]
+            runtime.removed(cid, policy.release(cid))
+            kubelet.remove(cid)
+        check(policy, machine)
+        runtime.agrees(policy)
+    return created

@@ -1,0 +1,280 @@
+"""Admission parity with the kubelet: what the kubelet admits is placed, degraded if it must.
+
+The cases of the issue on the bundled machines (no ../shared needed): whole-CPU reservations on
+the 20-CPU desktop, full_pcpus_only with fractional requests, memory tiers on "server", and
+consolidation of shared containers that hold CPUs in several pools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_policy_engine import GiB, req
+
+from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.restore import Found, restore
+from nri_topology.policy.types import (
+    ContainerInfo,
+    CpuKind,
+    Degradation,
+    PodInfo,
+    PolicyError,
+    QoS,
+    Resources,
+)
+from nri_topology.simulate import machine_spec
+from nri_topology.topology.model import Machine, MemoryTier
+
+DESKTOP = machine_spec.load_bundled("desktop")[1]
+SERVER = machine_spec.load_bundled("server")[1]
+WHOLE_CPU_RESERVATIONS = [CpuAmount(milli=1000), CpuAmount(cpus=frozenset({1}))]
+
+
+@pytest.mark.parametrize("reserved", WHOLE_CPU_RESERVATIONS, ids=["quantity", "cpuset"])
+def test_guaranteed_then_best_effort_runs_on_the_reserved_cpus(reserved: CpuAmount) -> None:
+    e = Engine(DESKTOP, Options(reserved_resources=reserved))
+    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    assert len(g.exclusive) == 19 and not g.degraded
+    be = e.place(req("be", qos=QoS.BEST_EFFORT))
+    assert be.kind is CpuKind.RESERVED and be.placement.cpus == e.reserved_all
+    assert be.degraded == (Degradation.RESERVED_CPUS,)
+
+
+@pytest.mark.parametrize("reserved", WHOLE_CPU_RESERVATIONS, ids=["quantity", "cpuset"])
+def test_best_effort_then_guaranteed_moves_the_best_effort_to_the_reserved_cpus(
+    reserved: CpuAmount,
+) -> None:
+    e = Engine(DESKTOP, Options(reserved_resources=reserved))
+    e.place(req("be", qos=QoS.BEST_EFFORT))
+    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    assert len(g.exclusive) == 19 and g.kind is CpuKind.EXCLUSIVE
+    assert g.moved == ("be",)
+    assert [(u.container_id, u.placement.cpus) for u in g.updates] == [("be", e.reserved_all)]
+    assert e.grants["be"].kind is CpuKind.RESERVED
+
+
+def test_strict_reserved_cpus_keeps_them_for_reserved_containers() -> None:
+    opts = Options(reserved_resources=CpuAmount(milli=1000), strict_reserved_cpus=True)
+    e = Engine(DESKTOP, opts)
+    e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    with pytest.raises(PolicyError, match="no pool can hold 0m shared CPU"):
+        e.place(req("be", qos=QoS.BEST_EFFORT))
+    # the other order: the Guaranteed container shares the 19 CPUs instead
+    e = Engine(DESKTOP, opts)
+    e.place(req("be", qos=QoS.BEST_EFFORT))
+    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    assert g.kind is CpuKind.SHARED and g.degraded == (Degradation.SHARED_CPUS,)
+    assert g.placement.cpus is not None and not g.placement.cpus & e.reserved_all
+
+
+def test_on_unfit_refuse_and_required_isolation_refuse_instead_of_degrading() -> None:
+    opts = Options(reserved_resources=CpuAmount(milli=1000), on_unfit="refuse")
+    e = Engine(DESKTOP, opts)
+    e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    with pytest.raises(PolicyError):
+        e.place(req("be", qos=QoS.BEST_EFFORT))
+    e = Engine(DESKTOP, Options(reserved_resources=CpuAmount(milli=1000), max_moves=0))
+    e.place(req("be", qos=QoS.BEST_EFFORT))
+    e.place(req("g", CpuKind.EXCLUSIVE, exclusive=18))
+    strict = req("iso", CpuKind.ISOLATED, exclusive=1, require_isolated=True)
+    with pytest.raises(PolicyError, match="isolated"):
+        e.place(strict)
+
+
+def test_requests_beyond_what_the_kubelet_admits_are_still_refused() -> None:
+    e = Engine(DESKTOP, Options())  # 750m reserved: 19.25 CPUs allocatable
+    e.place(req("b", shared=500))
+    with pytest.raises(PolicyError, match="no pool can hold"):
+        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
+    assert set(e.grants) == {"b"}
+
+
+def _pod(qos: QoS) -> PodInfo:
+    parent = {QoS.GUARANTEED: "kubepods", QoS.BURSTABLE: "kubepods-burstable"}.get(
+        qos, "kubepods-besteffort"
+    )
+    return PodInfo(id="p", name="p", namespace="default", cgroup_parent=f"/{parent}/pod")
+
+
+def _guaranteed(cid: str, milli: int) -> ContainerInfo:
+    shares = milli * 1024 // 1000
+    return ContainerInfo(
+        id=cid,
+        pod_id="p",
+        name=cid,
+        resources=Resources(cpu_shares=shares, cpu_quota=milli * 100, cpu_period=100_000),
+    )
+
+
+def test_full_pcpus_only_shares_fractional_and_refuses_odd_integer_requests() -> None:
+    p = Policy(SERVER, Options(full_pcpus_only=True))
+    d = p.create(_pod(QoS.GUARANTEED), _guaranteed("frac", 1500))
+    assert d.kind is CpuKind.SHARED and not d.exclusive and not d.degraded
+    d = p.create(_pod(QoS.GUARANTEED), _guaranteed("whole", 2000))
+    assert d.kind is CpuKind.EXCLUSIVE and len(d.exclusive) == 2
+    with pytest.raises(PolicyError, match="multiple of the 2 threads"):
+        p.create(_pod(QoS.GUARANTEED), _guaranteed("odd", 3000))
+
+
+# --- memory tiers -----------------------------------------------------------------------------
+
+
+def test_memory_beyond_all_dram_widens_into_pmem() -> None:
+    e = Engine(SERVER, Options())
+    d = e.place(req("big", CpuKind.EXCLUSIVE, exclusive=4, memory=130 * GiB))
+    tiers = {SERVER.nodes[n].tier for n in d.placement.mems or ()}
+    assert tiers == {MemoryTier.DRAM, MemoryTier.PMEM}
+    assert d.degraded == (Degradation.MEMORY_TIER,)
+    with pytest.raises(PolicyError, match="memory"):
+        Engine(SERVER, Options(on_unfit="refuse")).place(
+            req("big", CpuKind.EXCLUSIVE, exclusive=4, memory=130 * GiB)
+        )
+
+
+def test_burstable_after_dram_is_used_gets_pmem() -> None:
+    e = Engine(SERVER, Options())
+    for i in range(4):
+        d = e.place(req(f"d{i}", CpuKind.EXCLUSIVE, exclusive=2, memory=30 * GiB))
+        assert not d.degraded
+    d = e.place(req("b", shared=500, memory=20 * GiB))
+    assert MemoryTier.PMEM in d.memory_tiers and d.degraded == (Degradation.MEMORY_TIER,)
+
+
+def _movable_pmem_machine() -> Machine:
+    doc = machine_spec.from_machine(SERVER, name="movable", description="", source="test")
+    for node in doc["nodes"]:
+        if node["tier"] == "pmem":
+            node["normal_memory"] = False
+    return machine_spec.to_machine(machine_spec.parse_spec(doc))
+
+
+def test_movable_only_pmem_gets_its_closest_normal_memory_and_no_cold_start() -> None:
+    m = _movable_pmem_machine()
+    assert not m.nodes[4].normal and m.nodes[0].normal
+    e = Engine(m, Options())
+    pmem = frozenset({MemoryTier.PMEM})
+    d = e.place(req("p", shared=100, memory=GiB, memory_tiers=pmem))
+    assert d.placement.mems is not None
+    assert {m.nodes[n].tier for n in d.placement.mems} == {MemoryTier.DRAM, MemoryTier.PMEM}
+    assert not d.degraded
+    cold = e.place(req("c", shared=100, memory=GiB, memory_tiers=pmem, cold_start_ns=10**9))
+    assert cold.cold_start is None
+    # the same on normal PMEM starts cold
+    e = Engine(SERVER, Options())
+    cold = e.place(req("c", shared=100, memory=GiB, memory_tiers=pmem, cold_start_ns=10**9))
+    assert cold.cold_start is not None
+
+
+# --- consolidation ----------------------------------------------------------------------------
+
+
+def _fragmented(opts: Options) -> Engine:
+    """Four Burstable 100m containers, one per NUMA node, then four 24-CPU Guaranteed ones."""
+    e = Engine(SERVER, opts)
+    for i in range(4):
+        e.place(req(f"b{i}", shared=100))
+    for i in range(4):
+        e.place(req(f"g{i}", CpuKind.EXCLUSIVE, exclusive=24))
+    return e
+
+
+def test_six_cpus_fit_after_moving_shared_containers() -> None:
+    spread = Options(shared_placement="spread")
+    e = _fragmented(spread)
+    assert len({e.grants[f"b{i}"].pool for i in range(4)}) == 4
+    exclusive_before = {cid: g.exclusive for cid, g in e.grants.items()}
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    assert len(d.exclusive) == 6 and not d.degraded
+    assert 0 < len(d.moved) <= spread.max_moves
+    assert set(d.moved) <= {f"b{i}" for i in range(4)}
+    moved_updates = {u.container_id for u in d.updates} & set(d.moved)
+    assert moved_updates == set(d.moved)
+    for cid, excl in exclusive_before.items():
+        assert e.grants[cid].exclusive == excl  # no exclusive CPU moved
+
+
+def test_without_moves_the_fragmented_case_degrades_or_refuses() -> None:
+    e = _fragmented(Options(shared_placement="spread", max_moves=0))
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    # the kernel-isolated CPUs 4-7 and 60-63 are free: taken as the kubelet would take them
+    assert d.kind is CpuKind.ISOLATED and d.exclusive <= SERVER.isolated and not d.degraded
+    d = e.place(req("y", CpuKind.EXCLUSIVE, exclusive=6))
+    assert d.kind is CpuKind.SHARED and d.degraded == (Degradation.SHARED_CPUS,)
+    e = _fragmented(Options(shared_placement="spread", max_moves=0, on_unfit="refuse"))
+    with pytest.raises(PolicyError, match="6 needed"):
+        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+
+
+def test_packing_shared_containers_leaves_room_without_moves() -> None:
+    e = _fragmented(Options(shared_placement="pack"))
+    assert len({e.grants[f"b{i}"].pool for i in range(4)}) == 1
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    assert len(d.exclusive) == 6 and d.moved == ()
+
+
+def test_moves_are_undone_when_they_do_not_help() -> None:
+    e = _fragmented(Options(shared_placement="spread", on_unfit="refuse"))
+    before = ({cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()}, list(e.free))
+    with pytest.raises(PolicyError):
+        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=9))
+    after = ({cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()}, list(e.free))
+    assert after == before
+
+
+def test_degradation_survives_a_restore() -> None:
+    opts = Options(reserved_resources=CpuAmount(milli=1000))
+    p = Policy(DESKTOP, opts)
+    pod = _pod(QoS.GUARANTEED)
+    p.create(pod, _guaranteed("g", 19000))
+    be_pod = replace(_pod(QoS.BEST_EFFORT), id="q", name="q")
+    be = ContainerInfo(id="be", pod_id="q", name="be")
+    d = p.create(be_pod, be)
+    assert d.kind is CpuKind.RESERVED
+    saved = p.snapshot()
+    assignments = p.assignments()
+    running = [
+        replace(
+            c,
+            resources=replace(
+                c.resources,
+                cpuset_cpus=",".join(map(str, sorted(assignments[c.id].cpus or ()))),
+            ),
+        )
+        for c in (_guaranteed("g", 19000), be)
+    ]
+    report = Policy(DESKTOP, opts).restore([pod, be_pod], running, saved)
+    assert set(report.adopted) == {"g", "be"} and not report.failed
+
+
+def test_exclusive_on_isolated_cpus_is_adopted_after_a_restart() -> None:
+    e = _fragmented(Options(shared_placement="spread", max_moves=0))
+    x = req("x", CpuKind.EXCLUSIVE, exclusive=6)
+    d = e.place(x)
+    assert d.kind is CpuKind.ISOLATED
+    found = [
+        Found(
+            replace(g.request, kind=CpuKind.EXCLUSIVE) if cid == "x" else g.request, g.cpus, g.mems
+        )
+        for cid, g in e.grants.items()
+    ]
+    fresh = Engine(SERVER, e.options)
+    report = restore(fresh, found, snapshot(e))
+    assert set(report.adopted) == set(e.grants) and not report.updates
+    assert fresh.grants["x"].exclusive == d.exclusive
+
+
+def test_moves_undone_leave_the_movers_pinning_as_the_runtime_holds_it() -> None:
+    """A resize that fails after a trial of moves: the shared container taken out and put back
+    keeps the cpuset the runtime holds, so the next diff still sees what changed."""
+    big = 29_398_453_504
+    e = Engine(DESKTOP, Options())
+    e.place(req("c1", shared=1, memory=big))
+    e.place(req("c2", CpuKind.EXCLUSIVE, exclusive=1, memory_preserve=True))
+    e.place(req("c3", shared=1, memory=big))
+    before = e.grants["c1"].cpus
+    with pytest.raises(PolicyError):
+        e.resize(req("c2", shared=0, memory=12_599_337_216))
+    assert e.grants["c1"].cpus == before == e.pin(e.grants["c1"])
