@@ -443,6 +443,16 @@ class Run:
         doc = json.loads(self.state.read_text())
         return doc["body"]["policy"]["containers"]
 
+    def placed(self, container: Container | str, timeout: float = 10) -> dict:
+        """One container's checkpoint entry, once the plugin has written it (in the background,
+        within about a second of the change)."""
+        cid = container if isinstance(container, str) else container.id
+        found = wait_for(
+            f"{cid[:12]} in the checkpoint", lambda: self.checkpoint().get(cid), timeout
+        )
+        assert isinstance(found, dict)
+        return found
+
     # --- pods -------------------------------------------------------------------------
 
     def pod_config(

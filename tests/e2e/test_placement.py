@@ -39,7 +39,7 @@ def test_exclusive_shrinks_shared_and_they_grow_back(run: Run, two_cpus: set[int
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = cpus_of(run, g)
     assert len(exclusive) == 1
-    placed = run.checkpoint()[g.containers[0].id]
+    placed = run.placed(g.containers[0])
     assert (placed["kind"], parse_cpus(placed["exclusive"])) == ("exclusive", exclusive)
     for other in (be, bu):
         assert cpus_of(run, other) == two_cpus - exclusive
@@ -66,7 +66,7 @@ def test_isolated_cpu_for_small_guaranteed(run: Run, two_cpus: set[int]) -> None
     assert last not in cpus_of(run, other)  # isolated CPUs are for exclusive use only
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     assert cpus_of(run, g) == {last}
-    assert run.checkpoint()[g.containers[0].id]["isolated"] is True
+    assert run.placed(g.containers[0])["isolated"] is True
     assert last not in cpus_of(run, other)
 
 
@@ -80,7 +80,7 @@ def test_shared_guaranteed_by_annotation(run: Run, two_cpus: set[int]) -> None:
         annotations={"prefer-shared-cpus.resource-policy.nri.io": "true"},
     )
     assert cpus_of(run, g) == two_cpus
-    assert run.checkpoint()[g.containers[0].id]["kind"] == "shared"
+    assert run.placed(g.containers[0])["kind"] == "shared"
 
 
 def test_annotation_error_reaches_the_create_call(run: Run) -> None:
