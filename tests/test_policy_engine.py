@@ -9,7 +9,7 @@ import pytest
 from nri_topology.policy import affinity, scoring
 from nri_topology.policy.engine import Engine, milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind, Degradation, PolicyError, QoS, Request
+from nri_topology.policy.types import CpuKind, Degradation, Outcome, PolicyError, QoS, Request
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
@@ -230,6 +230,10 @@ def test_trace_lists_every_pool_with_key_and_verdict() -> None:
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts[d.pool] == "chosen"
     assert all(v == "chosen" or v.startswith("lost to ") for v in verdicts.values())
+    # the runner-up and the criterion it lost on are data, the rendered line comes from them
+    lost = [s.result for s in d.trace if s.result.outcome is Outcome.LOST]
+    assert lost and all(v.winner == d.pool and v.criterion for v in lost)
+    assert any(f"on {v.criterion}" in d.reason for v in lost)
     chosen_key = next(s.key for s in d.trace if s.pool == d.pool)
     assert all(s.key > chosen_key for s in d.trace if s.pool != d.pool)
     # the labelled form names every component and undoes the key's negations

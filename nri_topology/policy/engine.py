@@ -59,17 +59,20 @@ from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
 from nri_topology.policy.types import (
+    CHOSEN,
     ColdStart,
     CpuKind,
     CpuPriority,
     Decision,
     Degradation,
+    Outcome,
     Placement,
     PolicyError,
     PoolScore,
     QoS,
     Request,
     Update,
+    Verdict,
 )
 from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
@@ -450,7 +453,7 @@ class Engine:
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
-            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), "chosen"),), {}
+            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in _EXCLUSIVE_KINDS:
             try:
                 g, trace, moved = self._admit(
@@ -466,7 +469,7 @@ class Engine:
             raise refusal
         self._commit(g, op)
         self._note_degradation(g, req)
-        return g, (PoolScore(self.pools[0].name, (), "chosen"),), {}
+        return g, (PoolScore(self.pools[0].name, (), CHOSEN),), {}
 
     def try_moves(
         self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
@@ -613,7 +616,7 @@ class Engine:
             zone, relaxed = self._root_zone(req, tiers, size)
             g = self._grant(req, root, CpuKind.PRESERVE, frozenset(), False, 0, zone, relaxed, size)
             g.reason = "CPU pinning preserved; accounted at the root"
-            return g, (PoolScore(self.pools[root].name, (), "chosen"),)
+            return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
         if req.kind is CpuKind.RESERVED:
             free = self.reserved_capacity - self.reserved_granted
             if self.reserved_all and req.shared <= free:
@@ -622,7 +625,7 @@ class Engine:
                     req, root, CpuKind.RESERVED, frozenset(), False, req.shared, zone, relaxed, size
                 )
                 g.reason = f"reserved CPUs ({req.shared}m of {free}m free reserved capacity)"
-                return g, (PoolScore(self.pools[root].name, (), "chosen"),)
+                return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
             why = (
                 "no CPUs are reserved"
                 if not self.reserved_all
@@ -663,7 +666,7 @@ class Engine:
             if reason is None and req.single_numa:
                 reason = self._not_single_numa(p, relaxed)
             if reason is not None:
-                trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
+                trace.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
                 continue
             iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
             span = self._span(req, p) if spans else ()
@@ -697,13 +700,14 @@ class Engine:
         candidates.sort(key=lambda c: c[0])
         if hint is not None:
             candidates.sort(key=lambda c: c[1].pool.index != hint)
-        verdicts: dict[str, str] = {}
+        verdicts: dict[str, Verdict] = {}
         chosen: tuple[Grant, tuple[object, ...]] | None = None
         for key, cand, zone, relaxed, span in candidates:
             if chosen is not None:
-                verdicts[cand.pool.name] = (
-                    f"lost to {self.pools[chosen[0].pool].name} on "
-                    f"{scoring.losing_criterion(key, chosen[1])}"
+                verdicts[cand.pool.name] = Verdict(
+                    Outcome.LOST,
+                    winner=self.pools[chosen[0].pool].name,
+                    criterion=scoring.losing_criterion(key, chosen[1]),
                 )
                 continue
             try:
@@ -711,7 +715,7 @@ class Engine:
                     req, cand.pool.index, zone, relaxed, keep, tiers, size, span
                 )
             except _GrantFailed as e:
-                verdicts[cand.pool.name] = f"grant failed: {e}"
+                verdicts[cand.pool.name] = Verdict(Outcome.FAILED, str(e))
                 continue
             g = self._grant(
                 req,
@@ -728,7 +732,7 @@ class Engine:
             if req.hint_nodes:
                 g.reason += "; " + _hinted(req, cand.hint_miss)
             chosen = (g, key)
-            verdicts[cand.pool.name] = "chosen"
+            verdicts[cand.pool.name] = CHOSEN
         keys = {c[1].pool.name: c[0] for c in candidates}
         for name, verdict in verdicts.items():
             trace.append(PoolScore(name, keys[name], verdict))
@@ -737,11 +741,9 @@ class Engine:
             if req.single_numa:
                 raise PolicyError(self._no_single_numa(req, size, tiers, trace))
             raise PolicyError(self._nothing_fits(req, size, tiers, trace))
-        runner_up = next((v for v in verdicts.values() if v.startswith("lost to ")), "")
-        if runner_up:
-            loser = next(n for n, v in verdicts.items() if v == runner_up)
-            criterion = runner_up.rsplit(" on ", 1)[1]
-            chosen[0].reason += f"; beat {loser} on {criterion}"
+        runner_up = next(((n, v) for n, v in verdicts.items() if v.outcome is Outcome.LOST), None)
+        if runner_up is not None:
+            chosen[0].reason += f"; beat {runner_up[0]} on {runner_up[1].criterion}"
         return chosen[0], tuple(trace)
 
     def _spans(self, req: Request) -> bool:
