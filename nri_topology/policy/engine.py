@@ -2,7 +2,8 @@
 
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
-as before. This is the only module that calls the CPU allocator.
+as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
+format is `state`'s. This is the only module that calls the CPU allocator.
 
 Accounting, per pool:
 * `free` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset of a
@@ -51,7 +52,6 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
 from nri_topology.policy import admission, affinity, consolidate, cpuallocator, numasets, scoring
@@ -201,7 +201,8 @@ class Engine:
         self.grants: dict[str, Grant] = {}
         self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
-        # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry).
+        # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry);
+        # owned by `state.snapshot`, kept here because they live as long as the grants.
         self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
 
     # ----------------------------------------------------------------------------------------
@@ -1286,11 +1287,13 @@ class Engine:
         zone: frozenset[int] | None,
         cpus: frozenset[int] | None,
         mems: frozenset[int] | None,
+        cold_start_over: bool = False,
     ) -> Grant:
         """Take over an existing placement verbatim; PolicyError when it is inconsistent.
 
         `cpus`/`mems` are what the runtime reports the container runs on now, so that a later
-        diff tells whether it needs an update.
+        diff tells whether it needs an update. A cold start ends at once when `cold_start_over`
+        (saved state says so) or when the container already runs on the widened memory nodes.
         """
         if req.container_id in self.grants:
             raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
@@ -1336,6 +1339,10 @@ class Engine:
         g.reason = "adopted as found"
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
+        if g.cold_start is not None and (
+            cold_start_over or (mems is not None and g.cold_start.then_mems <= mems)
+        ):
+            g.cold_start = None  # its cold start finished before the restart
         return g
 
     def _check_fits(self, g: Grant) -> None:
@@ -1359,6 +1366,19 @@ class Engine:
     def decision_of(self, container_id: str) -> Decision:
         """The current placement of a container as a decision without trace or updates."""
         return self._decision(self.grants[container_id], (), ())
+
+    def pool_index(self, name: str) -> int | None:
+        """The index of the pool named `name`, None when this tree has no such pool."""
+        return self.by_name.get(name)
+
+    def running(
+        self, container_id: str, cpus: frozenset[int] | None, mems: frozenset[int] | None
+    ) -> None:
+        """Note what the runtime reports a placed container runs on, for `refresh` to diff."""
+        g = self.grants.get(container_id)
+        if g is not None:
+            g.cpus = cpus if cpus is not None else frozenset()
+            g.mems = mems if mems is not None else frozenset()
 
     def refresh(self) -> tuple[Update, ...]:
         """Updates for every container whose pinning differs from what the accounting says."""
@@ -1421,49 +1441,3 @@ def _reason(g: Grant, pool: str, fallback: str, note: str) -> str:
     if g.relaxed:
         parts.append("memory widened beyond the pool because it ran out")
     return "; ".join(parts)
-
-
-SNAPSHOT_VERSION = 1
-
-
-@lru_cache(maxsize=4096)
-def _format(cpus: frozenset[int]) -> str:
-    """cpuset.format, cached: the daemon snapshots after every change, and most containers share
-    a handful of zones and an empty exclusive set (1000 containers: 5.5 ms -> under 1 ms)."""
-    return cpuset.format(cpus)
-
-
-def snapshot(engine: Engine) -> dict[str, Any]:
-    """JSON-able state: per container its pool, kind, CPUs and memory zone (versioned).
-
-    An entry depends only on fields a grant never changes after it is committed, but for whether
-    a cold start runs; so entries are kept per grant object and made anew only for a new grant or
-    a finished cold start (1000 containers: 0.8 -> 0.2 ms under the daemon lock). Entries are
-    never changed once returned: the checkpoint encoder keeps them to compare with the next.
-    """
-    kept = engine.snapshot_entries
-    fresh: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
-    out: dict[str, Any] = {}
-    grants = engine.grants
-    for cid in sorted(grants):
-        g = grants[cid]
-        cold = g.cold_start is not None
-        hit = kept.get(cid)
-        if hit is not None and hit[0] is g and hit[1] is cold:
-            entry = hit[2]
-            fresh[cid] = hit
-        else:
-            entry = {
-                "pool": engine.pools[g.pool].name,
-                "kind": str(g.kind),
-                "exclusive": _format(g.exclusive),
-                "isolated": g.isolated,
-                "shared": g.shared,
-                "zone": _format(g.zone),
-                "memory": g.memory,
-                "cold_start": cold,
-            }
-            fresh[cid] = (g, cold, entry)
-        out[cid] = entry
-    engine.snapshot_entries = fresh
-    return {"version": SNAPSHOT_VERSION, "containers": out}

@@ -13,9 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from nri_topology.policy import restore as restoring
-from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.request import build_request
+from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
