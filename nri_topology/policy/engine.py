@@ -128,16 +128,18 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
-class _Attempt:
-    """A grant computed but not committed."""
+class GrantShape:
+    """What a grant is made of before it exists: where, which CPUs, how much, which memory."""
 
     pool: int
     kind: CpuKind
-    exclusive: frozenset[int]
-    isolated: bool
-    zone: frozenset[int]
-    relaxed: bool
-    note: str = ""
+    exclusive: frozenset[int] = frozenset()
+    isolated: bool = False  # the exclusive CPUs are kernel-isolated ones
+    shared: int = 0  # milli-CPU asked of shared capacity (dropped for purely exclusive kinds)
+    zone: frozenset[int] = frozenset()
+    relaxed: bool = False
+    size: int = 0  # bytes of memory, charged when there is a zone
+    note: str = ""  # said in the decision's reason
 
 
 @dataclass(slots=True)
@@ -561,7 +563,10 @@ class Engine:
             return None
         shared = admission.as_kind(req, CpuKind.RESERVED)
         g = self._grant(
-            shared, 0, CpuKind.RESERVED, frozenset(), False, shared.shared, zone, relaxed, size
+            shared,
+            GrantShape(
+                0, CpuKind.RESERVED, shared=shared.shared, zone=zone, relaxed=relaxed, size=size
+            ),
         )
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
@@ -615,7 +620,9 @@ class Engine:
         root = 0
         if req.kind is CpuKind.PRESERVE:
             zone, relaxed = self._root_zone(req, tiers, size)
-            g = self._grant(req, root, CpuKind.PRESERVE, frozenset(), False, 0, zone, relaxed, size)
+            g = self._grant(
+                req, GrantShape(root, CpuKind.PRESERVE, zone=zone, relaxed=relaxed, size=size)
+            )
             g.reason = "CPU pinning preserved; accounted at the root"
             return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
         if req.kind is CpuKind.RESERVED:
@@ -623,7 +630,15 @@ class Engine:
             if self.reserved_all and req.shared <= free:
                 zone, relaxed = self._root_zone(req, tiers, size)
                 g = self._grant(
-                    req, root, CpuKind.RESERVED, frozenset(), False, req.shared, zone, relaxed, size
+                    req,
+                    GrantShape(
+                        root,
+                        CpuKind.RESERVED,
+                        shared=req.shared,
+                        zone=zone,
+                        relaxed=relaxed,
+                        size=size,
+                    ),
                 )
                 g.reason = f"reserved CPUs ({req.shared}m of {free}m free reserved capacity)"
                 return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
@@ -712,24 +727,12 @@ class Engine:
                 )
                 continue
             try:
-                attempt = self._attempt(
-                    req, cand.pool.index, zone, relaxed, keep, tiers, size, span
-                )
+                shape = self._attempt(req, cand.pool.index, zone, relaxed, keep, tiers, size, span)
             except _GrantFailed as e:
                 verdicts[cand.pool.name] = Verdict(Outcome.FAILED, str(e))
                 continue
-            g = self._grant(
-                req,
-                attempt.pool,
-                attempt.kind,
-                attempt.exclusive,
-                attempt.isolated,
-                req.shared,
-                attempt.zone,
-                attempt.relaxed,
-                size,
-            )
-            g.reason = _reason(g, cand.pool.name, fallback, attempt.note)
+            g = self._grant(req, shape)
+            g.reason = _reason(g, cand.pool.name, fallback, shape.note)
             if req.hint_nodes:
                 g.reason += "; " + _hinted(req, cand.hint_miss)
             chosen = (g, key)
@@ -837,20 +840,20 @@ class Engine:
         tiers: frozenset[MemoryTier],
         size: int,
         span: tuple[int, ...] = (),
-    ) -> _Attempt:
+    ) -> GrantShape:
         """Compute the grant in pool p without committing it; `_GrantFailed` when impossible.
 
         `span`: the node set the pool was scored by; exclusive CPUs come from it when it holds
         enough sliceable CPUs."""
         kind = req.kind
         if kind not in _EXCLUSIVE_KINDS:
-            return _Attempt(p, kind, frozenset(), False, zone, relaxed)
+            return GrantShape(p, kind, shared=req.shared, zone=zone, relaxed=relaxed, size=size)
         k = req.exclusive
         fpo = self.options.full_pcpus_only
         note = ""
         if kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
             excl = self._take(self.free_iso[p], k, keep, fpo)
-            return _Attempt(p, kind, excl, True, zone, relaxed)
+            return GrantShape(p, kind, excl, True, req.shared, zone, relaxed, size)
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
@@ -866,7 +869,7 @@ class Engine:
         if len(nodes) > 1 and not note:
             avg = numasets.average_distance(self.machine, nodes)
             note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
-        return _Attempt(p, kind, excl, False, zone, relaxed, note)
+        return GrantShape(p, kind, excl, False, req.shared, zone, relaxed, size, note)
 
     def _sliceable(
         self,
@@ -1005,18 +1008,9 @@ class Engine:
             return narrow, False
         return zone, relaxed
 
-    def _grant(
-        self,
-        req: Request,
-        p: int,
-        kind: CpuKind,
-        exclusive: frozenset[int],
-        isolated: bool,
-        shared: int,
-        zone: frozenset[int],
-        relaxed: bool,
-        size: int,
-    ) -> Grant:
+    def _grant(self, req: Request, shape: GrantShape) -> Grant:
+        """The grant of `shape` to `req`, with the cold start its memory zone allows."""
+        kind, zone, shared = shape.kind, shape.zone, shape.shared
         cold: ColdStart | None = None
         if req.cold_start_ns > 0 and zone:
             dram = frozenset(n for n in zone if self.machine.nodes[n].tier is MemoryTier.DRAM)
@@ -1027,14 +1021,14 @@ class Engine:
             shared = 0
         return Grant(
             request=req,
-            pool=p,
+            pool=shape.pool,
             kind=kind,
-            exclusive=exclusive,
-            isolated=isolated,
+            exclusive=shape.exclusive,
+            isolated=shape.isolated,
             shared=shared,
             zone=zone,
-            memory=size if zone else 0,
-            relaxed=relaxed,
+            memory=shape.size if zone else 0,
+            relaxed=shape.relaxed,
             cold_start=cold,
         )
 
@@ -1334,7 +1328,9 @@ class Engine:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
-        g = self._grant(req, pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+        g = self._grant(
+            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+        )
         self._check_fits(g)
         g.reason = "adopted as found"
         self._commit(g, _Op())
