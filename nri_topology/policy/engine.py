@@ -50,11 +50,19 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from nri_topology.policy import admission, affinity, consolidate, cpuallocator, numasets, scoring
+from nri_topology.policy import (
+    admission,
+    affinity,
+    choice,
+    consolidate,
+    cpuallocator,
+    numasets,
+    scoring,
+)
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
@@ -655,22 +663,15 @@ class Engine:
         uses_exclusive = req.kind in _EXCLUSIVE_KINDS
         spans = self._spans(req)
         preferred = self._preferred(req) if uses_exclusive else frozenset()
-        candidates: list[
-            tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool, tuple[int, ...]]
-        ] = []
-        trace: list[PoolScore] = []
+        options: list[choice.Option] = []
+        unfit: list[PoolScore] = []
         weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
         pack = self.options.shared_placement == "pack"
         for p in self.pools:
             reason = self._unfit(req, p.index, uses_exclusive)
-            if reason is None and req.strict_hints and req.hint_nodes:
-                outside = p.cpu_nodes - req.hint_nodes
-                if outside:
-                    reason = (
-                        f"strict topology hints: CPUs of NUMA {cpuset.format(outside)} are "
-                        f"outside the devices' NUMA {cpuset.format(req.hint_nodes)}"
-                    )
+            if reason is None:
+                reason = choice.hints_problem(req, p)
             if reason is None:
                 try:
                     zone, relaxed = self._zone(p.index, tiers, size, widen)
@@ -680,9 +681,9 @@ class Engine:
                     if relaxed and req.strict_hints and req.hint_nodes:
                         reason = "strict topology hints: memory would widen beyond the pool"
             if reason is None and req.single_numa:
-                reason = self._not_single_numa(p, relaxed)
+                reason = choice.not_single_numa(p, relaxed)
             if reason is not None:
-                trace.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
+                unfit.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
                 continue
             iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
             span = self._span(req, p) if spans else ()
@@ -712,43 +713,27 @@ class Engine:
                 colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
                 free_shared=alloc,
             )
-            candidates.append((scoring.sort_key(cand), cand, zone, relaxed, span))
-        candidates.sort(key=lambda c: c[0])
-        if hint is not None:
-            candidates.sort(key=lambda c: c[1].pool.index != hint)
-        verdicts: dict[str, Verdict] = {}
-        chosen: tuple[Grant, tuple[object, ...]] | None = None
-        for key, cand, zone, relaxed, span in candidates:
-            if chosen is not None:
-                verdicts[cand.pool.name] = Verdict(
-                    Outcome.LOST,
-                    winner=self.pools[chosen[0].pool].name,
-                    criterion=scoring.losing_criterion(key, chosen[1]),
-                )
-                continue
-            try:
-                shape = self._attempt(req, cand.pool.index, zone, relaxed, keep, tiers, size, span)
-            except _GrantFailed as e:
-                verdicts[cand.pool.name] = Verdict(Outcome.FAILED, str(e))
-                continue
+            options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
+
+        def attempt(o: choice.Option) -> Grant:
+            shape = self._attempt(
+                req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
+            )
             g = self._grant(req, shape)
-            g.reason = _reason(g, cand.pool.name, fallback, shape.note)
+            g.reason = _reason(g, o.candidate.pool.name, fallback, shape.note)
             if req.hint_nodes:
-                g.reason += "; " + _hinted(req, cand.hint_miss)
-            chosen = (g, key)
-            verdicts[cand.pool.name] = CHOSEN
-        keys = {c[1].pool.name: c[0] for c in candidates}
-        for name, verdict in verdicts.items():
-            trace.append(PoolScore(name, keys[name], verdict))
-        trace.sort(key=lambda s: self.by_name[s.pool])
-        if chosen is None:
+                g.reason += "; " + _hinted(req, o.candidate.hint_miss)
+            return g
+
+        chosen = choice.choose(options, unfit, hint, attempt, self.by_name)
+        g = chosen.grant
+        if g is None:
             if req.single_numa:
-                raise PolicyError(self._no_single_numa(req, size, tiers, trace))
-            raise PolicyError(self._nothing_fits(req, size, tiers, trace))
-        runner_up = next(((n, v) for n, v in verdicts.items() if v.outcome is Outcome.LOST), None)
-        if runner_up is not None:
-            chosen[0].reason += f"; beat {runner_up[0]} on {runner_up[1].criterion}"
-        return chosen[0], tuple(trace)
+                raise PolicyError(self._no_single_numa(req, size, tiers, chosen.trace))
+            raise PolicyError(self._nothing_fits(req, size, tiers, chosen.trace))
+        if chosen.runner_up is not None:
+            g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
+        return g, chosen.trace
 
     def _spans(self, req: Request) -> bool:
         """Whether pools are scored by the node set the exclusive CPUs would span."""
@@ -841,7 +826,7 @@ class Engine:
         size: int,
         span: tuple[int, ...] = (),
     ) -> GrantShape:
-        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible.
+        """Compute the grant in pool p without committing it; `choice.GrantFailed` when impossible.
 
         `span`: the node set the pool was scored by; exclusive CPUs come from it when it holds
         enough sliceable CPUs."""
@@ -895,7 +880,7 @@ class Engine:
                         self.machine, rest, need - len(prot), prefer=keep_first
                     )
                 except cpuallocator.AllocationError as e:
-                    raise _GrantFailed(
+                    raise choice.GrantFailed(
                         f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
                     ) from None
             protected[x] = prot
@@ -920,11 +905,11 @@ class Engine:
         opts = self.options
         pool = self.pools[p]
         if len(sliceable) < k:
-            raise _GrantFailed(f"{len(sliceable)} CPUs can be sliced, {k} needed")
+            raise choice.GrantFailed(f"{len(sliceable)} CPUs can be sliced, {k} needed")
         close = sliceable & near
         if len(close) >= k and close != sliceable and not keep & sliceable:
             # A pool wider than the devices' nodes: their CPUs first, when they suffice.
-            with contextlib.suppress(_GrantFailed):
+            with contextlib.suppress(choice.GrantFailed):
                 return self._pick(p, close, k, keep, fpo, (), prefer)
         try:
             kept = keep & sliceable
@@ -948,7 +933,7 @@ class Engine:
                 self.machine, sliceable, k, full_pcpus_only=fpo, prefer=prefer
             )
         except cpuallocator.AllocationError as e:
-            raise _GrantFailed(str(e)) from None
+            raise choice.GrantFailed(str(e)) from None
 
     def _preferred(self, req: Request) -> frozenset[int]:
         """The CPUs exclusive CPUs come from first: on hybrid machines, the core kind of the
@@ -984,7 +969,7 @@ class Engine:
             )
             return kept | more
         except cpuallocator.AllocationError as e:
-            raise _GrantFailed(str(e)) from None
+            raise choice.GrantFailed(str(e)) from None
 
     def _narrow_zone(
         self,
@@ -1162,16 +1147,8 @@ class Engine:
     def placement(self, g: Grant) -> Placement:
         return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
 
-    def _not_single_numa(self, pool: Pool, relaxed: bool) -> str | None:
-        """Why a pool cannot hold a single-numa-node container, or None."""
-        if len(pool.cpu_nodes) > 1:
-            return f"single-numa-node: the pool spans NUMA nodes {sorted(pool.cpu_nodes)}"
-        if relaxed:
-            return "single-numa-node: memory does not fit in the pool's NUMA node"
-        return None
-
     def _no_single_numa(
-        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
+        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: Sequence[PoolScore]
     ) -> str:
         """The refusal of a single-numa-node container: what one node has, and why."""
         single = [p for p in self.pools if len(p.cpu_nodes) == 1]
@@ -1200,7 +1177,7 @@ class Engine:
         )
 
     def _nothing_fits(
-        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
+        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: Sequence[PoolScore]
     ) -> str:
         best_shared = max(range(len(self.pools)), key=lambda p: (self.allocatable(p), -p))
         best_slice = max(
@@ -1397,10 +1374,6 @@ class Engine:
                     )
                 )
         return tuple(updates)
-
-
-class _GrantFailed(Exception):
-    """A pool that looked feasible could not produce the grant; the next pool is tried."""
 
 
 def _who(req: Request) -> str:

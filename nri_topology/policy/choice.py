@@ -1,0 +1,108 @@
+"""Choosing a pool: the filters a request's own constraints put on pools, the order feasible
+pools are tried in, and the trace that says, as data, why each pool won or lost.
+
+Pure: the engine scores the pools from its accounting (`scoring.Candidate`) and passes a function
+that computes a grant in one pool; the first pool in order whose grant can be computed wins, every
+later one lost to it on the first sort-key criterion that told them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from nri_topology.policy import scoring
+from nri_topology.policy.pools import Pool
+from nri_topology.policy.types import CHOSEN, Outcome, PoolScore, Request, Verdict
+from nri_topology.topology import cpuset
+
+T = TypeVar("T")
+
+
+class GrantFailed(Exception):
+    """A feasible pool in which the grant could not be computed (its CPUs cannot be sliced)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A pool that can hold the request, with its sort key and the memory zone it would get."""
+
+    key: tuple[object, ...]
+    candidate: scoring.Candidate
+    zone: frozenset[int]
+    relaxed: bool  # the zone widened beyond the pool's own nodes
+    span: tuple[int, ...]  # the nodes exclusive CPUs would span (scored by them), or ()
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen(Generic[T]):
+    """The result of a choice: the grant (None when no pool could make one), the trace in pool
+    order and the runner-up, the first pool that lost to the winner."""
+
+    grant: T | None
+    trace: tuple[PoolScore, ...]
+    runner_up: PoolScore | None
+
+
+def hints_problem(req: Request, pool: Pool) -> str | None:
+    """Why strict topology hints rule the pool out for its CPUs, or None."""
+    if not (req.strict_hints and req.hint_nodes):
+        return None
+    outside = pool.cpu_nodes - req.hint_nodes
+    if not outside:
+        return None
+    return (
+        f"strict topology hints: CPUs of NUMA {cpuset.format(outside)} are "
+        f"outside the devices' NUMA {cpuset.format(req.hint_nodes)}"
+    )
+
+
+def not_single_numa(pool: Pool, relaxed: bool) -> str | None:
+    """Why a pool cannot hold a single-numa-node container, or None."""
+    if len(pool.cpu_nodes) > 1:
+        return f"single-numa-node: the pool spans NUMA nodes {sorted(pool.cpu_nodes)}"
+    if relaxed:
+        return "single-numa-node: memory does not fit in the pool's NUMA node"
+    return None
+
+
+def choose(
+    options: Sequence[Option],
+    unfit: Sequence[PoolScore],
+    hint: int | None,
+    attempt: Callable[[Option], T],
+    order: Mapping[str, int],
+) -> Chosen[T]:
+    """Try the options best first (the hinted pool before all), `attempt` raising `GrantFailed`
+    when a pool cannot make the grant; `unfit` are the pools filtered out before scoring and
+    `order` gives each pool's place in the trace."""
+    ranked = sorted(options, key=lambda o: o.key)
+    if hint is not None:
+        ranked.sort(key=lambda o: o.candidate.pool.index != hint)
+    scores = list(unfit)
+    grant: T | None = None
+    winner: tuple[str, tuple[object, ...]] | None = None
+    runner_up: PoolScore | None = None
+    for o in ranked:
+        name = o.candidate.pool.name
+        if winner is not None:
+            lost = Verdict(
+                Outcome.LOST,
+                winner=winner[0],
+                criterion=scoring.losing_criterion(o.key, winner[1]),
+            )
+            score = PoolScore(name, o.key, lost)
+            if runner_up is None:
+                runner_up = score
+            scores.append(score)
+            continue
+        try:
+            grant = attempt(o)
+        except GrantFailed as e:
+            scores.append(PoolScore(name, o.key, Verdict(Outcome.FAILED, str(e))))
+            continue
+        winner = (name, o.key)
+        scores.append(PoolScore(name, o.key, CHOSEN))
+    scores.sort(key=lambda s: order[s.pool])
+    return Chosen(grant, tuple(scores), runner_up)
