@@ -352,7 +352,7 @@ class Engine:
             wanted = ",".join(sorted(req.memory_tiers))
             have = ",".join(sorted(self._tiers_on_machine))
             raise PolicyError(
-                f"{_who(req)}: memory tiers {wanted or 'none'} requested, the machine has {have}"
+                f"{req.who}: memory tiers {wanted or 'none'} requested, the machine has {have}"
             )
         if req.cold_start_ns > 0:
             tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
@@ -431,7 +431,7 @@ class Engine:
     ) -> Decision:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self.grants:
-            raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+            raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
         op = _Op()
@@ -526,7 +526,7 @@ class Engine:
         self._commit(g, op)
         self._note_degradation(g, old.request)
         g.degraded = tuple(dict.fromkeys(old.degraded + g.degraded))
-        g.reason = f"moved to make room for {_who(cause)}: {g.reason}"
+        g.reason = f"moved to make room for {cause.who}: {g.reason}"
         return g
 
     def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
@@ -610,13 +610,13 @@ class Engine:
 
     def _validate(self, req: Request) -> None:
         if req.kind in _EXCLUSIVE_KINDS and req.exclusive < 1:
-            raise PolicyError(f"{_who(req)}: kind {req.kind} without exclusive CPUs")
+            raise PolicyError(f"{req.who}: kind {req.kind} without exclusive CPUs")
         if req.exclusive < 0 or req.shared < 0:
-            raise PolicyError(f"{_who(req)}: negative CPU amounts")
+            raise PolicyError(f"{req.who}: negative CPU amounts")
         tpc = self.machine.threads_per_core
         if self.options.full_pcpus_only and req.kind in _EXCLUSIVE_KINDS and req.exclusive % tpc:
             raise PolicyError(
-                f"{_who(req)}: full_pcpus_only is on and {req.exclusive} exclusive CPUs is not a "
+                f"{req.who}: full_pcpus_only is on and {req.exclusive} exclusive CPUs is not a "
                 f"multiple of the {tpc} threads per physical core; request a multiple of {tpc}"
             )
 
@@ -766,7 +766,7 @@ class Engine:
         try:
             return self._zone(0, tiers, size, admission.may_degrade(req, self.options))
         except LookupError as e:
-            raise PolicyError(f"{_who(req)}: memory does not fit at the root: {e}") from None
+            raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
 
     def _unfit(self, req: Request, p: int, uses_exclusive: bool) -> str | None:
         """Why pool p cannot hold the request's CPUs, or None."""
@@ -834,10 +834,10 @@ class Engine:
         if kind not in _EXCLUSIVE_KINDS:
             return GrantShape(p, kind, shared=req.shared, zone=zone, relaxed=relaxed, size=size)
         k = req.exclusive
-        fpo = self.options.full_pcpus_only
+        full_pcpus_only = self.options.full_pcpus_only
         note = ""
         if kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
-            excl = self._take(self.free_iso[p], k, keep, fpo)
+            excl = self._take(self.free_iso[p], k, keep, full_pcpus_only)
             return GrantShape(p, kind, excl, True, req.shared, zone, relaxed, size)
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
@@ -847,7 +847,9 @@ class Engine:
         sliceable = self._sliceable(
             p, k, req.shared if kind is CpuKind.MIXED else 0, kind, keep_first
         )
-        excl = self._pick(p, sliceable, k, keep, fpo, span, prefer, self._near_devices(req))
+        excl = self._pick(
+            p, sliceable, k, keep, full_pcpus_only, span, prefer, self._near_devices(req)
+        )
         if kind is CpuKind.EXCLUSIVE:
             zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
         nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
@@ -897,7 +899,7 @@ class Engine:
         sliceable: frozenset[int],
         k: int,
         keep: frozenset[int],
-        fpo: bool,
+        full_pcpus_only: bool,
         span: tuple[int, ...] = (),
         prefer: frozenset[int] = frozenset(),
         near: frozenset[int] = frozenset(),
@@ -910,27 +912,36 @@ class Engine:
         if len(close) >= k and close != sliceable and not keep & sliceable:
             # A pool wider than the devices' nodes: their CPUs first, when they suffice.
             with contextlib.suppress(choice.GrantFailed):
-                return self._pick(p, close, k, keep, fpo, (), prefer)
+                return self._pick(p, close, k, keep, full_pcpus_only, (), prefer)
         try:
             kept = keep & sliceable
             if kept:
-                return self._take(sliceable, k, kept, fpo)
+                return self._take(sliceable, k, kept, full_pcpus_only)
             if opts.distribute_across_numa:
-                group = max(opts.distribute_min_group, self.machine.threads_per_core if fpo else 1)
+                group = max(
+                    opts.distribute_min_group,
+                    self.machine.threads_per_core if full_pcpus_only else 1,
+                )
                 return cpuallocator.take_distributed(
-                    self.machine, sliceable, k, group_size=group, full_pcpus_only=fpo
+                    self.machine, sliceable, k, group_size=group, full_pcpus_only=full_pcpus_only
                 )
             if opts.prefer_closest_numa and len(pool.cpu_nodes) > 1:
-                nodes = self._within_span(sliceable, k, fpo, span)
+                nodes = self._within_span(sliceable, k, full_pcpus_only, span)
                 if nodes is None:
-                    nodes = numasets.grant_nodes(self.machine, sliceable, k, pool.cpu_nodes, fpo)
+                    nodes = numasets.grant_nodes(
+                        self.machine, sliceable, k, pool.cpu_nodes, full_pcpus_only
+                    )
                 if len(nodes) > 1:
                     within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
                     return cpuallocator.take_cpus(
-                        self.machine, sliceable & within, k, full_pcpus_only=fpo, prefer=prefer
+                        self.machine,
+                        sliceable & within,
+                        k,
+                        full_pcpus_only=full_pcpus_only,
+                        prefer=prefer,
                     )
             return cpuallocator.take_cpus(
-                self.machine, sliceable, k, full_pcpus_only=fpo, prefer=prefer
+                self.machine, sliceable, k, full_pcpus_only=full_pcpus_only, prefer=prefer
             )
         except cpuallocator.AllocationError as e:
             raise choice.GrantFailed(str(e)) from None
@@ -945,27 +956,29 @@ class Engine:
         return self.machine.performance_cpus
 
     def _within_span(
-        self, sliceable: frozenset[int], k: int, fpo: bool, span: tuple[int, ...]
+        self, sliceable: frozenset[int], k: int, full_pcpus_only: bool, span: tuple[int, ...]
     ) -> tuple[int, ...] | None:
         """The scored span when its sliceable CPUs hold the request, else None (shared
         containers keep some of its CPUs: the span is recomputed from what can be sliced)."""
         if len(span) < 2:
             return None
         try:
-            return numasets.grant_nodes(self.machine, sliceable, k, span, fpo)
+            return numasets.grant_nodes(self.machine, sliceable, k, span, full_pcpus_only)
         except cpuallocator.AllocationError:
             return None
 
     def _take(
-        self, available: frozenset[int], k: int, keep: frozenset[int], fpo: bool
+        self, available: frozenset[int], k: int, keep: frozenset[int], full_pcpus_only: bool
     ) -> frozenset[int]:
         """Take k CPUs, keeping as many of `keep` as possible (resize in place)."""
         try:
             kept = keep & available
             if len(kept) >= k:
-                return cpuallocator.take_cpus(self.machine, kept, k, full_pcpus_only=fpo)
+                return cpuallocator.take_cpus(
+                    self.machine, kept, k, full_pcpus_only=full_pcpus_only
+                )
             more = cpuallocator.take_cpus(
-                self.machine, available - kept, k - len(kept), full_pcpus_only=fpo
+                self.machine, available - kept, k - len(kept), full_pcpus_only=full_pcpus_only
             )
             return kept | more
         except cpuallocator.AllocationError as e:
@@ -1172,7 +1185,7 @@ class Engine:
             has = "no pool holds a single NUMA node"
         why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
         return (
-            f"{_who(req)}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
+            f"{req.who}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
             f"not spanning NUMA nodes as asked. ({why})"
         )
 
@@ -1194,7 +1207,7 @@ class Engine:
         wanted = f"{' + '.join(parts)} ({req.kind})"
         why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
         return (
-            f"{_who(req)}: no pool can hold {wanted}. Largest free: "
+            f"{req.who}: no pool can hold {wanted}. Largest free: "
             f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
             f"{len(self.free[best_slice] - self.partial)} CPUs to slice in "
             f"{self.pools[best_slice].name}, {format_bytes(max(self.book.free(root_zone), 0))} of "
@@ -1267,7 +1280,7 @@ class Engine:
         (saved state says so) or when the container already runs on the widened memory nodes.
         """
         if req.container_id in self.grants:
-            raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+            raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
@@ -1374,10 +1387,6 @@ class Engine:
                     )
                 )
         return tuple(updates)
-
-
-def _who(req: Request) -> str:
-    return f"{req.namespace}/{req.pod_name}/{req.name}"
 
 
 def _same_amounts(a: Request, b: Request) -> bool:

@@ -257,3 +257,8 @@ class Request:
     hint_nodes: frozenset[int] = frozenset()  # NUMA nodes of the hints, CPUs resolved to nodes
     strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
+
+    @property
+    def who(self) -> str:
+        """The container's name in messages (`qualified_name`)."""
+        return qualified_name(self.namespace, self.pod_name, self.name)
