@@ -218,10 +218,16 @@ def test_packing_shared_containers_leaves_room_without_moves() -> None:
 
 def test_moves_are_undone_when_they_do_not_help() -> None:
     e = _fragmented(Options(shared_placement="spread", on_unfit="refuse"))
-    before = ({cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()}, list(e.free))
+    before = (
+        {cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()},
+        [e.shared_cpus(p.index) for p in e.pools],
+    )
     with pytest.raises(PolicyError):
         e.place(req("x", CpuKind.EXCLUSIVE, exclusive=9))
-    after = ({cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()}, list(e.free))
+    after = (
+        {cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()},
+        [e.shared_cpus(p.index) for p in e.pools],
+    )
     assert after == before
 
 

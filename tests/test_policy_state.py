@@ -35,13 +35,13 @@ GiB = 1 << 30
 def accounting(e: Engine) -> tuple[Any, ...]:
     """Everything the engine counts, for before/after comparisons."""
     return (
-        tuple(e.free),
+        tuple(e.shared_cpus(p.index) for p in e.pools),
         tuple(e.free_iso),
-        tuple(e.sub_shared),
+        tuple(e.shared_assigned(p.index) for p in e.pools),
         tuple(e.sub_users),
         e.taken,
         e.reserved_granted,
-        dict(e.book.zones()),
+        dict(e.memory_charged()),
         tuple(sorted(e.grants)),
     )
 
@@ -65,9 +65,9 @@ def check(
         assert runtime[cid][1] == g.mems
     for p in e.pools:
         i = p.index
-        assert e.sub_shared[i] <= e.capacity(i), f"{p.name}: shared capacity exceeded"
+        assert e.shared_assigned(i) <= e.capacity(i), f"{p.name}: shared capacity exceeded"
         if e.sub_users[i]:
-            assert e.free[i], f"{p.name}: hosts shared containers without a shared CPU"
+            assert e.shared_cpus(i), f"{p.name}: hosts shared containers without a shared CPU"
     assert e.reserved_granted <= e.reserved_capacity
     for zone in e.book.zones():
         assert e.book.used(zone) <= e.book.capacity(zone), f"memory zone {sorted(zone)} over"

@@ -46,8 +46,9 @@ def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
     found: list[tuple[int, int, int, tuple[str, ...]]] = []
     for pool in engine.pools:
         p = pool.index
-        room = len(engine.free[p] - engine.partial)
-        if room < k or (not k and 1000 * len(engine.free[p]) < req.shared):
+        shared_cpus = engine.shared_cpus(p)
+        room = len(shared_cpus - engine.partial)
+        if room < k or (not k and 1000 * len(shared_cpus) < req.shared):
             continue
         groups = [
             sorted(

@@ -6,11 +6,11 @@ as before (`running` only notes what the runtime reports, for `refresh` to diff)
 format is `state`'s. This is the only module that calls the CPU allocator.
 
 Accounting, per pool:
-* `free` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset of a
-  container placed in the pool is this set. Exclusive CPUs leave `free` of every pool holding them
+* `_shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
+  of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
 * `sub_shared` - milli-CPU granted from shared CPUs to containers in the pool's subtree; must stay
-  within `1000 * |free| - reserved cut` of the pool, since all of them run on those CPUs.
+  within `1000 * |_shared_cpus| - partial_reserved_in` of the pool, since all run on those CPUs.
 * `sub_users` - shared containers in the subtree; while there is one, the pool keeps a free CPU.
 
 Reserved CPUs: a quantity reservation is exact to the milli-CPU. `ceil(q / 1000)` CPUs are set
@@ -50,7 +50,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -166,10 +166,10 @@ class Engine:
         self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
         self.allowed = self._allowed_cpus()
         self.isolated = machine.isolated & self.allowed
-        reserved, partial, cut, capacity = self._reserve()
+        reserved, partial, partial_reserved, capacity = self._reserve()
         self.reserved_all = reserved  # every reserved CPU, the partly reserved one included
         self.partial = partial  # the partly reserved CPU, if any (stays shared)
-        self.partial_cut = cut  # milli-CPU of `partial` that is reserved
+        self.partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
         self.reserved_capacity = capacity  # milli-CPU
         self.isolated -= reserved
         try:
@@ -188,7 +188,9 @@ class Engine:
             for c in p.cpus:
                 self._pools_of_cpu.setdefault(c, ())
                 self._pools_of_cpu[c] += (p.index,)
-        self._cut = tuple(cut if partial & p.cpus else 0 for p in self.pools)
+        self._partial_reserved_in = tuple(
+            partial_reserved if partial & p.cpus else 0 for p in self.pools
+        )
         self._numa = tuple(self._numa_measure(p) for p in self.pools)
         self._pool_tiers = tuple(p.tiers for p in self.pools)
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
@@ -201,7 +203,7 @@ class Engine:
         # and cached by identity. Per set: its Placement and the Update of each container.
         self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
 
-        self.free: list[frozenset[int]] = [p.sharable for p in self.pools]
+        self._shared_cpus: list[frozenset[int]] = [p.sharable for p in self.pools]
         self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
         self.sub_shared = [0] * n
         self.sub_users = [0] * n
@@ -286,14 +288,18 @@ class Engine:
 
     def capacity(self, p: int) -> int:
         """Shared milli-CPU the pool's free CPUs hold."""
-        return 1000 * len(self.free[p]) - self._cut[p]
+        return 1000 * len(self._shared_cpus[p]) - self._partial_reserved_in[p]
 
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
-        free, cut, sub = self.free, self._cut, self.sub_shared
+        shared_cpus, reserved_in, sub = (
+            self._shared_cpus,
+            self._partial_reserved_in,
+            self.sub_shared,
+        )
         least: int | None = None
         for a in self._chain[p]:
-            left = 1000 * len(free[a]) - cut[a] - sub[a]
+            left = 1000 * len(shared_cpus[a]) - reserved_in[a] - sub[a]
             if least is None or left < least:
                 least = left
         assert least is not None  # a chain holds at least the pool itself
@@ -301,15 +307,40 @@ class Engine:
 
     def _need_cpus(self, p: int, extra_milli: int = 0, extra_users: int = 0) -> int:
         """CPUs the pool must keep shared for the containers in its subtree."""
-        milli = self.sub_shared[p] + extra_milli + self._cut[p]
+        milli = self.sub_shared[p] + extra_milli + self._partial_reserved_in[p]
         need = -(-milli // 1000)
         if self.sub_users[p] + extra_users > 0:
             need = max(need, 1)
         return need
 
-    def capacity_cut(self, p: int) -> int:
+    def partial_reserved_in(self, p: int) -> int:
         """Milli-CPU of the pool's CPUs that the reservation holds without removing a CPU."""
-        return self._cut[p]
+        return self._partial_reserved_in[p]
+
+    def shared_cpus(self, p: int) -> frozenset[int]:
+        """The pool's shared cpuset: its sharable CPUs no container holds exclusively."""
+        return self._shared_cpus[p]
+
+    def sharable_capacity(self, p: int) -> int:
+        """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
+        return 1000 * len(self.pools[p].sharable) - self._partial_reserved_in[p]
+
+    def shared_assigned(self, p: int) -> int:
+        """Milli-CPU granted from shared CPUs to containers in the pool's subtree."""
+        return self.sub_shared[p]
+
+    def reserved_milli(self, cpus: frozenset[int]) -> int:
+        """Milli-CPU the reservation holds among `cpus`."""
+        whole = len(cpus & (self.reserved_all - self.partial))
+        return 1000 * whole + (self.partial_reserved if self.partial & cpus else 0)
+
+    def memory_charged(self) -> Mapping[frozenset[int], int]:
+        """Bytes charged per memory zone."""
+        return self.book.zones()
+
+    def memory_capacity(self, nodes: frozenset[int]) -> int:
+        """Bytes of memory the nodes hold."""
+        return self.book.capacity(nodes)
 
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
@@ -320,7 +351,11 @@ class Engine:
         elif g.uses_shared:
             # No exclusive part: the pool's shared set itself, so that every such container of
             # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
-            cpus = g.exclusive | self.free[g.pool] if g.exclusive else self.free[g.pool]
+            cpus = (
+                g.exclusive | self._shared_cpus[g.pool]
+                if g.exclusive
+                else self._shared_cpus[g.pool]
+            )
         else:
             cpus = g.exclusive
         if g.request.hide_hyperthreads:
@@ -707,7 +742,7 @@ class Engine:
                 isolated_short=iso_short,
                 numa_nodes=n_nodes,
                 numa_distance=dist,
-                cores_short=bool(preferred) and len(self.free[p.index] & preferred) < k,
+                cores_short=bool(preferred) and len(self._shared_cpus[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
                 # packing: pools already hosting shared containers first, whole pools stay free
                 colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
@@ -749,7 +784,7 @@ class Engine:
         pool has one node (its own measure holds) or its nodes cannot hold the request."""
         if len(pool.cpu_nodes) < 2:
             return ()
-        free = self.free[pool.index] - self.partial
+        free = self._shared_cpus[pool.index] - self.partial
         near = free & self._near_devices(req)
         if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
             free = near
@@ -782,15 +817,20 @@ class Engine:
         elif req.require_isolated:
             return f"{len(self.free_iso[p])} free isolated CPUs, {req.exclusive} required"
         if k:
-            to_slice = len(self.free[p] - self.partial) if self.partial else len(self.free[p])
+            to_slice = (
+                len(self._shared_cpus[p] - self.partial)
+                if self.partial
+                else len(self._shared_cpus[p])
+            )
             if to_slice < k:
                 return f"{to_slice} CPUs free to slice, {k} needed"
-        free, sub_shared, sub_users, cut = self.free, self.sub_shared, self.sub_users, self._cut
+        shared_cpus, sub_shared, sub_users = self._shared_cpus, self.sub_shared, self.sub_users
+        reserved_in = self._partial_reserved_in
         for a in self._chain[p]:  # _need_cpus inlined: this runs for every pool of a decision
-            need = -(-(sub_shared[a] + shared_part + cut[a]) // 1000)
+            need = -(-(sub_shared[a] + shared_part + reserved_in[a]) // 1000)
             if need < 1 and sub_users[a] + new_user > 0:
                 need = 1
-            if len(free[a]) - k < need:
+            if len(shared_cpus[a]) - k < need:
                 name = self.pools[a].name
                 if a == p:
                     return (
@@ -798,7 +838,7 @@ class Engine:
                         f"{k} exclusive CPUs requested"
                     )
                 return f"ancestor {name} keeps too few shared CPUs"
-        if new_user and not self.free[p]:
+        if new_user and not self._shared_cpus[p]:
             return "no shared CPU left"
         if not pool.cpus:
             return "no CPUs"
@@ -873,10 +913,10 @@ class Engine:
         protected: dict[int, frozenset[int]] = {}
         for x in self._post[p]:
             prot = frozenset().union(*(protected[c] for c in self.pools[x].children))
-            prot |= self.free[x] & self.partial
+            prot |= self._shared_cpus[x] & self.partial
             need = self._need_cpus(x, shared_part if x == p else 0, new_user if x == p else 0)
-            if len(self.free[x]) - k < need and len(prot) < need:
-                rest = self.free[x] - prot
+            if len(self._shared_cpus[x]) - k < need and len(prot) < need:
+                rest = self._shared_cpus[x] - prot
                 try:
                     prot |= cpuallocator.take_cpus(
                         self.machine, rest, need - len(prot), prefer=keep_first
@@ -886,7 +926,7 @@ class Engine:
                         f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
                     ) from None
             protected[x] = prot
-        return self.free[p] - protected[p]
+        return self._shared_cpus[p] - protected[p]
 
     def _near_devices(self, req: Request) -> frozenset[int]:
         """The CPUs of the NUMA nodes of the request's devices (none without hints)."""
@@ -1039,7 +1079,7 @@ class Engine:
                 if g.isolated:
                     self.free_iso[x] -= g.exclusive
                 else:
-                    self.free[x] = self._interned(self.free[x] - g.exclusive)
+                    self._shared_cpus[x] = self._interned(self._shared_cpus[x] - g.exclusive)
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted += g.shared
@@ -1065,7 +1105,9 @@ class Engine:
                 if g.isolated:
                     self.free_iso[x] |= g.exclusive & pool.isolated
                 else:
-                    self.free[x] = self._interned(self.free[x] | g.exclusive & pool.sharable)
+                    self._shared_cpus[x] = self._interned(
+                        self._shared_cpus[x] | g.exclusive & pool.sharable
+                    )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted -= g.shared
@@ -1108,7 +1150,7 @@ class Engine:
             users = self.users[x]
             if not users:
                 continue
-            shared = self.free[x]
+            shared = self._shared_cpus[x]
             kept: tuple[Placement, dict[str, Update]] | None = None
             for cid, g in users.items():
                 if cid == skip:
@@ -1175,7 +1217,7 @@ class Engine:
         wanted = " + ".join(parts) or "a shared CPU"
         if single:
             largest = max(len(p.sharable) for p in single)
-            free = max(len(self.free[p.index] - self.partial) for p in single)
+            free = max(len(self._shared_cpus[p.index] - self.partial) for p in single)
             mem = max(self.book.free(p.nodes_of(tiers)) for p in single)
             has = (
                 f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
@@ -1194,7 +1236,7 @@ class Engine:
     ) -> str:
         best_shared = max(range(len(self.pools)), key=lambda p: (self.allocatable(p), -p))
         best_slice = max(
-            range(len(self.pools)), key=lambda p: (len(self.free[p] - self.partial), -p)
+            range(len(self.pools)), key=lambda p: (len(self._shared_cpus[p] - self.partial), -p)
         )
         root_zone = self.pools[0].nodes_of(tiers)
         parts = []
@@ -1209,7 +1251,7 @@ class Engine:
         return (
             f"{req.who}: no pool can hold {wanted}. Largest free: "
             f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
-            f"{len(self.free[best_slice] - self.partial)} CPUs to slice in "
+            f"{len(self._shared_cpus[best_slice] - self.partial)} CPUs to slice in "
             f"{self.pools[best_slice].name}, {format_bytes(max(self.book.free(root_zone), 0))} of "
             f"memory. ({why})"
         )
@@ -1286,7 +1328,7 @@ class Engine:
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
-        pool_cpus = self.free_iso[pool] if isolated else self.free[pool] - self.partial
+        pool_cpus = self.free_iso[pool] if isolated else self._shared_cpus[pool] - self.partial
         if kind in _EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
                 raise PolicyError(
@@ -1343,10 +1385,10 @@ class Engine:
         for x in self._pools_touching(g.exclusive) if k else ():
             if x in self._chain[g.pool]:
                 continue
-            if len(self.free[x] - g.exclusive) < self._need_cpus(x):
+            if len(self._shared_cpus[x] - g.exclusive) < self._need_cpus(x):
                 raise PolicyError(f"would starve the shared containers of {self.pools[x].name}")
         for a in self._chain[g.pool]:
-            if len(self.free[a]) - k < self._need_cpus(a, extra, users):
+            if len(self._shared_cpus[a]) - k < self._need_cpus(a, extra, users):
                 raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
 
     def decision_of(self, container_id: str) -> Decision:
