@@ -11,7 +11,8 @@ import yaml
 from nri_topology.commands import validate_config
 from nri_topology.config import load
 from nri_topology.config.load import ConfigError, load_config, parse_config, read_config
-from nri_topology.config.schema import Config, parse_cpu_amount
+from nri_topology.config.schema import Config
+from nri_topology.configured import parse_cpu_amount, policy_options, tier_overrides
 from nri_topology.policy.options import AnnotationLimits, CpuAmount, Options, Trust
 from nri_topology.topology.model import MemoryTier
 
@@ -26,12 +27,12 @@ def test_there_are_examples():
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
 def test_shipped_files_load(path):
     config = load_config(path)
-    assert isinstance(config.to_options(), Options)
+    assert isinstance(policy_options(config), Options)
 
 
 def test_shipped_default_spells_out_the_built_in_defaults():
     assert load_config(REPO / "config" / "config.yaml") == Config()
-    assert Config().to_options() == Options()
+    assert policy_options(Config()) == Options()
 
 
 @pytest.mark.parametrize("text", ["", "\n# only comments\n", "---\n"])
@@ -91,7 +92,7 @@ nri: {plugin_index: 7}
 logging: {level: DEBUG}
 """
     config = parse_config(text, "x.yaml")
-    assert config.to_options() == Options(
+    assert policy_options(config) == Options(
         pin_cpu=False,
         pin_memory=False,
         prefer_isolated_cpus=False,
@@ -112,10 +113,10 @@ logging: {level: DEBUG}
         # reserved_cpus follows reserved_namespaces; an empty list trusts nobody
         trust=Trust(reserved_cpus=("kube-system", "infra-*"), preserve=(), isolated_cpus=("rt-*",)),
     )
-    assert parse_config("{}", "empty.yaml").to_options().trust == Trust()
-    assert config.tier_overrides() == {2: MemoryTier.PMEM, 3: MemoryTier.HBM}
+    assert policy_options(parse_config("{}", "empty.yaml")).trust == Trust()
+    assert tier_overrides(config) == {2: MemoryTier.PMEM, 3: MemoryTier.HBM}
     quoted = parse_config('topology: {memory_tiers: {"2": pmem}}', "helm.yaml")
-    assert quoted.tier_overrides() == {2: MemoryTier.PMEM}
+    assert tier_overrides(quoted) == {2: MemoryTier.PMEM}
     assert config.topology.proc_root is None
     assert config.nri.plugin_index == "07"
     assert config.logging.level == "debug"

@@ -43,6 +43,47 @@ async def test_routes_payloads_and_drops_unknown_connections(trunk) -> None:  # 
         await one.send(b"late")
 
 
+class Collect:
+    """A receiver that keeps what it is fed and stops after `limit` payloads."""
+
+    def __init__(self, limit: int = 99) -> None:
+        self.data: list[bytes] = []
+        self.lost: list[BaseException | None] = []
+        self.limit = limit
+
+    def data_received(self, data: bytes) -> bool:
+        self.data.append(data)
+        return len(self.data) < self.limit
+
+    def connection_lost(self, error: BaseException | None) -> None:
+        self.lost.append(error)
+
+
+async def test_attached_receiver_gets_queued_then_pushed_payloads(trunk) -> None:  # type: ignore[no-untyped-def]
+    mux, _, peer = trunk
+    one, two = mux.open(1), mux.open(2)
+    mux.start()
+    peer.write(HEADER.pack(1, 1) + b"a" + HEADER.pack(2, 1) + b"b")
+    await peer.drain()
+    assert await two.recv() == b"b"  # both payloads have been routed by now
+    first, second = Collect(), Collect(limit=1)
+    one.attach(first)
+    two.attach(second)
+    assert first.data == [b"a"]
+    with pytest.raises(ValueError, match="already has a receiver"):
+        one.attach(Collect())
+    peer.write(HEADER.pack(1, 1) + b"c" + HEADER.pack(2, 1) + b"d" + HEADER.pack(2, 1) + b"e")
+    await peer.drain()
+    await asyncio.sleep(0.05)
+    assert first.data == [b"a", b"c"]
+    assert second.data == [b"d"]  # it said it wanted no more
+    assert await two.recv() == b"e"  # ... so later payloads wait in the queue again
+    peer.close()
+    await mux.wait_closed()
+    assert first.lost == [None]
+    assert second.lost == []
+
+
 async def test_eof_inside_a_frame_is_an_error(trunk) -> None:  # type: ignore[no-untyped-def]
     mux, _, peer = trunk
     one = mux.open(1)

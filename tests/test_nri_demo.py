@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from nri_topology.nri.event_logger import EventLogger
 from nri_topology.testing.demo import demo, scenario
+from nri_topology.testing.event_logger import EventLogger
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 

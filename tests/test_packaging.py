@@ -25,6 +25,7 @@ import yaml
 from nri_topology.cli import build_parser
 from nri_topology.config.load import parse_config
 from nri_topology.config.schema import DEFAULT_METRICS_PORT, Config
+from nri_topology.configured import policy_options
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGING = ROOT / "packaging"
@@ -420,7 +421,7 @@ def test_shipped_configurations_are_valid() -> None:
         assert parse_config(text, source) == Config()
     chart = render_chart({"config": {"policy": {"reserved_resources": {"cpu": "2"}}}})
     text = _by_kind(chart)["ConfigMap"]["data"]["config.yaml"]
-    assert parse_config(text, "chart").to_options().reserved_resources.milli == 2000
+    assert policy_options(parse_config(text, "chart")).reserved_resources.milli == 2000
 
 
 def test_chart_ships_the_same_crd_as_the_manifests() -> None:

@@ -44,9 +44,11 @@ async def test_sync_over_4_mib_is_split_by_the_real_algorithm() -> None:
 
 
 async def test_updates_during_more_chunks_are_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
-    async def eager(self: _PluginService, payload: bytes, ctx: CallContext) -> bytes:
+    async def eager(
+        self: _PluginService, req: api_pb2.SynchronizeRequest, ctx: CallContext
+    ) -> api_pb2.SynchronizeResponse:
         update = api_pb2.ContainerUpdate(container_id="ctr0")
-        return api_pb2.SynchronizeResponse(update=[update], more=True).SerializeToString()
+        return api_pb2.SynchronizeResponse(update=[update], more=True)
 
     monkeypatch.setattr(_PluginService, "synchronize", eager)
     peer = RuntimePeer(containers=[_ctr(i, 2000) for i in range(40)], sync_message_limit=16 << 10)

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_topology.config.schema import Config
+from nri_topology.configured import policy_options
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, QoS
@@ -179,7 +180,7 @@ def test_invalid_policy_is_named() -> None:
 @pytest.mark.parametrize(("value", "strict"), [("best-effort", False), ("single-numa-node", True)])
 def test_config_option(value: str, strict: bool, tmp_path: Path) -> None:
     cfg = Config.model_validate({"policy": {"numa_policy": value}})
-    assert cfg.to_options().single_numa_node is strict
+    assert policy_options(cfg).single_numa_node is strict
 
 
 def test_config_option_rejects_other_values() -> None:

@@ -12,6 +12,9 @@ from collections.abc import Iterable
 
 import pytest
 import structlog.testing
+from google.protobuf.message import Message
+from hypothesis import given
+from hypothesis import strategies as st
 
 from nri_topology.nri import api_pb2, stub
 from nri_topology.nri.mux import HEADER, Mux
@@ -25,7 +28,7 @@ from nri_topology.nri.stub import (
 )
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
-from nri_topology.ttrpc.codec import HEADER_SIZE, encode_response
+from nri_topology.ttrpc.codec import HEADER_SIZE, Code, TtrpcError, encode_response
 from nri_topology.ttrpc.server import CallContext
 
 
@@ -621,13 +624,13 @@ async def test_stop_at_any_moment_of_connecting_ends_run(yields: int) -> None:
 
 @pytest.mark.parametrize(("offset", "warned"), [(-1.0, True), (5.0, False), (None, False)])
 async def test_late_answers_are_logged(offset: float | None, warned: bool) -> None:
-    async def handler(payload: bytes, ctx: CallContext) -> bytes:
-        return payload
+    async def handler(req: api_pb2.Empty, ctx: CallContext) -> api_pb2.Empty:
+        return api_pb2.Empty()
 
     deadline = None if offset is None else time.monotonic() + offset
-    ctx = CallContext(stub.PLUGIN_SERVICE, "CreateContainer", 1, deadline)
+    ctx = CallContext(stub.PLUGIN_SERVICE, "RunPodSandbox", 1, deadline)
     with structlog.testing.capture_logs() as logs:
-        assert await stub._watch_deadline(handler)(b"x", ctx) == b"x"
+        assert await stub._endpoint(api_pb2.Empty, handler)(b"", ctx) == b""
     assert any("deadline" in entry["event"] for entry in logs) is warned
 
 
@@ -655,6 +658,73 @@ async def test_every_event_is_logged(nri_version: str) -> None:
             "CreateContainer",
             "RemovePodSandbox",
         ]
+
+
+def test_method_tables_come_from_the_service_descriptor() -> None:
+    """Every Plugin RPC but Shutdown is served; every event has a handler of its name."""
+    service = stub._PluginService(stub.Stub(Plugin(), "p", "10", environ={}), None)  # type: ignore[arg-type]
+    rpcs = {m.name for m in api_pb2.DESCRIPTOR.services_by_name["Plugin"].methods}
+    assert set(service.methods) == rpcs - {"Shutdown"}
+    events = set(api_pb2.Event.keys()) - {"UNKNOWN", "LAST"}
+    assert {name.upper() for name in stub.HANDLER_EVENTS} == events
+    assert all(callable(getattr(Plugin, name)) for name in stub.HANDLER_EVENTS)
+    assert stub.STATE_CHANGE_EVENTS[api_pb2.POST_CREATE_CONTAINER] == (
+        "post_create_container",
+        True,
+    )
+    assert stub.STATE_CHANGE_EVENTS[api_pb2.STOP_POD_SANDBOX] == ("stop_pod_sandbox", False)
+    # answered with data, so never a plain notification
+    for special in ("create_container", "update_container", "stop_container", "update_pod_sandbox"):
+        assert all(handler != special for handler, _ in stub.STATE_CHANGE_EVENTS.values())
+
+
+async def test_refused_becomes_an_unknown_status_with_the_message_as_is() -> None:
+    async def handler(req: api_pb2.Empty, ctx: CallContext) -> api_pb2.Empty:
+        raise stub.Refused("no room")
+
+    ctx = CallContext(stub.PLUGIN_SERVICE, "CreateContainer", 1, None)
+    with pytest.raises(TtrpcError) as err:
+        await stub._endpoint(api_pb2.Empty, handler)(b"", ctx)
+    assert (err.value.code, err.value.message) == (Code.UNKNOWN, "no room")
+
+
+def _update(i: int, id_size: int = 8) -> api_pb2.ContainerUpdate:
+    update = api_pb2.ContainerUpdate(container_id=f"{i}".rjust(id_size, "c"))
+    update.linux.resources.cpu.cpus = f"0-{i}"
+    update.linux.resources.cpu.shares.value = 2 + i
+    return update
+
+
+@given(
+    st.lists(st.integers(0, 300), max_size=20),
+    st.sampled_from([1, 100, 130, 20000]),
+    st.sampled_from(
+        [
+            api_pb2.CreateContainerResponse,
+            api_pb2.UpdateContainerResponse,
+            api_pb2.StopContainerResponse,
+            api_pb2.SynchronizeResponse,
+            api_pb2.UpdateContainersRequest,
+        ]
+    ),
+)
+def test_encoded_updates_give_the_bytes_of_copied_ones(
+    ids: list[int], id_size: int, reply_type: type[Message]
+) -> None:
+    updates = [_update(i, id_size) for i in ids]
+    copied = reply_type()
+    if reply_type is api_pb2.CreateContainerResponse:
+        copied.adjust.linux.resources.cpu.cpus = "3"  # type: ignore[attr-defined]
+    encoded = reply_type()
+    encoded.CopyFrom(copied)
+    batch = stub.EncodedUpdates((u, stub.delimited(u)) for u in updates)
+    assert list(batch) == updates
+    plain = stub.with_updates(copied, updates)
+    assert isinstance(plain, Message)
+    fast = stub.with_updates(encoded, batch)
+    assert (fast if isinstance(fast, bytes) else fast.SerializeToString()) == (
+        plain.SerializeToString()
+    )
 
 
 async def test_unreachable_runtime_is_logged_with_its_errno_and_a_short_delay() -> None:

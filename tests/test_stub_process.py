@@ -12,7 +12,7 @@ from nri_topology.testing.runtime import RuntimePeer
 
 PLUGIN = """
 import asyncio
-from nri_topology.nri.event_logger import EventLogger
+from nri_topology.testing.event_logger import EventLogger
 from nri_topology.nri.stub import Stub
 
 asyncio.run(Stub(EventLogger(), "unused", "99").run())

@@ -95,13 +95,14 @@ def main(args: argparse.Namespace) -> int:
 
 def _nrt(machine: Machine, args: argparse.Namespace) -> int:
     from nri_topology.config.load import ConfigError, read_config
+    from nri_topology.configured import policy_options
     from nri_topology.nrt.build import node_name, node_resource_topology
     from nri_topology.policy.policy import Policy
     from nri_topology.policy.types import PolicyError
 
     try:
         config = read_config(args.config).config if args.config else Config()
-        policy = Policy(machine, config.to_options())
+        policy = Policy(machine, policy_options(config))
     except (ConfigError, PolicyError) as err:
         print(f"nri-topology topology: {err}", file=sys.stderr)
         return 2

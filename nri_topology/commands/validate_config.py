@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from nri_topology.config.load import ConfigError, read_config
+from nri_topology.configured import policy_options
 from nri_topology.policy.options import CpuAmount
 from nri_topology.quantity import format_milli
 from nri_topology.topology import cpuset
@@ -40,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         for line in e.errors:
             print(line, file=sys.stderr)
         return 1
-    options = config.to_options()
+    options = policy_options(config)
     print(f"{args.file}: valid")
     for note in notes:
         print(f"note: {note}")

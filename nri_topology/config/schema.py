@@ -2,11 +2,11 @@
 
 All models forbid unknown keys so that a typo is an error rather than a silently ignored
 setting. Values are validated here (CPU amounts, tiers, ports, plugin identity) so that a
-`Config` that exists is one the daemon can apply; `to_options()` turns its policy part into the
-policy's `Options`. Where a validator accepts more than the stored type (CPU amounts given as
-numbers, any letter case, a plugin index as an integer), `WithJsonSchema` says so, so that the
-JSON Schema generated from these models (`nri_topology.config.jsonschema`) accepts what the file
-accepts.
+`Config` that exists is one the daemon can apply; `nri_topology.configured` turns it into the
+policy's options, so this room knows nothing of the policy. Where a validator accepts more than
+the stored type (CPU amounts given as numbers, any letter case, a plugin index as an integer),
+`WithJsonSchema` says so, so that the JSON Schema generated from these models
+(`nri_topology.config.jsonschema`) accepts what the file accepts.
 """
 
 from __future__ import annotations
@@ -26,10 +26,8 @@ from pydantic import (
     WithJsonSchema,
 )
 
-from nri_topology.policy.options import AnnotationLimits, CpuAmount, Options, Trust
 from nri_topology.quantity import QuantityError, cpu_milli
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import MemoryTier
 
 DEFAULT_STATE_PATH = "/var/lib/nri-topology/state.json"
 # Outside the exporter ports the Prometheus project allocates (9100-9999, full, and on from 10000)
@@ -62,8 +60,12 @@ def _shown(value: object) -> str:
     return json.dumps(value) if isinstance(value, str | int | float) else repr(value)
 
 
-def parse_cpu_amount(value: object, *, quantity: bool) -> CpuAmount:
-    """A CPU amount; quantities only where `quantity` (reserved), CPU lists everywhere."""
+CpuAmountKind = Literal["cpus", "exclude", "milli"]
+
+
+def read_cpu_amount(value: object, *, quantity: bool) -> tuple[CpuAmountKind, frozenset[int] | int]:
+    """A CPU amount as (kind, CPUs or milli-CPU); quantities only where `quantity` (reserved),
+    CPU lists everywhere. The kinds name the fields of the policy's `CpuAmount`."""
     accepted = "cpuset:<list> or exclude-cpuset:<list>"
     if quantity:
         accepted = f"a CPU quantity (750m, 2) or {accepted}"
@@ -78,7 +80,7 @@ def parse_cpu_amount(value: object, *, quantity: bool) -> CpuAmount:
                 raise ValueError(f"{e}; expected {accepted}") from None
             if not cpus:
                 raise ValueError(f"empty CPU list in {_shown(text)}; expected {accepted}")
-            return CpuAmount(cpus=cpus) if prefix == "cpuset:" else CpuAmount(exclude=cpus)
+            return ("cpus" if prefix == "cpuset:" else "exclude"), cpus
     if not quantity:
         raise ValueError(f"expected {accepted}, got {_shown(value)}")
     try:
@@ -87,16 +89,16 @@ def parse_cpu_amount(value: object, *, quantity: bool) -> CpuAmount:
         raise ValueError(f"expected {accepted}, got {_shown(value)}") from None
     if milli <= 0:
         raise ValueError(f"expected more than 0 CPUs, got {_shown(value)}")
-    return CpuAmount(milli=milli)
+    return "milli", milli
 
 
 def _reserved_cpu(value: object) -> str:
-    parse_cpu_amount(value, quantity=True)
+    read_cpu_amount(value, quantity=True)
     return str(value).strip()
 
 
 def _available_cpu(value: object) -> str:
-    parse_cpu_amount(value, quantity=False)
+    read_cpu_amount(value, quantity=False)
     return str(value).strip()
 
 
@@ -300,55 +302,3 @@ class Config(_Section):
     expose: ExposeSection = ExposeSection()
     hints: HintsSection = HintsSection()
     nrt: NrtSection = NrtSection()
-
-    def to_options(self) -> Options:
-        """The policy options this configuration asks for."""
-        p = self.policy
-        available = p.available_resources
-        trusted = p.trusted_namespaces
-        return Options(
-            pin_cpu=p.pin_cpu,
-            pin_memory=p.pin_memory,
-            prefer_isolated_cpus=p.prefer_isolated_cpus,
-            prefer_shared_cpus=p.prefer_shared_cpus,
-            reserved_resources=parse_cpu_amount(p.reserved_resources.cpu, quantity=True),
-            available_resources=(
-                None if available is None else parse_cpu_amount(available.cpu, quantity=False)
-            ),
-            reserved_namespaces=tuple(p.reserved_namespaces),
-            colocate_pods=p.colocate_pods,
-            colocate_namespaces=p.colocate_namespaces,
-            prefer_closest_numa=p.prefer_closest_numa,
-            distribute_across_numa=p.distribute_across_numa,
-            distribute_min_group=p.distribute_min_group,
-            full_pcpus_only=p.full_pcpus_only,
-            topology_hints=p.topology_hints,
-            strict_topology_hints=p.strict_topology_hints,
-            single_numa_node=p.numa_policy == "single-numa-node",
-            default_memory_tiers=frozenset(MemoryTier(t) for t in p.default_memory_tiers),
-            on_unfit=p.on_unfit,
-            strict_reserved_cpus=p.strict_reserved_cpus,
-            shared_placement=p.shared_placement,
-            max_moves=p.max_moves,
-            annotation_limits=AnnotationLimits(
-                max_value_bytes=p.annotation_limits.max_value_bytes,
-                max_affinity_rules=p.annotation_limits.max_affinity_rules,
-                max_affinity_values=p.annotation_limits.max_affinity_values,
-                max_affinity_globs=p.annotation_limits.max_affinity_globs,
-            ),
-            trust=Trust(
-                reserved_cpus=tuple(
-                    p.reserved_namespaces
-                    if trusted.reserved_cpus is None
-                    else trusted.reserved_cpus
-                ),
-                preserve=tuple(
-                    p.reserved_namespaces if trusted.preserve is None else trusted.preserve
-                ),
-                isolated_cpus=tuple(trusted.isolated_cpus),
-            ),
-        )
-
-    def tier_overrides(self) -> dict[int, MemoryTier]:
-        """The per-node memory tier overrides for topology discovery."""
-        return {node: MemoryTier(t) for node, t in self.topology.memory_tiers.items()}

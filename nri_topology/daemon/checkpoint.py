@@ -81,9 +81,8 @@ class Encoder:
     value of the same types sits at the same path (Python's equality alone would take 1, 1.0 and
     True for one value; JSON writes them differently).
 
-    Encoding the whole body in one call held the GIL for 2-4 ms at 1000 containers and stalled
-    CreateContainer replies; `steps` does the work in slices the event loop can interleave
-    (0.1-0.4 ms each at 1000 containers on the development machine).
+    Encoding the whole body in one call held the GIL long enough at 1000 containers to stall
+    CreateContainer replies; `steps` does the work in slices the event loop can interleave.
     """
 
     def __init__(self, depth: int = 3, batch: int = 100) -> None:

@@ -34,6 +34,7 @@ from nri_topology.config.load import (
     with_overrides,
 )
 from nri_topology.config.schema import Config
+from nri_topology.configured import policy_options, tier_overrides
 from nri_topology.daemon import logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
@@ -126,7 +127,7 @@ PolicyFactory = Callable[[Machine, Config], PolicyPort]
 def _default_policy(machine: Machine, config: Config) -> PolicyPort:
     from nri_topology.policy.policy import Policy  # the policy package is heavy; load it here
 
-    return Policy(machine, config.to_options())
+    return Policy(machine, policy_options(config))
 
 
 class Daemon:
@@ -196,7 +197,7 @@ class Daemon:
             machine = read_machine(
                 Path(topology.sysfs_root),
                 proc_root=Path(topology.proc_root) if topology.proc_root else None,
-                tier_overrides=self.config.tier_overrides(),
+                tier_overrides=tier_overrides(self.config),
             )
         except (TopologyError, OSError) as exc:
             raise StartupError(f"cannot read the machine topology: {exc}") from None
@@ -232,7 +233,7 @@ class Daemon:
         """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
         assert self.plugin is not None
         new = effective(config, self.overrides)
-        await self.plugin.reconfigure(new.to_options())
+        await self.plugin.reconfigure(policy_options(new))
         self.plugin.settings = settings_of(new)
         restart_only = [
             name

@@ -1,7 +1,7 @@
 """Checkpoint writes kept off the request path: coalesced, taken when the policy is idle.
 
-A snapshot of the policy at 1000 containers takes about 1 ms and its encoding more; doing both
-after every change put them into every CreateContainer reply. Instead a change only marks the
+A snapshot of the policy at 1000 containers and its encoding are too slow to do after every
+change: they put themselves into every CreateContainer reply. Instead a change only marks the
 state dirty. A background task waits until no change came for `quiet_s` (or the first unsaved
 change is `max_delay_s` old, so a busy node still saves), takes the lock briefly for the
 snapshot, encodes it in slices the event loop interleaves with requests (`Encoder`), and writes

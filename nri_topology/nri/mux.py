@@ -3,8 +3,8 @@
 The wire format is `[u32 BE conn id][u32 BE length][payload]` (docs/protocol.md §3). The
 sans-IO part (`frame_message`, `MuxDecoder`) knows nothing about sockets, so the framing rules the
 Go peer depends on can be tested byte by byte; `Mux` is the asyncio trunk on top of it: one reader
-task routing payloads to per-connection `MuxChannel`s and one lock so that the frames of a ttrpc
-message leave contiguously.
+task handing payloads to per-connection `MuxChannel`s, straight into the ttrpc endpoint reading
+each, and one lock so that the frames of a ttrpc message leave contiguously.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import struct
 from collections.abc import Callable, Iterable
 
 import structlog
+
+from nri_topology.ttrpc.channel import Receiver
 
 log = structlog.get_logger(__name__)
 
@@ -108,26 +110,52 @@ class MuxDecoder:
 
 
 class MuxChannel:
-    """One logical connection: a byte stream of ttrpc messages (the ttrpc `Channel` protocol).
+    """One logical connection: a byte stream of ttrpc messages (the ttrpc `PushChannel`).
 
-    `recv` returns payload bytes in arrival order (frame boundaries carry no meaning) and b""
-    once the trunk has closed; `send` takes exactly one whole ttrpc message.
+    Once a receiver is attached, the trunk's reader hands it each payload directly; before, the
+    payloads wait in a queue that `recv` reads (b"" once the trunk has closed). Frame
+    boundaries carry no meaning. `send` takes exactly one whole ttrpc message.
     """
 
     def __init__(self, mux: Mux, conn_id: int) -> None:
         self._mux = mux
         self.conn_id = conn_id
         self._queue: asyncio.Queue[bytes] = asyncio.Queue()
+        self._receiver: Receiver | None = None
         self._eof = False
 
+    def attach(self, receiver: Receiver) -> None:
+        if self._receiver is not None:
+            raise ValueError(f"mux connection {self.conn_id} already has a receiver")
+        self._receiver = receiver
+        while not self._queue.empty():
+            data = self._queue.get_nowait()
+            if not data:
+                self._receiver = None
+                receiver.connection_lost(self._mux.error)
+                return
+            if not receiver.data_received(data):
+                self._receiver = None
+                return
+
     def _deliver(self, payload: bytes) -> None:
-        if payload:
+        if not payload:
+            return
+        receiver = self._receiver
+        if receiver is None:
             self._queue.put_nowait(payload)
+        elif not receiver.data_received(payload):
+            self._receiver = None
 
     def _close_read(self) -> None:
-        if not self._eof:
-            self._eof = True
+        if self._eof:
+            return
+        self._eof = True
+        receiver, self._receiver = self._receiver, None
+        if receiver is None:
             self._queue.put_nowait(b"")
+        else:
+            receiver.connection_lost(self._mux.error)
 
     async def recv(self) -> bytes:
         data = await self._queue.get()

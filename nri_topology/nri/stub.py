@@ -24,12 +24,13 @@ import os
 import random
 import re
 import socket
-from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
 from google.protobuf.message import DecodeError, Message
+from google.protobuf.message_factory import GetMessageClass
 
 from nri_topology.nri import api_pb2
 from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
@@ -52,7 +53,49 @@ NRI_VERSION = "v0.12.2"
 _NAME = re.compile(r"^[a-zA-Z0-9_.+-]+$")
 _IDX = re.compile(r"^[0-9]{2}$")
 
-Updates = list[api_pb2.ContainerUpdate]
+Updates = Sequence[api_pb2.ContainerUpdate]
+
+
+class EncodedUpdates(tuple[api_pb2.ContainerUpdate, ...]):
+    """Updates that come with their wire form, which the stub writes into the reply instead of
+    copying every message into it: a reply re-pinning hundreds of containers spent most of its
+    encoding time on those copies. `delimited[i]` is `delimited(self[i])`."""
+
+    delimited: tuple[bytes, ...]
+
+    def __new__(cls, pairs: Iterable[tuple[api_pb2.ContainerUpdate, bytes]]) -> EncodedUpdates:
+        pairs = list(pairs)
+        self = super().__new__(cls, [message for message, _ in pairs])
+        self.delimited = tuple(data for _, data in pairs)
+        return self
+
+
+def delimited(message: Message) -> bytes:
+    """`message` as an element of a repeated field, less the tag: length varint, then body."""
+    body = message.SerializeToString()
+    size = len(body)
+    prefix = bytearray()
+    while size > 0x7F:
+        prefix.append(size & 0x7F | 0x80)
+        size >>= 7
+    prefix.append(size)
+    return bytes(prefix) + body
+
+
+def with_updates(message: Message, updates: Updates) -> Message | bytes:
+    """`message` with `updates` in its repeated `update` field, serialized when that is cheaper.
+
+    The encoded updates are appended after the other fields: the same bytes as adding them to
+    `message` whenever no field numbered above `update` is set, and valid protobuf either way.
+    """
+    if not isinstance(updates, EncodedUpdates):
+        message.update.extend(updates)  # type: ignore[attr-defined]
+        return message
+    if not updates:
+        return message
+    number = message.DESCRIPTOR.fields_by_name["update"].number
+    tag = bytes([number << 3 | 2])  # field numbers below 16 take one byte
+    return message.SerializeToString() + tag + tag.join(updates.delimited)
 
 
 class Plugin:
@@ -60,7 +103,8 @@ class Plugin:
 
     Only overridden handlers are subscribed to (configure and synchronize are always called).
     Handlers run while the runtime waits, under its request timeout (2 s by default); they must
-    not await `Stub.update_containers`, which needs a lock the runtime holds meanwhile.
+    not await `Stub.update_containers`, which needs a lock the runtime holds meanwhile. A handler
+    raises `Refused` to fail the request with a message for the runtime to report.
     """
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
@@ -133,35 +177,34 @@ class Plugin:
         return None
 
 
-# Handler name -> the event it subscribes to.
+_PLUGIN_METHODS = api_pb2.DESCRIPTOR.services_by_name["Plugin"].methods
+
+
+def _snake(name: str) -> str:
+    """RPC name to handler name: "PostCreateContainer" -> "post_create_container"."""
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# Handler name -> the event it subscribes to: the Plugin RPCs that have an Event of their name.
 HANDLER_EVENTS: dict[str, int] = {
-    "run_pod_sandbox": api_pb2.RUN_POD_SANDBOX,
-    "stop_pod_sandbox": api_pb2.STOP_POD_SANDBOX,
-    "remove_pod_sandbox": api_pb2.REMOVE_POD_SANDBOX,
-    "create_container": api_pb2.CREATE_CONTAINER,
-    "post_create_container": api_pb2.POST_CREATE_CONTAINER,
-    "start_container": api_pb2.START_CONTAINER,
-    "post_start_container": api_pb2.POST_START_CONTAINER,
-    "update_container": api_pb2.UPDATE_CONTAINER,
-    "post_update_container": api_pb2.POST_UPDATE_CONTAINER,
-    "stop_container": api_pb2.STOP_CONTAINER,
-    "remove_container": api_pb2.REMOVE_CONTAINER,
-    "update_pod_sandbox": api_pb2.UPDATE_POD_SANDBOX,
-    "post_update_pod_sandbox": api_pb2.POST_UPDATE_POD_SANDBOX,
-    "validate_container_adjustment": api_pb2.VALIDATE_CONTAINER_ADJUSTMENT,
+    _snake(m.name): api_pb2.Event.Value(_snake(m.name).upper())
+    for m in _PLUGIN_METHODS
+    if _snake(m.name).upper() in api_pb2.Event.DESCRIPTOR.values_by_name
 }
 
-# Events older runtimes deliver through StateChange: event -> (handler, takes a container).
+# Notification RPCs (NRI >= v0.12), the events that only tell of a pod or container and expect
+# an empty answer: RPC name -> (handler, takes a container).
+_NOTIFICATIONS: dict[str, tuple[str, bool]] = {
+    m.name: (_snake(m.name), "container" in m.input_type.fields_by_name)
+    for m in _PLUGIN_METHODS
+    if _snake(m.name) in HANDLER_EVENTS
+    and not m.output_type.fields
+    and set(m.input_type.fields_by_name) <= {"pod", "container"}
+}
+
+# Older runtimes deliver the same notifications through StateChange: event -> (handler, ctr?).
 STATE_CHANGE_EVENTS: dict[int, tuple[str, bool]] = {
-    api_pb2.RUN_POD_SANDBOX: ("run_pod_sandbox", False),
-    api_pb2.STOP_POD_SANDBOX: ("stop_pod_sandbox", False),
-    api_pb2.REMOVE_POD_SANDBOX: ("remove_pod_sandbox", False),
-    api_pb2.POST_UPDATE_POD_SANDBOX: ("post_update_pod_sandbox", False),
-    api_pb2.POST_CREATE_CONTAINER: ("post_create_container", True),
-    api_pb2.START_CONTAINER: ("start_container", True),
-    api_pb2.POST_START_CONTAINER: ("post_start_container", True),
-    api_pb2.POST_UPDATE_CONTAINER: ("post_update_container", True),
-    api_pb2.REMOVE_CONTAINER: ("remove_container", True),
+    HANDLER_EVENTS[handler]: (handler, with_ctr) for handler, with_ctr in _NOTIFICATIONS.values()
 }
 
 
@@ -172,6 +215,10 @@ def overridden_events(plugin: Plugin) -> int:
         if getattr(type(plugin), name) is not getattr(Plugin, name):
             mask |= event_bit(event)
     return mask
+
+
+class Refused(Exception):
+    """Raised by a handler to fail the request; the runtime reports the message as is."""
 
 
 class StubError(Exception):
@@ -347,11 +394,11 @@ class Stub:
         session = self._session
         if session is None or not session.registered:
             raise NotConnectedError("not registered with the NRI runtime")
-        req = api_pb2.UpdateContainersRequest(update=updates)
+        req = with_updates(api_pb2.UpdateContainersRequest(), updates)
+        if not isinstance(req, bytes):
+            req = req.SerializeToString()
         try:
-            payload = await session.client.call(
-                RUNTIME_SERVICE, "UpdateContainers", req.SerializeToString()
-            )
+            payload = await session.client.call(RUNTIME_SERVICE, "UpdateContainers", req)
         except TtrpcError as exc:
             if session.client.closed:
                 raise NotConnectedError(f"NRI connection lost during update: {exc}") from exc
@@ -432,12 +479,24 @@ async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:
             task.cancel()
 
 
-def _watch_deadline(handler: Handler) -> Handler:
-    """Log when a handler outlives the runtime's deadline: the runtime drops us for it."""
+RequestHandler = Callable[[Any, CallContext], Awaitable[Message | bytes]]
+"""A decoded request in, the response message (or its encoding) out."""
 
-    async def timed(payload: bytes, ctx: CallContext) -> bytes:
+
+def _endpoint(request: type[Message], handler: RequestHandler) -> Handler:
+    """The ttrpc handler for one RPC: decode, call, encode, and log when the answer comes
+    after the runtime's deadline (the runtime drops the plugin for it)."""
+
+    async def endpoint(payload: bytes, ctx: CallContext) -> bytes:
         try:
-            return await handler(payload, ctx)
+            req = request.FromString(payload)
+        except DecodeError as exc:
+            raise TtrpcError(Code.INTERNAL, f"cannot decode {request.__name__}: {exc}") from None
+        try:
+            reply = await handler(req, ctx)
+            return reply if isinstance(reply, bytes) else reply.SerializeToString()
+        except Refused as exc:
+            raise TtrpcError(Code.UNKNOWN, str(exc)) from exc
         finally:
             late = ctx.remaining()
             if late is not None and late < 0:
@@ -447,7 +506,7 @@ def _watch_deadline(handler: Handler) -> Handler:
                     late_seconds=round(-late, 3),
                 )
 
-    return timed
+    return endpoint
 
 
 def _socket_from_env(value: str) -> socket.socket:
@@ -469,36 +528,27 @@ def _log_event(method: str, pod: Any, ctr: Any = None) -> None:
         log.debug("NRI event", method=method, pod=f"{pod.namespace}/{pod.name}", container=ctr.name)
 
 
-def _parse(cls: type[Message], payload: bytes) -> Any:
-    try:
-        return cls.FromString(payload)
-    except DecodeError as exc:
-        raise TtrpcError(Code.INTERNAL, f"cannot decode {cls.__name__}: {exc}") from None
-
-
 class _PluginService:
-    """The Plugin service of one connection: decodes requests and calls the plugin's handlers."""
+    """The Plugin service of one connection: calls the plugin's handlers for each request.
+
+    Its methods are named after the RPCs they serve; the notifications share one handler.
+    """
 
     def __init__(self, stub: Stub, session: _Session) -> None:
         self.stub = stub
         self.plugin = stub.plugin
         self.session = session
-        self.methods: dict[str, Handler] = {
-            "Configure": self.configure,
-            "Synchronize": self.synchronize,
-            "StateChange": self.state_change,
-            "CreateContainer": self.create_container,
-            "UpdateContainer": self.update_container,
-            "StopContainer": self.stop_container,
-            "UpdatePodSandbox": self.update_pod_sandbox,
-            "ValidateContainerAdjustment": self.validate_container_adjustment,
-        }
-        for method, (request, response, handler, with_ctr) in _NOTIFICATIONS.items():
-            self.methods[method] = self._notification(request, response, handler, with_ctr)
-        self.methods = {name: _watch_deadline(h) for name, h in self.methods.items()}
+        self.methods: dict[str, Handler] = {}
+        for m in _PLUGIN_METHODS:
+            if m.name in _NOTIFICATIONS:
+                handler = self._notification(*_NOTIFICATIONS[m.name])
+            else:
+                handler = getattr(self, _snake(m.name), None)
+                if handler is None:
+                    continue  # Shutdown: left UNIMPLEMENTED
+            self.methods[m.name] = _endpoint(GetMessageClass(m.input_type), handler)
 
-    async def configure(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.ConfigureRequest, payload)
+    async def configure(self, req: api_pb2.ConfigureRequest, ctx: CallContext) -> Message:
         self.stub.runtime = req
         self.stub.request_timeout = req.request_timeout / 1000 if req.request_timeout else None
         if req.registration_timeout:
@@ -515,18 +565,19 @@ class _PluginService:
             events=hex(mask),
             request_timeout=self.stub.request_timeout,
         )
-        return api_pb2.ConfigureResponse(events=mask).SerializeToString()
+        return api_pb2.ConfigureResponse(events=mask)
 
-    async def synchronize(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.SynchronizeRequest, payload)
+    async def synchronize(
+        self, req: api_pb2.SynchronizeRequest, ctx: CallContext
+    ) -> Message | bytes:
         self.session.sync_pods.extend(req.pods)
         self.session.sync_containers.extend(req.containers)
         if req.more:
-            return api_pb2.SynchronizeResponse(more=True).SerializeToString()
+            return api_pb2.SynchronizeResponse(more=True)
         pods, containers = self.session.sync_pods, self.session.sync_containers
         self.session.sync_pods, self.session.sync_containers = [], []
         updates = await self.plugin.synchronize(pods, containers)
-        reply = api_pb2.SynchronizeResponse(update=updates).SerializeToString()
+        reply = with_updates(api_pb2.SynchronizeResponse(), updates)
         if not self.session.ready:
             self.session.ready = True
             # debug: the plugin logs the synchronization with what it made of it
@@ -535,8 +586,7 @@ class _PluginService:
             self.stub._spawn(self.stub._became_ready())
         return reply
 
-    async def state_change(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.StateChangeEvent, payload)
+    async def state_change(self, req: api_pb2.StateChangeEvent, ctx: CallContext) -> Message:
         target = STATE_CHANGE_EVENTS.get(req.event)
         if target is None:
             raise TtrpcError(Code.INVALID_ARGUMENT, f"StateChange for unexpected event {req.event}")
@@ -544,112 +594,54 @@ class _PluginService:
         _log_event(api_pb2.Event.Name(req.event), req.pod, req.container if with_ctr else None)
         method = getattr(self.plugin, handler)
         await (method(req.pod, req.container) if with_ctr else method(req.pod))
-        return b""
+        return api_pb2.Empty()
 
-    async def create_container(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.CreateContainerRequest, payload)
+    async def create_container(
+        self, req: api_pb2.CreateContainerRequest, ctx: CallContext
+    ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         adjust, updates = await self.plugin.create_container(req.pod, req.container)
-        reply = api_pb2.CreateContainerResponse(update=updates)
+        reply = api_pb2.CreateContainerResponse()
         if adjust is not None:
             reply.adjust.CopyFrom(adjust)
-        return reply.SerializeToString()
+        return with_updates(reply, updates)
 
-    async def update_container(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.UpdateContainerRequest, payload)
+    async def update_container(
+        self, req: api_pb2.UpdateContainerRequest, ctx: CallContext
+    ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         updates = await self.plugin.update_container(req.pod, req.container, req.linux_resources)
-        return api_pb2.UpdateContainerResponse(update=updates).SerializeToString()
+        return with_updates(api_pb2.UpdateContainerResponse(), updates)
 
-    async def stop_container(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.StopContainerRequest, payload)
+    async def stop_container(
+        self, req: api_pb2.StopContainerRequest, ctx: CallContext
+    ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         updates = await self.plugin.stop_container(req.pod, req.container)
-        return api_pb2.StopContainerResponse(update=updates).SerializeToString()
+        return with_updates(api_pb2.StopContainerResponse(), updates)
 
-    async def update_pod_sandbox(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.UpdatePodSandboxRequest, payload)
+    async def update_pod_sandbox(
+        self, req: api_pb2.UpdatePodSandboxRequest, ctx: CallContext
+    ) -> Message:
         await self.plugin.update_pod_sandbox(
             req.pod, req.overhead_linux_resources, req.linux_resources
         )
-        return b""
+        return api_pb2.UpdatePodSandboxResponse()
 
-    async def validate_container_adjustment(self, payload: bytes, ctx: CallContext) -> bytes:
-        req = _parse(api_pb2.ValidateContainerAdjustmentRequest, payload)
+    async def validate_container_adjustment(
+        self, req: api_pb2.ValidateContainerAdjustmentRequest, ctx: CallContext
+    ) -> Message:
         try:
             await self.plugin.validate_container_adjustment(req)
         except Exception as exc:
-            reply = api_pb2.ValidateContainerAdjustmentResponse(reject=True, reason=str(exc))
-            return reply.SerializeToString()
-        return b""
+            return api_pb2.ValidateContainerAdjustmentResponse(reject=True, reason=str(exc))
+        return api_pb2.ValidateContainerAdjustmentResponse()
 
-    def _notification(
-        self, request: type[Message], response: type[Message], handler: str, with_ctr: bool
-    ) -> Handler:
-        async def handle(payload: bytes, ctx: CallContext) -> bytes:
-            req: Any = _parse(request, payload)
+    def _notification(self, handler: str, with_ctr: bool) -> RequestHandler:
+        async def notify(req: Any, ctx: CallContext) -> Message:
             _log_event(ctx.method, req.pod, req.container if with_ctr else None)
             method = getattr(self.plugin, handler)
             await (method(req.pod, req.container) if with_ctr else method(req.pod))
-            return response().SerializeToString()
+            return api_pb2.Empty()  # every notification's response is empty on the wire
 
-        return handle
-
-
-# Dedicated notification RPCs (NRI ≥ v0.12): method -> (request, response, handler, container?).
-_NOTIFICATIONS: dict[str, tuple[type[Message], type[Message], str, bool]] = {
-    "RunPodSandbox": (
-        api_pb2.RunPodSandboxRequest,
-        api_pb2.RunPodSandboxResponse,
-        "run_pod_sandbox",
-        False,
-    ),
-    "StopPodSandbox": (
-        api_pb2.StopPodSandboxRequest,
-        api_pb2.StopPodSandboxResponse,
-        "stop_pod_sandbox",
-        False,
-    ),
-    "RemovePodSandbox": (
-        api_pb2.RemovePodSandboxRequest,
-        api_pb2.RemovePodSandboxResponse,
-        "remove_pod_sandbox",
-        False,
-    ),
-    "PostUpdatePodSandbox": (
-        api_pb2.PostUpdatePodSandboxRequest,
-        api_pb2.PostUpdatePodSandboxResponse,
-        "post_update_pod_sandbox",
-        False,
-    ),
-    "PostCreateContainer": (
-        api_pb2.PostCreateContainerRequest,
-        api_pb2.PostCreateContainerResponse,
-        "post_create_container",
-        True,
-    ),
-    "StartContainer": (
-        api_pb2.StartContainerRequest,
-        api_pb2.StartContainerResponse,
-        "start_container",
-        True,
-    ),
-    "PostStartContainer": (
-        api_pb2.PostStartContainerRequest,
-        api_pb2.PostStartContainerResponse,
-        "post_start_container",
-        True,
-    ),
-    "PostUpdateContainer": (
-        api_pb2.PostUpdateContainerRequest,
-        api_pb2.PostUpdateContainerResponse,
-        "post_update_container",
-        True,
-    ),
-    "RemoveContainer": (
-        api_pb2.RemoveContainerRequest,
-        api_pb2.RemoveContainerResponse,
-        "remove_container",
-        True,
-    ),
-}
+        return notify

@@ -1,6 +1,7 @@
 """Policy options: the validated, typed form of the policy part of the configuration.
 
-The config room parses and validates YAML into this; the policy only ever sees this value.
+`nri_topology.configured` builds it from a validated configuration; the policy only ever sees
+this value.
 """
 
 from __future__ import annotations

@@ -90,13 +90,14 @@ def load_inputs(
     tiers: dict[int, MemoryTier] = {}
     if config is not None:
         from nri_topology.config.load import load_config
+        from nri_topology.configured import policy_options, tier_overrides
 
         try:
             loaded = load_config(config)
-            options = loaded.to_options()
         except ValueError as exc:
             raise SimulationError(f"--config {config}: {exc}") from None
-        tiers = {node: MemoryTier(t) for node, t in loaded.topology.memory_tiers.items()}
+        options = policy_options(loaded)
+        tiers = tier_overrides(loaded)
     try:
         wl = _workload(workload)
         if sysfs is not None:

@@ -12,8 +12,8 @@ import sys
 
 from nri_topology.daemon import logs
 from nri_topology.nri import api_pb2
-from nri_topology.nri.event_logger import EventLogger
 from nri_topology.nri.stub import Plugin
+from nri_topology.testing.event_logger import EventLogger
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 

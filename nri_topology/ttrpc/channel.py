@@ -2,17 +2,15 @@
 
 ttrpc endpoints only need "next bytes in" and "one whole message out". Over NRI the transport
 is a logical connection of the multiplexer, whose writer must see each ttrpc message whole to
-frame it the way the Go peer expects; over a plain socket it is a stream pair.
+frame it the way the Go peer expects, and whose reader pushes bytes straight into the endpoint
+(`PushChannel`); over a plain socket it is a stream pair the endpoint pulls from (`pump`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Protocol
-
-from nri_topology.ttrpc.codec import Frame, FrameDecoder, Oversized, ProtocolError
 
 _log = logging.getLogger(__name__)
 
@@ -60,25 +58,40 @@ class StreamChannel:
         self._writer.close()
 
 
-async def incoming(channel: Channel, side: str) -> AsyncIterator[Frame | Oversized]:
-    """Decoded frames of `channel` until EOF, a lost connection or a protocol error.
+class Receiver(Protocol):
+    """A ttrpc endpoint's input side: fed bytes as they arrive, told when the stream ends."""
 
-    The end is logged (`side` is "client" or "server"), never raised: either way the connection
-    is over and the caller closes its side.
+    def data_received(self, data: bytes) -> bool:
+        """Consume the next bytes; False once the endpoint has closed and wants no more."""
+        ...
+
+    def connection_lost(self, error: BaseException | None) -> None:
+        """The incoming stream ended: EOF (None) or a transport failure."""
+        ...
+
+
+class PushChannel(Channel, Protocol):
+    """A channel that can feed a receiver directly, in the task that reads the transport."""
+
+    def attach(self, receiver: Receiver) -> None:
+        """From now on, call `receiver` with every incoming byte (queued ones first)."""
+        ...
+
+
+async def pump(channel: Channel, receiver: Receiver, side: str) -> None:
+    """Feed `receiver` from a pull-only channel until the end of either.
+
+    A lost connection is logged (`side` is "client" or "server"), never raised.
     """
-    decoder = FrameDecoder()
     while True:
         try:
             data = await channel.recv()
         except Exception as exc:
             _log.info("ttrpc %s: connection lost: %s", side, exc)
+            receiver.connection_lost(exc)
             return
         if not data:
+            receiver.connection_lost(None)
             return
-        try:
-            items = decoder.feed(data)
-        except ProtocolError as exc:
-            _log.warning("ttrpc %s: closing on protocol error: %s", side, exc)
+        if not receiver.data_received(data):
             return
-        for item in items:
-            yield item

@@ -12,22 +12,17 @@ import contextlib
 import logging
 from collections.abc import Sequence
 
-from nri_topology.ttrpc import codec
-from nri_topology.ttrpc.channel import Channel, incoming
+from nri_topology.ttrpc.channel import Channel, pump
 from nri_topology.ttrpc.codec import (
-    TYPE_REQUEST,
-    TYPE_RESPONSE,
     Code,
-    Frame,
-    Oversized,
+    MessageTooLarge,
     ProtocolError,
     ResponseEnvelope,
     TtrpcError,
 )
+from nri_topology.ttrpc.connection import ClientConnection, Ignored, ResponseReceived
 
 _log = logging.getLogger(__name__)
-
-_MAX_STREAM_ID = 0xFFFFFFFF
 
 
 def closed_error() -> TtrpcError:
@@ -42,13 +37,15 @@ def _retrieve_exception(future: asyncio.Future[object]) -> None:
 
 
 class TtrpcClient:
-    """Client end of one ttrpc connection."""
+    """Client end of one ttrpc connection: the stream rules are `ClientConnection`'s, this
+    class sends its messages and wakes the caller its responses belong to."""
 
     def __init__(self, channel: Channel) -> None:
         self._channel = channel
-        self._next_id = 1
+        self._conn = ClientConnection()
         self._pending: dict[int, asyncio.Future[ResponseEnvelope]] = {}
         self._send_lock = asyncio.Lock()
+        self._started = False
         self._reader: asyncio.Task[None] | None = None
         self._closed = asyncio.Event()
 
@@ -62,9 +59,15 @@ class TtrpcClient:
 
     def start(self) -> None:
         """Start reading responses; idempotent, and call() does it on first use."""
-        if self._reader is None and not self.closed:
+        if self._started or self.closed:
+            return
+        self._started = True
+        attach = getattr(self._channel, "attach", None)
+        if attach is not None:
+            attach(self)  # the transport's reader feeds us: no task, no queue of our own
+        else:
             self._reader = asyncio.get_running_loop().create_task(
-                self._read_loop(), name="ttrpc-client-reader"
+                pump(self._channel, self, "client"), name="ttrpc-client-reader"
             )
 
     async def call(
@@ -86,12 +89,7 @@ class TtrpcClient:
             raise closed_error()
         self.start()
         timeout_nano = 0 if timeout is None else max(1, round(timeout * 1e9))
-        data = codec.encode_request(service, method, payload, timeout_nano, metadata)
-        stream_id = self._next_id
-        if stream_id > _MAX_STREAM_ID:
-            raise TtrpcError(Code.RESOURCE_EXHAUSTED, "ttrpc: stream ids exhausted")
-        self._next_id += 2
-        message = codec.encode_frame(Frame(stream_id, TYPE_REQUEST, 0, data))  # may be too large
+        stream_id, message = self._conn.request(service, method, payload, timeout_nano, metadata)
         future: asyncio.Future[ResponseEnvelope] = asyncio.get_running_loop().create_future()
         self._pending[stream_id] = future
         try:
@@ -107,6 +105,7 @@ class TtrpcClient:
             ) from None
         finally:
             self._pending.pop(stream_id, None)
+            self._conn.abandon(stream_id)
             if future.done():
                 _retrieve_exception(future)
             else:
@@ -136,34 +135,37 @@ class TtrpcClient:
                 self._shutdown()
                 raise closed_error() from exc
 
-    async def _read_loop(self) -> None:
+    def data_received(self, data: bytes) -> bool:
+        if self.closed:
+            return False
         try:
-            async for item in incoming(self._channel, "client"):
-                self._dispatch(item)
-        finally:
-            self._shutdown()
-
-    def _dispatch(self, item: Frame | Oversized) -> None:
-        future = self._pending.get(item.stream_id)
-        if isinstance(item, Oversized):
-            _log.warning(
-                "ttrpc client: dropped %d-byte message on stream %d", item.length, item.stream_id
-            )
-            if future is not None and not future.done():
-                future.set_exception(codec.MessageTooLarge(item.length))
-            return
-        if item.type != TYPE_RESPONSE:
-            _log.warning(
-                "ttrpc client: ignoring message type %d on stream %d", item.type, item.stream_id
-            )
-            return
-        if future is None or future.done():
-            _log.debug("ttrpc client: response for inactive stream %d dropped", item.stream_id)
-            return
-        try:
-            future.set_result(codec.decode_response(item.data))
+            events = self._conn.receive_data(data)
         except ProtocolError as exc:
-            future.set_exception(exc)
+            _log.warning("ttrpc client: closing on protocol error: %s", exc)
+            self._shutdown()
+            return False
+        for event in events:
+            if type(event) is ResponseReceived:
+                future = self._pending.get(event.stream_id)
+                if future is None or future.done():
+                    continue
+                result = event.result
+                if isinstance(result, TtrpcError):
+                    if isinstance(result, MessageTooLarge):
+                        _log.warning(
+                            "ttrpc client: dropped %d-byte message on stream %d",
+                            result.length,
+                            event.stream_id,
+                        )
+                    future.set_exception(result)
+                else:
+                    future.set_result(result)
+            elif type(event) is Ignored:
+                _log.debug("ttrpc client: stream %d: %s", event.stream_id, event.reason)
+        return True
+
+    def connection_lost(self, error: BaseException | None) -> None:
+        self._shutdown()
 
     def _shutdown(self) -> None:
         if self.closed:

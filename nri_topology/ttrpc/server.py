@@ -11,23 +11,13 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from nri_topology.ttrpc import codec
-from nri_topology.ttrpc.channel import Channel, incoming
-from nri_topology.ttrpc.codec import (
-    MAX_DATA,
-    TYPE_DATA,
-    TYPE_RESPONSE,
-    Code,
-    Frame,
-    Oversized,
-    ProtocolError,
-    RequestEnvelope,
-    Status,
-    TtrpcError,
-)
+from nri_topology.ttrpc.channel import Channel, pump
+from nri_topology.ttrpc.codec import Code, MessageTooLarge, ProtocolError, TtrpcError
+from nri_topology.ttrpc.connection import Ignored, Rejected, RequestReceived, ServerConnection
 
 _log = logging.getLogger(__name__)
 
@@ -52,21 +42,30 @@ Handler = Callable[[bytes, CallContext], Awaitable[bytes]]
 
 
 class TtrpcServer:
-    """Server end of one ttrpc connection."""
+    """Server end of one ttrpc connection: the stream rules are `ServerConnection`'s, this
+    class reads bytes into it and runs one task per request."""
 
     def __init__(self, channel: Channel, services: Mapping[str, Mapping[str, Handler]]) -> None:
         self._channel = channel
         self._services = services
+        self._conn = ServerConnection()
         self._send_lock = asyncio.Lock()
         self._handlers: set[asyncio.Task[None]] = set()
-        self._last_stream_id = 0
+        self._ended: asyncio.Event | None = None
+        self._over = False
 
     async def serve(self) -> None:
         """Serve until the peer closes or breaks the protocol; in-flight handlers are cancelled."""
+        self._ended = asyncio.Event()
         try:
-            async for item in incoming(self._channel, "server"):
-                self._dispatch(item)
+            attach = getattr(self._channel, "attach", None)
+            if attach is not None:
+                attach(self)  # the transport's reader feeds us: no task, no queue of our own
+                await self._ended.wait()
+            else:
+                await pump(self._channel, self, "server")
         finally:
+            self._over = True
             for task in list(self._handlers):
                 task.cancel()
             for task in list(self._handlers):
@@ -74,56 +73,44 @@ class TtrpcServer:
                     await task
             self._channel.close()
 
-    def _dispatch(self, item: Frame | Oversized) -> None:
-        stream_id = item.stream_id
-        if item.type == TYPE_RESPONSE:
-            _log.warning("ttrpc server: ignoring a response on stream %d", stream_id)
-            return
-        if stream_id % 2 != 1:
-            message = "StreamID must be odd for client initiated streams"
-            self._reply_error(stream_id, Code.INVALID_ARGUMENT, message)
-            return
-        if item.type == TYPE_DATA:
-            # Only unary calls exist here, so no stream is ever open for data.
-            self._reply_error(stream_id, Code.INVALID_ARGUMENT, "StreamID is no longer active")
-            return
-        if stream_id <= self._last_stream_id:
-            self._reply_error(
-                stream_id, Code.INVALID_ARGUMENT, "StreamID cannot be re-used and must increment"
-            )
-            return
-        self._last_stream_id = stream_id
-        if isinstance(item, Oversized):
-            self._reply_error(
-                stream_id,
-                Code.RESOURCE_EXHAUSTED,
-                f"message length {item.length} exceed maximum message size of {MAX_DATA}",
-            )
-            return
+    def data_received(self, data: bytes) -> bool:
+        if self._over:
+            return False
         try:
-            request = codec.decode_request(item.data)
+            events = self._conn.receive_data(data)
         except ProtocolError as exc:
-            self._reply_error(
-                stream_id, Code.INVALID_ARGUMENT, f"unmarshal request error: {exc.message}"
-            )
-            return
-        self._spawn(self._handle(stream_id, request))
+            _log.warning("ttrpc server: closing on protocol error: %s", exc)
+            self.connection_lost(None)
+            return False
+        for event in events:
+            if type(event) is RequestReceived:
+                self._spawn(self._handle(event))
+            elif type(event) is Rejected:
+                # a task as well, so that answers leave in the order the requests came
+                self._spawn(self._send(event.stream_id, event.reply))
+            elif type(event) is Ignored:
+                _log.warning("ttrpc server: stream %d: %s", event.stream_id, event.reason)
+        return True
 
-    def _reply_error(self, stream_id: int, code: Code, message: str) -> None:
-        self._spawn(self._send(stream_id, codec.encode_response(b"", Status(code, message))))
+    def connection_lost(self, error: BaseException | None) -> None:
+        self._over = True
+        if self._ended is not None:
+            self._ended.set()
 
-    def _spawn(self, coro: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(coro)
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
 
-    async def _handle(self, stream_id: int, request: RequestEnvelope) -> None:
+    async def _handle(self, event: RequestReceived) -> None:
+        request = event.request
+        stream_id = event.stream_id
         service = self._services.get(request.service)
         handler = None if service is None else service.get(request.method)
         if service is None:
-            response = _error(Code.UNIMPLEMENTED, f"service {request.service}")
+            message = self._conn.fail(stream_id, Code.UNIMPLEMENTED, f"service {request.service}")
         elif handler is None:
-            response = _error(Code.UNIMPLEMENTED, f"method {request.method}")
+            message = self._conn.fail(stream_id, Code.UNIMPLEMENTED, f"method {request.method}")
         else:
             deadline = None
             if request.timeout_nano:
@@ -131,37 +118,34 @@ class TtrpcServer:
             context = CallContext(
                 request.service, request.method, stream_id, deadline, request.metadata
             )
-            response = await self._run(handler, request.payload, context)
-        await self._send(stream_id, response)
+            message = await self._run(handler, request.payload, context)
+        await self._send(stream_id, message)
 
     async def _run(self, handler: Handler, payload: bytes, context: CallContext) -> bytes:
-        """The encoded Response for one handler call; failures become statuses."""
+        """The response message for one handler call; failures become statuses."""
         name = f"{context.service}/{context.method}"
+        stream_id = context.stream_id
         try:
             result = await handler(payload, context)
         except TtrpcError as exc:
-            return _error(exc.code, exc.message)
+            return self._conn.fail(stream_id, exc.code, exc.message)
         except Exception as exc:
             _log.exception("ttrpc server: handler %s failed", name)
-            return _error(Code.UNKNOWN, str(exc) or type(exc).__name__)
+            return self._conn.fail(stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
         if not isinstance(result, bytes | bytearray):
             _log.error("ttrpc server: handler %s returned %s", name, type(result).__name__)
-            return _error(Code.UNKNOWN, f"ttrpc: handler returned {type(result).__name__}")
-        response = codec.encode_response(bytes(result))
-        if len(response) > MAX_DATA:
-            _log.error("ttrpc server: %s response of %d bytes is too large", name, len(response))
-            return _error(Code.RESOURCE_EXHAUSTED, codec.MessageTooLarge(len(response)).message)
-        return response
+            message = f"ttrpc: handler returned {type(result).__name__}"
+            return self._conn.fail(stream_id, Code.UNKNOWN, message)
+        try:
+            return self._conn.respond(stream_id, bytes(result))
+        except MessageTooLarge as exc:
+            _log.error("ttrpc server: %s response of %d bytes is too large", name, exc.length)
+            return self._conn.fail(stream_id, exc.code, exc.message)
 
-    async def _send(self, stream_id: int, response: bytes) -> None:
-        message = codec.encode_frame(Frame(stream_id, TYPE_RESPONSE, 0, response))
+    async def _send(self, stream_id: int, message: bytes) -> None:
         async with self._send_lock:
             try:
                 await self._channel.send(message)
             except Exception as exc:
                 # The read side sees the same failure and ends serve().
                 _log.warning("ttrpc server: reply on stream %d not sent: %s", stream_id, exc)
-
-
-def _error(code: Code | int, message: str) -> bytes:
-    return codec.encode_response(b"", Status(code, message))

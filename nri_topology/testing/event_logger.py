@@ -1,4 +1,4 @@
-"""A plugin that subscribes to every event and logs it: what `run` serves until a policy does."""
+"""A plugin that subscribes to every event, logs it and changes nothing: for tests and the demo."""
 
 from __future__ import annotations
 
