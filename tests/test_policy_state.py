@@ -36,9 +36,9 @@ def accounting(e: Engine) -> tuple[Any, ...]:
     """Everything the engine counts, for before/after comparisons."""
     return (
         tuple(e.shared_cpus(p.index) for p in e.pools),
-        tuple(e.free_iso),
+        tuple(e.ledger.free_iso),
         tuple(e.shared_assigned(p.index) for p in e.pools),
-        tuple(e.sub_users),
+        tuple(e.ledger.sub_users),
         e.taken,
         e.reserved_granted,
         dict(e.memory_charged()),
@@ -66,7 +66,7 @@ def check(
     for p in e.pools:
         i = p.index
         assert e.shared_assigned(i) <= e.capacity(i), f"{p.name}: shared capacity exceeded"
-        if e.sub_users[i]:
+        if e.ledger.sub_users[i]:
             assert e.shared_cpus(i), f"{p.name}: hosts shared containers without a shared CPU"
     assert e.reserved_granted <= e.reserved_capacity
     for zone in e.book.zones():

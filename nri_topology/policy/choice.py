@@ -1,5 +1,6 @@
-"""Choosing a pool: the filters a request's own constraints put on pools, the order feasible
-pools are tried in, and the trace that says, as data, why each pool won or lost.
+"""Choosing a pool: which pools the ledger lets hold a request, the filters the request's own
+constraints put on pools, the order feasible pools are tried in, and the trace that says, as data,
+why each pool won or lost.
 
 Pure: the engine scores the pools from its accounting (`scoring.Candidate`) and passes a function
 that computes a grant in one pool; the first pool in order whose grant can be computed wins, every
@@ -13,8 +14,9 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from nri_topology.policy import scoring
+from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.pools import Pool
-from nri_topology.policy.types import CHOSEN, Outcome, PoolScore, Request, Verdict
+from nri_topology.policy.types import CHOSEN, CpuKind, Outcome, PoolScore, Request, Verdict
 from nri_topology.topology import cpuset
 
 T = TypeVar("T")
@@ -56,6 +58,47 @@ def hints_problem(req: Request, pool: Pool) -> str | None:
         f"strict topology hints: CPUs of NUMA {cpuset.format(outside)} are "
         f"outside the devices' NUMA {cpuset.format(req.hint_nodes)}"
     )
+
+
+def unfit(req: Request, pool: Pool, ledger: Ledger, uses_exclusive: bool) -> str | None:
+    """Why the pool's CPUs cannot hold the request's, or None."""
+    p = pool.index
+    k = req.exclusive if uses_exclusive else 0
+    shared_part = req.shared if req.kind is not CpuKind.EXCLUSIVE else 0
+    new_user = int(
+        req.kind is not CpuKind.EXCLUSIVE and not (req.kind is CpuKind.ISOLATED and req.shared == 0)
+    )
+    if req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p]) >= k:
+        k = 0  # the exclusive part comes from isolated CPUs
+    elif req.require_isolated:
+        return f"{len(ledger.free_iso[p])} free isolated CPUs, {req.exclusive} required"
+    shared_cpus = ledger.shared_cpus
+    if k:
+        partial = ledger.partial
+        to_slice = len(shared_cpus[p] - partial) if partial else len(shared_cpus[p])
+        if to_slice < k:
+            return f"{to_slice} CPUs free to slice, {k} needed"
+    sub_shared, sub_users, reserved_in = (
+        ledger.sub_shared,
+        ledger.sub_users,
+        ledger.partial_reserved_in,
+    )
+    for a in ledger.chain[p]:  # need_cpus inlined: this runs for every pool of a decision
+        need = -(-(sub_shared[a] + shared_part + reserved_in[a]) // 1000)
+        if need < 1 and sub_users[a] + new_user > 0:
+            need = 1
+        if len(shared_cpus[a]) - k < need:
+            if a == p:
+                return (
+                    f"{ledger.allocatable(p)}m shared capacity left, {req.shared}m shared and "
+                    f"{k} exclusive CPUs requested"
+                )
+            return f"ancestor {ledger.pool_names[a]} keeps too few shared CPUs"
+    if new_user and not shared_cpus[p]:
+        return "no shared CPU left"
+    if not pool.cpus:
+        return "no CPUs"
+    return None
 
 
 def not_single_numa(pool: Pool, relaxed: bool) -> str | None:

@@ -52,7 +52,7 @@ def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
             continue
         groups = [
             sorted(
-                (g for g in engine.users[x].values() if _movable(g, req)),
+                (g for g in engine.shared_users(x).values() if _movable(g, req)),
                 key=lambda g: (-g.shared, g.request.container_id),
             )
             for x in subtree(engine.pools, p)

@@ -5,12 +5,12 @@ Pure and deterministic: state changes only through `place`, `release`, `resize`,
 as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
 format is `state`'s. This is the only module that calls the CPU allocator.
 
-Accounting, per pool:
-* `_shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
+* `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
   of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
 * `sub_shared` - milli-CPU granted from shared CPUs to containers in the pool's subtree; must stay
-  within `1000 * |_shared_cpus| - partial_reserved_in` of the pool, since all run on those CPUs.
+  within `1000 * |shared_cpus| - partial_reserved_in` of the pool, since all run on those CPUs.
 * `sub_users` - shared containers in the subtree; while there is one, the pool keeps a free CPU.
 
 Reserved CPUs: a quantity reservation is exact to the milli-CPU. `ceil(q / 1000)` CPUs are set
@@ -63,6 +63,7 @@ from nri_topology.policy import (
     numasets,
     scoring,
 )
+from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
@@ -203,11 +204,7 @@ class Engine:
         # and cached by identity. Per set: its Placement and the Update of each container.
         self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
 
-        self._shared_cpus: list[frozenset[int]] = [p.sharable for p in self.pools]
-        self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
-        self.sub_shared = [0] * n
-        self.sub_users = [0] * n
-        self.users: list[dict[str, Grant]] = [{} for _ in range(n)]  # shared users, direct
+        self.ledger = Ledger(self.pools, self._chain, partial, self._partial_reserved_in)
         self.taken: frozenset[int] = frozenset()
         self.reserved_granted = 0
         self.grants: dict[str, Grant] = {}
@@ -287,31 +284,12 @@ class Engine:
     # Accounting helpers
 
     def capacity(self, p: int) -> int:
-        """Shared milli-CPU the pool's free CPUs hold."""
-        return 1000 * len(self._shared_cpus[p]) - self._partial_reserved_in[p]
+        """Shared milli-CPU the pool's shared CPUs hold."""
+        return self.ledger.capacity(p)
 
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
-        shared_cpus, reserved_in, sub = (
-            self._shared_cpus,
-            self._partial_reserved_in,
-            self.sub_shared,
-        )
-        least: int | None = None
-        for a in self._chain[p]:
-            left = 1000 * len(shared_cpus[a]) - reserved_in[a] - sub[a]
-            if least is None or left < least:
-                least = left
-        assert least is not None  # a chain holds at least the pool itself
-        return least
-
-    def _need_cpus(self, p: int, extra_milli: int = 0, extra_users: int = 0) -> int:
-        """CPUs the pool must keep shared for the containers in its subtree."""
-        milli = self.sub_shared[p] + extra_milli + self._partial_reserved_in[p]
-        need = -(-milli // 1000)
-        if self.sub_users[p] + extra_users > 0:
-            need = max(need, 1)
-        return need
+        return self.ledger.allocatable(p)
 
     def partial_reserved_in(self, p: int) -> int:
         """Milli-CPU of the pool's CPUs that the reservation holds without removing a CPU."""
@@ -319,15 +297,19 @@ class Engine:
 
     def shared_cpus(self, p: int) -> frozenset[int]:
         """The pool's shared cpuset: its sharable CPUs no container holds exclusively."""
-        return self._shared_cpus[p]
+        return self.ledger.shared_cpus[p]
 
     def sharable_capacity(self, p: int) -> int:
         """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
         return 1000 * len(self.pools[p].sharable) - self._partial_reserved_in[p]
 
+    def shared_users(self, p: int) -> Mapping[str, Grant]:
+        """The shared containers placed directly in the pool."""
+        return self.ledger.users[p]
+
     def shared_assigned(self, p: int) -> int:
         """Milli-CPU granted from shared CPUs to containers in the pool's subtree."""
-        return self.sub_shared[p]
+        return self.ledger.sub_shared[p]
 
     def reserved_milli(self, cpus: frozenset[int]) -> int:
         """Milli-CPU the reservation holds among `cpus`."""
@@ -352,9 +334,9 @@ class Engine:
             # No exclusive part: the pool's shared set itself, so that every such container of
             # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
             cpus = (
-                g.exclusive | self._shared_cpus[g.pool]
+                g.exclusive | self.ledger.shared_cpus[g.pool]
                 if g.exclusive
-                else self._shared_cpus[g.pool]
+                else self.ledger.shared_cpus[g.pool]
             )
         else:
             cpus = g.exclusive
@@ -704,7 +686,7 @@ class Engine:
         widen = admission.may_degrade(req, self.options)
         pack = self.options.shared_placement == "pack"
         for p in self.pools:
-            reason = self._unfit(req, p.index, uses_exclusive)
+            reason = choice.unfit(req, p, self.ledger, uses_exclusive)
             if reason is None:
                 reason = choice.hints_problem(req, p)
             if reason is None:
@@ -720,7 +702,9 @@ class Engine:
             if reason is not None:
                 unfit.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
                 continue
-            iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
+            iso_short = (
+                req.kind is CpuKind.ISOLATED and len(self.ledger.free_iso[p.index]) < req.exclusive
+            )
             span = self._span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
             k = req.exclusive
@@ -742,10 +726,13 @@ class Engine:
                 isolated_short=iso_short,
                 numa_nodes=n_nodes,
                 numa_distance=dist,
-                cores_short=bool(preferred) and len(self._shared_cpus[p.index] & preferred) < k,
+                cores_short=bool(preferred)
+                and len(self.ledger.shared_cpus[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
                 # packing: pools already hosting shared containers first, whole pools stay free
-                colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
+                colocated=int(not self.ledger.sub_users[p.index])
+                if pack
+                else len(self.ledger.users[p.index]),
                 free_shared=alloc,
             )
             options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
@@ -784,7 +771,7 @@ class Engine:
         pool has one node (its own measure holds) or its nodes cannot hold the request."""
         if len(pool.cpu_nodes) < 2:
             return ()
-        free = self._shared_cpus[pool.index] - self.partial
+        free = self.ledger.shared_cpus[pool.index] - self.partial
         near = free & self._near_devices(req)
         if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
             free = near
@@ -802,47 +789,6 @@ class Engine:
             return self._zone(0, tiers, size, admission.may_degrade(req, self.options))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
-
-    def _unfit(self, req: Request, p: int, uses_exclusive: bool) -> str | None:
-        """Why pool p cannot hold the request's CPUs, or None."""
-        pool = self.pools[p]
-        k = req.exclusive if uses_exclusive else 0
-        shared_part = req.shared if req.kind is not CpuKind.EXCLUSIVE else 0
-        new_user = int(
-            req.kind is not CpuKind.EXCLUSIVE
-            and not (req.kind is CpuKind.ISOLATED and req.shared == 0)
-        )
-        if req.kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
-            k = 0  # the exclusive part comes from isolated CPUs
-        elif req.require_isolated:
-            return f"{len(self.free_iso[p])} free isolated CPUs, {req.exclusive} required"
-        if k:
-            to_slice = (
-                len(self._shared_cpus[p] - self.partial)
-                if self.partial
-                else len(self._shared_cpus[p])
-            )
-            if to_slice < k:
-                return f"{to_slice} CPUs free to slice, {k} needed"
-        shared_cpus, sub_shared, sub_users = self._shared_cpus, self.sub_shared, self.sub_users
-        reserved_in = self._partial_reserved_in
-        for a in self._chain[p]:  # _need_cpus inlined: this runs for every pool of a decision
-            need = -(-(sub_shared[a] + shared_part + reserved_in[a]) // 1000)
-            if need < 1 and sub_users[a] + new_user > 0:
-                need = 1
-            if len(shared_cpus[a]) - k < need:
-                name = self.pools[a].name
-                if a == p:
-                    return (
-                        f"{self.allocatable(p)}m shared capacity left, {req.shared}m shared and "
-                        f"{k} exclusive CPUs requested"
-                    )
-                return f"ancestor {name} keeps too few shared CPUs"
-        if new_user and not self._shared_cpus[p]:
-            return "no shared CPU left"
-        if not pool.cpus:
-            return "no CPUs"
-        return None
 
     def _affinity(self, req: Request) -> list[float]:
         if not req.affinities:
@@ -876,8 +822,8 @@ class Engine:
         k = req.exclusive
         full_pcpus_only = self.options.full_pcpus_only
         note = ""
-        if kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
-            excl = self._take(self.free_iso[p], k, keep, full_pcpus_only)
+        if kind is CpuKind.ISOLATED and len(self.ledger.free_iso[p]) >= k:
+            excl = self._take(self.ledger.free_iso[p], k, keep, full_pcpus_only)
             return GrantShape(p, kind, excl, True, req.shared, zone, relaxed, size)
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
@@ -913,10 +859,10 @@ class Engine:
         protected: dict[int, frozenset[int]] = {}
         for x in self._post[p]:
             prot = frozenset().union(*(protected[c] for c in self.pools[x].children))
-            prot |= self._shared_cpus[x] & self.partial
-            need = self._need_cpus(x, shared_part if x == p else 0, new_user if x == p else 0)
-            if len(self._shared_cpus[x]) - k < need and len(prot) < need:
-                rest = self._shared_cpus[x] - prot
+            prot |= self.ledger.shared_cpus[x] & self.partial
+            need = self.ledger.need_cpus(x, shared_part if x == p else 0, new_user if x == p else 0)
+            if len(self.ledger.shared_cpus[x]) - k < need and len(prot) < need:
+                rest = self.ledger.shared_cpus[x] - prot
                 try:
                     prot |= cpuallocator.take_cpus(
                         self.machine, rest, need - len(prot), prefer=keep_first
@@ -926,7 +872,7 @@ class Engine:
                         f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
                     ) from None
             protected[x] = prot
-        return self._shared_cpus[p] - protected[p]
+        return self.ledger.shared_cpus[p] - protected[p]
 
     def _near_devices(self, req: Request) -> frozenset[int]:
         """The CPUs of the NUMA nodes of the request's devices (none without hints)."""
@@ -1077,17 +1023,19 @@ class Engine:
             self.taken |= g.exclusive
             for x in self._pools_touching(g.exclusive):
                 if g.isolated:
-                    self.free_iso[x] -= g.exclusive
+                    self.ledger.free_iso[x] -= g.exclusive
                 else:
-                    self._shared_cpus[x] = self._interned(self._shared_cpus[x] - g.exclusive)
+                    self.ledger.shared_cpus[x] = self._interned(
+                        self.ledger.shared_cpus[x] - g.exclusive
+                    )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted += g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.sub_shared[a] += g.shared
-                self.sub_users[a] += 1
-            self.users[g.pool][cid] = g
+                self.ledger.sub_shared[a] += g.shared
+                self.ledger.sub_users[a] += 1
+            self.ledger.users[g.pool][cid] = g
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
         self.by_attribute.add(g.request)
@@ -1103,19 +1051,19 @@ class Engine:
             for x in self._pools_touching(g.exclusive):
                 pool = self.pools[x]
                 if g.isolated:
-                    self.free_iso[x] |= g.exclusive & pool.isolated
+                    self.ledger.free_iso[x] |= g.exclusive & pool.isolated
                 else:
-                    self._shared_cpus[x] = self._interned(
-                        self._shared_cpus[x] | g.exclusive & pool.sharable
+                    self.ledger.shared_cpus[x] = self._interned(
+                        self.ledger.shared_cpus[x] | g.exclusive & pool.sharable
                     )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted -= g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.sub_shared[a] -= g.shared
-                self.sub_users[a] -= 1
-            del self.users[g.pool][cid]
+                self.ledger.sub_shared[a] -= g.shared
+                self.ledger.sub_users[a] -= 1
+            del self.ledger.users[g.pool][cid]
         self.book.refund(g.zone, g.memory)
 
     def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
@@ -1147,10 +1095,10 @@ class Engine:
         plain_ok = self.options.pin_cpu
         shared_kind = CpuKind.SHARED
         for x in op.touched:
-            users = self.users[x]
+            users = self.ledger.users[x]
             if not users:
                 continue
-            shared = self._shared_cpus[x]
+            shared = self.ledger.shared_cpus[x]
             kept: tuple[Placement, dict[str, Update]] | None = None
             for cid, g in users.items():
                 if cid == skip:
@@ -1217,7 +1165,7 @@ class Engine:
         wanted = " + ".join(parts) or "a shared CPU"
         if single:
             largest = max(len(p.sharable) for p in single)
-            free = max(len(self._shared_cpus[p.index] - self.partial) for p in single)
+            free = max(len(self.ledger.shared_cpus[p.index] - self.partial) for p in single)
             mem = max(self.book.free(p.nodes_of(tiers)) for p in single)
             has = (
                 f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
@@ -1236,7 +1184,8 @@ class Engine:
     ) -> str:
         best_shared = max(range(len(self.pools)), key=lambda p: (self.allocatable(p), -p))
         best_slice = max(
-            range(len(self.pools)), key=lambda p: (len(self._shared_cpus[p] - self.partial), -p)
+            range(len(self.pools)),
+            key=lambda p: (len(self.ledger.shared_cpus[p] - self.partial), -p),
         )
         root_zone = self.pools[0].nodes_of(tiers)
         parts = []
@@ -1251,7 +1200,7 @@ class Engine:
         return (
             f"{req.who}: no pool can hold {wanted}. Largest free: "
             f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
-            f"{len(self._shared_cpus[best_slice] - self.partial)} CPUs to slice in "
+            f"{len(self.ledger.shared_cpus[best_slice] - self.partial)} CPUs to slice in "
             f"{self.pools[best_slice].name}, {format_bytes(max(self.book.free(root_zone), 0))} of "
             f"memory. ({why})"
         )
@@ -1328,7 +1277,9 @@ class Engine:
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
-        pool_cpus = self.free_iso[pool] if isolated else self._shared_cpus[pool] - self.partial
+        pool_cpus = (
+            self.ledger.free_iso[pool] if isolated else self.ledger.shared_cpus[pool] - self.partial
+        )
         if kind in _EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
                 raise PolicyError(
@@ -1385,10 +1336,10 @@ class Engine:
         for x in self._pools_touching(g.exclusive) if k else ():
             if x in self._chain[g.pool]:
                 continue
-            if len(self._shared_cpus[x] - g.exclusive) < self._need_cpus(x):
+            if len(self.ledger.shared_cpus[x] - g.exclusive) < self.ledger.need_cpus(x):
                 raise PolicyError(f"would starve the shared containers of {self.pools[x].name}")
         for a in self._chain[g.pool]:
-            if len(self._shared_cpus[a]) - k < self._need_cpus(a, extra, users):
+            if len(self.ledger.shared_cpus[a]) - k < self.ledger.need_cpus(a, extra, users):
                 raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
 
     def decision_of(self, container_id: str) -> Decision:
