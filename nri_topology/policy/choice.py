@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from nri_topology.policy import scoring
 from nri_topology.policy.ledger import Ledger
@@ -26,9 +26,9 @@ class GrantFailed(Exception):
     """A feasible pool in which the grant could not be computed (its CPUs cannot be sliced)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
-    """A pool that can hold the request, with its sort key and the memory zone it would get."""
+class Option(NamedTuple):
+    """A pool that can hold the request, with its sort key and the memory zone it would get (a
+    tuple: one is made per feasible pool per decision)."""
 
     key: tuple[object, ...]
     candidate: scoring.Candidate

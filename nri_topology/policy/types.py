@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from nri_topology.topology.model import MemoryTier
 
@@ -123,10 +124,10 @@ class Outcome(StrEnum):
     FAILED = "grant failed"
 
 
-@dataclass(frozen=True, slots=True)
-class Verdict:
+class Verdict(NamedTuple):
     """How a pool fared in a decision, as data: callers read the winner and the criterion a
-    losing pool lost on rather than parsing the rendered line."""
+    losing pool lost on rather than parsing the rendered line (a tuple: one is made per pool per
+    decision)."""
 
     outcome: Outcome
     detail: str = ""  # why it does not fit or why the grant failed
