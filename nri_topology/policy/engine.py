@@ -3,7 +3,8 @@
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
 as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
-format is `state`'s. This is the only module that calls the CPU allocator.
+format is `state`'s, the CPU accounts are the `ledger`'s, the pool choice is `choice`'s and the
+CPUs and memory a grant takes in its pool are `shaping`'s.
 
 Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
@@ -49,7 +50,6 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -67,11 +67,11 @@ from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
+from nri_topology.policy.shaping import EXCLUSIVE_KINDS, GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     ColdStart,
     CpuKind,
-    CpuPriority,
     Decision,
     Degradation,
     Outcome,
@@ -90,7 +90,6 @@ from nri_topology.topology.model import Machine, MemoryTier
 MIN_SHARES = 2
 MAX_SHARES = 262144
 
-_EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
@@ -134,21 +133,6 @@ class Grant:
         if self.kind is CpuKind.SHARED or self.kind is CpuKind.MIXED:
             return True
         return self.kind is CpuKind.ISOLATED and self.shared > 0
-
-
-@dataclass(frozen=True, slots=True)
-class GrantShape:
-    """What a grant is made of before it exists: where, which CPUs, how much, which memory."""
-
-    pool: int
-    kind: CpuKind
-    exclusive: frozenset[int] = frozenset()
-    isolated: bool = False  # the exclusive CPUs are kernel-isolated ones
-    shared: int = 0  # milli-CPU asked of shared capacity (dropped for purely exclusive kinds)
-    zone: frozenset[int] = frozenset()
-    relaxed: bool = False
-    size: int = 0  # bytes of memory, charged when there is a zone
-    note: str = ""  # said in the decision's reason
 
 
 @dataclass(slots=True)
@@ -210,6 +194,7 @@ class Engine:
         self.grants: dict[str, Grant] = {}
         self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
+        self.shaper = Shaper(machine, options, self.pools, self.ledger, self.book, self._post)
         # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry);
         # owned by `state.snapshot`, kept here because they live as long as the grants.
         self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
@@ -482,7 +467,7 @@ class Engine:
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
             return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), CHOSEN),), {}
-        if req.kind in _EXCLUSIVE_KINDS:
+        if req.kind in EXCLUSIVE_KINDS:
             try:
                 g, trace, moved = self._admit(
                     admission.as_kind(req, CpuKind.SHARED), None, frozenset(), op
@@ -626,12 +611,12 @@ class Engine:
         return tuple(updates[k] for k in sorted(updates))
 
     def _validate(self, req: Request) -> None:
-        if req.kind in _EXCLUSIVE_KINDS and req.exclusive < 1:
+        if req.kind in EXCLUSIVE_KINDS and req.exclusive < 1:
             raise PolicyError(f"{req.who}: kind {req.kind} without exclusive CPUs")
         if req.exclusive < 0 or req.shared < 0:
             raise PolicyError(f"{req.who}: negative CPU amounts")
         tpc = self.machine.threads_per_core
-        if self.options.full_pcpus_only and req.kind in _EXCLUSIVE_KINDS and req.exclusive % tpc:
+        if self.options.full_pcpus_only and req.kind in EXCLUSIVE_KINDS and req.exclusive % tpc:
             raise PolicyError(
                 f"{req.who}: full_pcpus_only is on and {req.exclusive} exclusive CPUs is not a "
                 f"multiple of the {tpc} threads per physical core; request a multiple of {tpc}"
@@ -677,9 +662,9 @@ class Engine:
         else:
             fallback = ""
 
-        uses_exclusive = req.kind in _EXCLUSIVE_KINDS
-        spans = self._spans(req)
-        preferred = self._preferred(req) if uses_exclusive else frozenset()
+        uses_exclusive = req.kind in EXCLUSIVE_KINDS
+        spans = self.shaper.spans(req)
+        preferred = self.shaper.preferred(req) if uses_exclusive else frozenset()
         options: list[choice.Option] = []
         unfit: list[PoolScore] = []
         weights = self._affinity(req)
@@ -705,7 +690,7 @@ class Engine:
             iso_short = (
                 req.kind is CpuKind.ISOLATED and len(self.ledger.free_iso[p.index]) < req.exclusive
             )
-            span = self._span(req, p) if spans else ()
+            span = self.shaper.span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
             k = req.exclusive
             if span:
@@ -738,7 +723,7 @@ class Engine:
             options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
 
         def attempt(o: choice.Option) -> Grant:
-            shape = self._attempt(
+            shape = self.shaper.shape(
                 req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
             g = self._grant(req, shape)
@@ -756,31 +741,6 @@ class Engine:
         if chosen.runner_up is not None:
             g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
         return g, chosen.trace
-
-    def _spans(self, req: Request) -> bool:
-        """Whether pools are scored by the node set the exclusive CPUs would span."""
-        opts = self.options
-        return (
-            req.kind is CpuKind.EXCLUSIVE
-            and opts.prefer_closest_numa
-            and not opts.distribute_across_numa
-        )
-
-    def _span(self, req: Request, pool: Pool) -> tuple[int, ...]:
-        """The NUMA nodes an exclusive grant from the pool's free CPUs would span; () when the
-        pool has one node (its own measure holds) or its nodes cannot hold the request."""
-        if len(pool.cpu_nodes) < 2:
-            return ()
-        free = self.ledger.shared_cpus[pool.index] - self.partial
-        near = free & self._near_devices(req)
-        if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
-            free = near
-        try:
-            return numasets.grant_nodes(
-                self.machine, free, req.exclusive, pool.cpu_nodes, self.options.full_pcpus_only
-            )
-        except cpuallocator.AllocationError:
-            return ()
 
     def _root_zone(
         self, req: Request, tiers: frozenset[MemoryTier], size: int
@@ -800,197 +760,6 @@ class Engine:
             if g is not None:
                 per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
         return scoring.affinity_scores(self.pools, per_pool)
-
-    def _attempt(
-        self,
-        req: Request,
-        p: int,
-        zone: frozenset[int],
-        relaxed: bool,
-        keep: frozenset[int],
-        tiers: frozenset[MemoryTier],
-        size: int,
-        span: tuple[int, ...] = (),
-    ) -> GrantShape:
-        """Compute the grant in pool p without committing it; `choice.GrantFailed` when impossible.
-
-        `span`: the node set the pool was scored by; exclusive CPUs come from it when it holds
-        enough sliceable CPUs."""
-        kind = req.kind
-        if kind not in _EXCLUSIVE_KINDS:
-            return GrantShape(p, kind, shared=req.shared, zone=zone, relaxed=relaxed, size=size)
-        k = req.exclusive
-        full_pcpus_only = self.options.full_pcpus_only
-        note = ""
-        if kind is CpuKind.ISOLATED and len(self.ledger.free_iso[p]) >= k:
-            excl = self._take(self.ledger.free_iso[p], k, keep, full_pcpus_only)
-            return GrantShape(p, kind, excl, True, req.shared, zone, relaxed, size)
-        if kind is CpuKind.ISOLATED:
-            kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
-            note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
-        prefer = self._preferred(req)
-        keep_first = self.machine.all_cpus - prefer if prefer else frozenset()
-        sliceable = self._sliceable(
-            p, k, req.shared if kind is CpuKind.MIXED else 0, kind, keep_first
-        )
-        excl = self._pick(
-            p, sliceable, k, keep, full_pcpus_only, span, prefer, self._near_devices(req)
-        )
-        if kind is CpuKind.EXCLUSIVE:
-            zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
-        nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
-        if len(nodes) > 1 and not note:
-            avg = numasets.average_distance(self.machine, nodes)
-            note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
-        return GrantShape(p, kind, excl, False, req.shared, zone, relaxed, size, note)
-
-    def _sliceable(
-        self,
-        p: int,
-        k: int,
-        shared_part: int,
-        kind: CpuKind,
-        keep_first: frozenset[int] = frozenset(),
-    ) -> frozenset[int]:
-        """CPUs of pool p that can become exclusive without starving any shared container;
-        the CPUs kept for shared containers come from `keep_first` first (on hybrid machines,
-        the core kind the request does not prefer)."""
-        new_user = int(kind is CpuKind.MIXED)
-        protected: dict[int, frozenset[int]] = {}
-        for x in self._post[p]:
-            prot = frozenset().union(*(protected[c] for c in self.pools[x].children))
-            prot |= self.ledger.shared_cpus[x] & self.partial
-            need = self.ledger.need_cpus(x, shared_part if x == p else 0, new_user if x == p else 0)
-            if len(self.ledger.shared_cpus[x]) - k < need and len(prot) < need:
-                rest = self.ledger.shared_cpus[x] - prot
-                try:
-                    prot |= cpuallocator.take_cpus(
-                        self.machine, rest, need - len(prot), prefer=keep_first
-                    )
-                except cpuallocator.AllocationError as e:
-                    raise choice.GrantFailed(
-                        f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
-                    ) from None
-            protected[x] = prot
-        return self.ledger.shared_cpus[p] - protected[p]
-
-    def _near_devices(self, req: Request) -> frozenset[int]:
-        """The CPUs of the NUMA nodes of the request's devices (none without hints)."""
-        nodes = self.machine.nodes
-        return frozenset().union(*(nodes[n].cpus for n in req.hint_nodes if n in nodes))
-
-    def _pick(
-        self,
-        p: int,
-        sliceable: frozenset[int],
-        k: int,
-        keep: frozenset[int],
-        full_pcpus_only: bool,
-        span: tuple[int, ...] = (),
-        prefer: frozenset[int] = frozenset(),
-        near: frozenset[int] = frozenset(),
-    ) -> frozenset[int]:
-        opts = self.options
-        pool = self.pools[p]
-        if len(sliceable) < k:
-            raise choice.GrantFailed(f"{len(sliceable)} CPUs can be sliced, {k} needed")
-        close = sliceable & near
-        if len(close) >= k and close != sliceable and not keep & sliceable:
-            # A pool wider than the devices' nodes: their CPUs first, when they suffice.
-            with contextlib.suppress(choice.GrantFailed):
-                return self._pick(p, close, k, keep, full_pcpus_only, (), prefer)
-        try:
-            kept = keep & sliceable
-            if kept:
-                return self._take(sliceable, k, kept, full_pcpus_only)
-            if opts.distribute_across_numa:
-                group = max(
-                    opts.distribute_min_group,
-                    self.machine.threads_per_core if full_pcpus_only else 1,
-                )
-                return cpuallocator.take_distributed(
-                    self.machine, sliceable, k, group_size=group, full_pcpus_only=full_pcpus_only
-                )
-            if opts.prefer_closest_numa and len(pool.cpu_nodes) > 1:
-                nodes = self._within_span(sliceable, k, full_pcpus_only, span)
-                if nodes is None:
-                    nodes = numasets.grant_nodes(
-                        self.machine, sliceable, k, pool.cpu_nodes, full_pcpus_only
-                    )
-                if len(nodes) > 1:
-                    within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
-                    return cpuallocator.take_cpus(
-                        self.machine,
-                        sliceable & within,
-                        k,
-                        full_pcpus_only=full_pcpus_only,
-                        prefer=prefer,
-                    )
-            return cpuallocator.take_cpus(
-                self.machine, sliceable, k, full_pcpus_only=full_pcpus_only, prefer=prefer
-            )
-        except cpuallocator.AllocationError as e:
-            raise choice.GrantFailed(str(e)) from None
-
-    def _preferred(self, req: Request) -> frozenset[int]:
-        """The CPUs exclusive CPUs come from first: on hybrid machines, the core kind of the
-        request's CPU priority."""
-        if not self.machine.efficiency_cpus or req.cpu_priority is CpuPriority.NONE:
-            return frozenset()
-        if req.cpu_priority is CpuPriority.LOW:
-            return self.machine.efficiency_cpus
-        return self.machine.performance_cpus
-
-    def _within_span(
-        self, sliceable: frozenset[int], k: int, full_pcpus_only: bool, span: tuple[int, ...]
-    ) -> tuple[int, ...] | None:
-        """The scored span when its sliceable CPUs hold the request, else None (shared
-        containers keep some of its CPUs: the span is recomputed from what can be sliced)."""
-        if len(span) < 2:
-            return None
-        try:
-            return numasets.grant_nodes(self.machine, sliceable, k, span, full_pcpus_only)
-        except cpuallocator.AllocationError:
-            return None
-
-    def _take(
-        self, available: frozenset[int], k: int, keep: frozenset[int], full_pcpus_only: bool
-    ) -> frozenset[int]:
-        """Take k CPUs, keeping as many of `keep` as possible (resize in place)."""
-        try:
-            kept = keep & available
-            if len(kept) >= k:
-                return cpuallocator.take_cpus(
-                    self.machine, kept, k, full_pcpus_only=full_pcpus_only
-                )
-            more = cpuallocator.take_cpus(
-                self.machine, available - kept, k - len(kept), full_pcpus_only=full_pcpus_only
-            )
-            return kept | more
-        except cpuallocator.AllocationError as e:
-            raise choice.GrantFailed(str(e)) from None
-
-    def _narrow_zone(
-        self,
-        excl: frozenset[int],
-        zone: frozenset[int],
-        relaxed: bool,
-        tiers: frozenset[MemoryTier],
-        size: int,
-    ) -> tuple[frozenset[int], bool]:
-        """Memory of only the nodes the exclusive CPUs sit on (and their memory-only nodes)."""
-        if relaxed:
-            return zone, relaxed
-        nodes = {self.machine.cpus[c].node for c in excl} - {-1}
-        leaves = [
-            p
-            for p in self.pools
-            if not p.children and p.cpu_nodes and p.cpu_nodes <= nodes and p.cpus & excl
-        ]
-        narrow = frozenset().union(*(p.nodes_of(tiers) for p in leaves)) & zone
-        if narrow and narrow != zone and self.book.fits(narrow, size):
-            return narrow, False
-        return zone, relaxed
 
     def _grant(self, req: Request, shape: GrantShape) -> Grant:
         """The grant of `shape` to `req`, with the cold start its memory zone allows."""
@@ -1280,7 +1049,7 @@ class Engine:
         pool_cpus = (
             self.ledger.free_iso[pool] if isolated else self.ledger.shared_cpus[pool] - self.partial
         )
-        if kind in _EXCLUSIVE_KINDS:
+        if kind in EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
                 raise PolicyError(
                     f"holds {len(exclusive)} exclusive CPUs, the request asks for {req.exclusive}"
