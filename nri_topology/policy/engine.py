@@ -670,9 +670,11 @@ class Engine:
         weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
         pack = self.options.shared_placement == "pack"
+        ledger = self.ledger
+        strict_hints = req.strict_hints and bool(req.hint_nodes)
         for p in self.pools:
-            reason = choice.unfit(req, p, self.ledger, uses_exclusive)
-            if reason is None:
+            reason = choice.unfit(req, p, ledger, uses_exclusive)
+            if reason is None and strict_hints:
                 reason = choice.hints_problem(req, p)
             if reason is None:
                 try:
@@ -680,7 +682,7 @@ class Engine:
                 except LookupError as e:
                     reason = f"memory: {e}"
                 else:
-                    if relaxed and req.strict_hints and req.hint_nodes:
+                    if relaxed and strict_hints:
                         reason = "strict topology hints: memory would widen beyond the pool"
             if reason is None and req.single_numa:
                 reason = choice.not_single_numa(p, relaxed)
@@ -688,14 +690,14 @@ class Engine:
                 unfit.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
                 continue
             iso_short = (
-                req.kind is CpuKind.ISOLATED and len(self.ledger.free_iso[p.index]) < req.exclusive
+                req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p.index]) < req.exclusive
             )
             span = self.shaper.span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
             k = req.exclusive
             if span:
                 n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
-            alloc = self.allocatable(p.index)
+            alloc = ledger.allocatable(p.index)
             cand = scoring.Candidate(
                 pool=p,
                 affinity=weights[p.index],
@@ -711,13 +713,12 @@ class Engine:
                 isolated_short=iso_short,
                 numa_nodes=n_nodes,
                 numa_distance=dist,
-                cores_short=bool(preferred)
-                and len(self.ledger.shared_cpus[p.index] & preferred) < k,
+                cores_short=bool(preferred) and len(ledger.shared_cpus[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
                 # packing: pools already hosting shared containers first, whole pools stay free
-                colocated=int(not self.ledger.sub_users[p.index])
+                colocated=int(not ledger.sub_users[p.index])
                 if pack
-                else len(self.ledger.users[p.index]),
+                else len(ledger.users[p.index]),
                 free_shared=alloc,
             )
             options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
