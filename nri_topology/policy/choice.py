@@ -15,9 +15,12 @@ from typing import Generic, NamedTuple, TypeVar
 
 from nri_topology.policy import scoring
 from nri_topology.policy.ledger import Ledger
+from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.pools import Pool
 from nri_topology.policy.types import CHOSEN, CpuKind, Outcome, PoolScore, Request, Verdict
+from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
 
 T = TypeVar("T")
 
@@ -149,3 +152,86 @@ def choose(
         scores.append(PoolScore(name, o.key, CHOSEN))
     scores.sort(key=lambda s: order[s.pool])
     return Chosen(grant, tuple(scores), runner_up)
+
+
+def refusal(
+    req: Request,
+    size: int,
+    tiers: frozenset[MemoryTier],
+    trace: Sequence[PoolScore],
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    book: MemoryBook,
+) -> str:
+    """Why no pool was chosen: what the request wanted, the room left, and every pool's verdict."""
+    why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
+    explain = _no_single_numa if req.single_numa else _nothing_fits
+    return explain(req, size, tiers, why, pools, ledger, book)
+
+
+def _no_single_numa(
+    req: Request,
+    size: int,
+    tiers: frozenset[MemoryTier],
+    why: str,
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    book: MemoryBook,
+) -> str:
+    """The refusal of a single-numa-node container: what one node has, and why."""
+    single = [p for p in pools if len(p.cpu_nodes) == 1]
+    parts = []
+    if req.exclusive:
+        parts.append(f"{req.exclusive} exclusive CPUs")
+    if req.shared:
+        parts.append(f"{req.shared}m shared CPU")
+    if size:
+        parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
+    wanted = " + ".join(parts) or "a shared CPU"
+    if single:
+        largest = max(len(p.sharable) for p in single)
+        free = max(len(ledger.shared_cpus[p.index] - ledger.partial) for p in single)
+        mem = max(book.free(p.nodes_of(tiers)) for p in single)
+        has = (
+            f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
+            f"{format_bytes(max(mem, 0))} of free memory in one node"
+        )
+    else:
+        has = "no pool holds a single NUMA node"
+    return (
+        f"{req.who}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
+        f"not spanning NUMA nodes as asked. ({why})"
+    )
+
+
+def _nothing_fits(
+    req: Request,
+    size: int,
+    tiers: frozenset[MemoryTier],
+    why: str,
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    book: MemoryBook,
+) -> str:
+    """The refusal of a container no pool can hold: the largest room left, and why."""
+    best_shared = max(range(len(pools)), key=lambda p: (ledger.allocatable(p), -p))
+    best_slice = max(
+        range(len(pools)),
+        key=lambda p: (len(ledger.shared_cpus[p] - ledger.partial), -p),
+    )
+    root_zone = pools[0].nodes_of(tiers)
+    parts = []
+    if req.exclusive:
+        parts.append(f"{req.exclusive} exclusive CPUs")
+    if req.shared or req.kind is CpuKind.SHARED:
+        parts.append(f"{req.shared}m shared CPU")
+    if size:
+        parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
+    wanted = f"{' + '.join(parts)} ({req.kind})"
+    return (
+        f"{req.who}: no pool can hold {wanted}. Largest free: "
+        f"{ledger.allocatable(best_shared)}m shared CPU in {pools[best_shared].name}, "
+        f"{len(ledger.shared_cpus[best_slice] - ledger.partial)} CPUs to slice in "
+        f"{pools[best_slice].name}, {format_bytes(max(book.free(root_zone), 0))} of "
+        f"memory. ({why})"
+    )

@@ -50,7 +50,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -83,7 +83,6 @@ from nri_topology.policy.types import (
     Update,
     Verdict,
 )
-from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -736,9 +735,9 @@ class Engine:
         chosen = choice.choose(options, unfit, hint, attempt, self.by_name)
         g = chosen.grant
         if g is None:
-            if req.single_numa:
-                raise PolicyError(self._no_single_numa(req, size, tiers, chosen.trace))
-            raise PolicyError(self._nothing_fits(req, size, tiers, chosen.trace))
+            raise PolicyError(
+                choice.refusal(req, size, tiers, chosen.trace, self.pools, self.ledger, self.book)
+            )
         if chosen.runner_up is not None:
             g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
         return g, chosen.trace
@@ -919,61 +918,6 @@ class Engine:
 
     def placement(self, g: Grant) -> Placement:
         return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
-
-    def _no_single_numa(
-        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: Sequence[PoolScore]
-    ) -> str:
-        """The refusal of a single-numa-node container: what one node has, and why."""
-        single = [p for p in self.pools if len(p.cpu_nodes) == 1]
-        parts = []
-        if req.exclusive:
-            parts.append(f"{req.exclusive} exclusive CPUs")
-        if req.shared:
-            parts.append(f"{req.shared}m shared CPU")
-        if size:
-            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
-        wanted = " + ".join(parts) or "a shared CPU"
-        if single:
-            largest = max(len(p.sharable) for p in single)
-            free = max(len(self.ledger.shared_cpus[p.index] - self.partial) for p in single)
-            mem = max(self.book.free(p.nodes_of(tiers)) for p in single)
-            has = (
-                f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
-                f"{format_bytes(max(mem, 0))} of free memory in one node"
-            )
-        else:
-            has = "no pool holds a single NUMA node"
-        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
-        return (
-            f"{req.who}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
-            f"not spanning NUMA nodes as asked. ({why})"
-        )
-
-    def _nothing_fits(
-        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: Sequence[PoolScore]
-    ) -> str:
-        best_shared = max(range(len(self.pools)), key=lambda p: (self.allocatable(p), -p))
-        best_slice = max(
-            range(len(self.pools)),
-            key=lambda p: (len(self.ledger.shared_cpus[p] - self.partial), -p),
-        )
-        root_zone = self.pools[0].nodes_of(tiers)
-        parts = []
-        if req.exclusive:
-            parts.append(f"{req.exclusive} exclusive CPUs")
-        if req.shared or req.kind is CpuKind.SHARED:
-            parts.append(f"{req.shared}m shared CPU")
-        if size:
-            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
-        wanted = f"{' + '.join(parts)} ({req.kind})"
-        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
-        return (
-            f"{req.who}: no pool can hold {wanted}. Largest free: "
-            f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
-            f"{len(self.ledger.shared_cpus[best_slice] - self.partial)} CPUs to slice in "
-            f"{self.pools[best_slice].name}, {format_bytes(max(self.book.free(root_zone), 0))} of "
-            f"memory. ({why})"
-        )
 
     # ----------------------------------------------------------------------------------------
     # Releasing, resizing, cold start, adopting
