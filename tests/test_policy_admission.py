@@ -12,10 +12,11 @@ from dataclasses import replace
 import pytest
 from test_policy_engine import GiB, req
 
-from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.restore import Found, restore
+from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
@@ -217,10 +218,16 @@ def test_packing_shared_containers_leaves_room_without_moves() -> None:
 
 def test_moves_are_undone_when_they_do_not_help() -> None:
     e = _fragmented(Options(shared_placement="spread", on_unfit="refuse"))
-    before = ({cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()}, list(e.free))
+    before = (
+        {cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()},
+        [e.shared_cpus(p.index) for p in e.pools],
+    )
     with pytest.raises(PolicyError):
         e.place(req("x", CpuKind.EXCLUSIVE, exclusive=9))
-    after = ({cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()}, list(e.free))
+    after = (
+        {cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()},
+        [e.shared_cpus(p.index) for p in e.pools],
+    )
     assert after == before
 
 

@@ -55,7 +55,7 @@ def check_updates(
     for cid, g in e.grants.items():
         assert g.cpus == e.pin(g), f"{cid}: stale pinning"
         if plain_shared(e, cid):
-            assert g.cpus is e.free[g.pool], f"{cid}: not the pool's shared set object"
+            assert g.cpus is e.shared_cpus(g.pool), f"{cid}: not the pool's shared set object"
 
 
 def run_steps(e: Engine, steps: list[tuple[bool, int, int]]) -> None:
@@ -88,17 +88,17 @@ def test_adopted_shared_cpuset_equal_to_the_new_shared_set_gets_no_update() -> N
     e = Engine(MACHINE, Options(reserved_resources=CpuAmount(milli=0)))
     probe = e.place(req("probe", CpuKind.EXCLUSIVE, exclusive=2))
     pool = e.by_name[probe.pool]
-    after = frozenset(set(e.free[pool]))  # an equal copy of the shared set to come
+    after = frozenset(set(e.shared_cpus(pool)))  # an equal copy of the shared set to come
     e.release("probe")
     g = e.adopt(req("s", shared=100), pool, frozenset(), False, None, after, None)
-    assert g.cpus is not e.free[pool] and g.cpus != e.free[pool]
+    assert g.cpus is not e.shared_cpus(pool) and g.cpus != e.shared_cpus(pool)
     d = e.place(req("probe", CpuKind.EXCLUSIVE, exclusive=2), hint=pool, keep=probe.exclusive)
     assert d.pool == probe.pool and d.exclusive == probe.exclusive
     assert d.updates == ()
-    assert e.grants["s"].cpus is e.free[pool]
+    assert e.grants["s"].cpus is e.shared_cpus(pool)
     moved = e.release("probe")
     assert [u.container_id for u in moved] == ["s"]
-    assert moved[0].placement.cpus is e.free[pool]
+    assert moved[0].placement.cpus is e.shared_cpus(pool)
 
 
 def test_one_placement_object_per_pool_in_an_update_list() -> None:
@@ -110,7 +110,7 @@ def test_one_placement_object_per_pool_in_an_update_list() -> None:
     assert d.pool == first.pool
     assert [u.container_id for u in d.updates] == ["s0", "s1", "s2", "s3"]
     assert len({id(u.placement) for u in d.updates}) == 1
-    assert d.updates[0].placement.cpus is e.free[e.by_name[first.pool]]
+    assert d.updates[0].placement.cpus is e.shared_cpus(e.by_name[first.pool])
 
 
 def test_a_pool_back_at_an_earlier_shared_set_reuses_its_object_and_updates() -> None:
@@ -120,12 +120,12 @@ def test_a_pool_back_at_an_earlier_shared_set_reuses_its_object_and_updates() ->
     e.place(req("s1", shared=100), hint=pool)
     first = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=pool)
     before = e.release("x")
-    back = e.free[pool]
+    back = e.shared_cpus(pool)
     again = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=pool, keep=first.exclusive)
     assert again.exclusive == first.exclusive
     assert [u is v for u, v in zip(again.updates, first.updates, strict=True)] == [True, True]
     after = e.release("x")
-    assert e.free[pool] is back
+    assert e.shared_cpus(pool) is back
     assert [u is v for u, v in zip(after, before, strict=True)] == [True, True]
 
 

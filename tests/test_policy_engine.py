@@ -9,7 +9,7 @@ import pytest
 from nri_topology.policy import affinity, scoring
 from nri_topology.policy.engine import Engine, milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind, Degradation, PolicyError, QoS, Request
+from nri_topology.policy.types import CpuKind, Degradation, Outcome, PolicyError, QoS, Request
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
@@ -66,7 +66,7 @@ def test_quantity_reservation_is_exact_to_the_milli_cpu() -> None:
     assert e.partial == {cpu}
     # the unreserved 250m of the reserved CPU stay shared capacity
     assert e.capacity(0) == 1000 * 20 - 750
-    assert cpu in e.free[0]
+    assert cpu in e.shared_cpus(0)
     d = e.place(req("sys", CpuKind.RESERVED, shared=750))
     assert d.kind is CpuKind.RESERVED and d.placement.cpus == {cpu}
     d = e.place(req("sys2", CpuKind.RESERVED, shared=1))
@@ -110,7 +110,7 @@ def test_exclusive_cpus_take_whole_cores_and_leave_every_shared_set() -> None:
     d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=4))
     assert all(core <= d.exclusive for core in cores_of(m, d.exclusive))
     for p in e.pools:
-        assert not e.free[p.index] & d.exclusive
+        assert not e.shared_cpus(p.index) & d.exclusive
     shared_now = e.grants["s"].cpus
     assert shared_now is not None and not shared_now & d.exclusive
     assert not shared_now & m.isolated
@@ -157,7 +157,7 @@ def test_mixed_gets_exclusive_plus_the_pool_shared_cpus() -> None:
     e = Engine(m, Options())
     d = e.place(req("m", CpuKind.MIXED, exclusive=2, shared=500, qos=QoS.GUARANTEED))
     pool = e.by_name[d.pool]
-    assert d.placement.cpus == d.exclusive | e.free[pool]
+    assert d.placement.cpus == d.exclusive | e.shared_cpus(pool)
     assert d.placement.cpu_shares == milli_to_shares(2500)
 
 
@@ -230,6 +230,10 @@ def test_trace_lists_every_pool_with_key_and_verdict() -> None:
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts[d.pool] == "chosen"
     assert all(v == "chosen" or v.startswith("lost to ") for v in verdicts.values())
+    # the runner-up and the criterion it lost on are data, the rendered line comes from them
+    lost = [s.result for s in d.trace if s.result.outcome is Outcome.LOST]
+    assert lost and all(v.winner == d.pool and v.criterion for v in lost)
+    assert any(f"on {v.criterion}" in d.reason for v in lost)
     chosen_key = next(s.key for s in d.trace if s.pool == d.pool)
     assert all(s.key > chosen_key for s in d.trace if s.pool != d.pool)
     # the labelled form names every component and undoes the key's negations
@@ -352,10 +356,10 @@ def test_resize_in_place_keeps_cpus_and_failure_changes_nothing() -> None:
     assert shrunk.exclusive <= grown.exclusive
     moved = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
     assert moved.pool == "root" and moved.reason.startswith("moved")
-    before = (dict(e.grants), list(e.free), e.taken)
+    before = (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.taken)
     with pytest.raises(PolicyError):
         e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=400))
-    assert (dict(e.grants), list(e.free), e.taken) == before
+    assert (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.taken) == before
     same = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
     assert same.exclusive == moved.exclusive and same.updates == ()
 

@@ -9,8 +9,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import Options
+from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import CpuKind, PolicyError
 from nri_topology.topology.model import MemoryTier
 from tests import machines

@@ -18,9 +18,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.restore import Found, restore
+from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import CpuKind, Decision, PolicyError, QoS, Request, Update
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
@@ -34,13 +35,13 @@ GiB = 1 << 30
 def accounting(e: Engine) -> tuple[Any, ...]:
     """Everything the engine counts, for before/after comparisons."""
     return (
-        tuple(e.free),
-        tuple(e.free_iso),
-        tuple(e.sub_shared),
-        tuple(e.sub_users),
+        tuple(e.shared_cpus(p.index) for p in e.pools),
+        tuple(e.ledger.free_iso),
+        tuple(e.shared_assigned(p.index) for p in e.pools),
+        tuple(e.ledger.sub_users),
         e.taken,
         e.reserved_granted,
-        dict(e.book.zones()),
+        dict(e.memory_charged()),
         tuple(sorted(e.grants)),
     )
 
@@ -64,9 +65,9 @@ def check(
         assert runtime[cid][1] == g.mems
     for p in e.pools:
         i = p.index
-        assert e.sub_shared[i] <= e.capacity(i), f"{p.name}: shared capacity exceeded"
-        if e.sub_users[i]:
-            assert e.free[i], f"{p.name}: hosts shared containers without a shared CPU"
+        assert e.shared_assigned(i) <= e.capacity(i), f"{p.name}: shared capacity exceeded"
+        if e.ledger.sub_users[i]:
+            assert e.shared_cpus(i), f"{p.name}: hosts shared containers without a shared CPU"
     assert e.reserved_granted <= e.reserved_capacity
     for zone in e.book.zones():
         assert e.book.used(zone) <= e.book.capacity(zone), f"memory zone {sorted(zone)} over"

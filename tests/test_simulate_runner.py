@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from nri_topology.policy.options import Options
@@ -92,8 +92,100 @@ def _picture(a: Any) -> tuple[object, ...]:
     return (a.pool, a.kind, a.cpus, a.mems, a.exclusive)
 
 
+# A kept example: the last create moves a shared container to the reserved CPUs to make room.
+MOVED_TO_MAKE_ROOM = {
+    "steps": [
+        {
+            "create": {
+                "pod": "p0",
+                "namespace": "default",
+                "annotations": {},
+                "containers": [{"name": "c0"}],
+            }
+        },
+        {"remove": {"pod": "p0", "namespace": "default"}},
+        {
+            "create": {
+                "pod": "p2",
+                "namespace": "default",
+                "annotations": {},
+                "containers": [{"name": "c0", "requests": {"cpu": "1m"}}],
+            }
+        },
+        {
+            "resize": {
+                "pod": "p2",
+                "namespace": "default",
+                "container": "c0",
+                "requests": {"cpu": 1},
+            }
+        },
+        {
+            "resize": {
+                "pod": "p2",
+                "namespace": "default",
+                "container": "c0",
+                "requests": {"cpu": 1},
+            }
+        },
+        {
+            "create": {
+                "pod": "p5",
+                "namespace": "default",
+                "annotations": {},
+                "containers": [{"name": "c0", "requests": {"cpu": "1m"}}],
+            }
+        },
+        {
+            "create": {
+                "pod": "p6",
+                "namespace": "kube-system",
+                "annotations": {},
+                "containers": [{"name": "c0", "requests": {"cpu": "130m"}}],
+            }
+        },
+        {
+            "resize": {
+                "pod": "p5",
+                "namespace": "default",
+                "container": "c0",
+                "requests": {"cpu": 2},
+            }
+        },
+        {
+            "create": {
+                "pod": "p8",
+                "namespace": "kube-system",
+                "annotations": {},
+                "containers": [
+                    {"name": "c0", "requests": {"cpu": "621m"}},
+                    {"name": "c1", "requests": {"cpu": "630m"}},
+                ],
+            }
+        },
+        {
+            "create": {
+                "pod": "p9",
+                "namespace": "kube-system",
+                "annotations": {},
+                "containers": [{"name": "c0", "limits": {"cpu": 6, "memory": "256Mi"}}],
+            }
+        },
+        {
+            "resize": {
+                "pod": "p6",
+                "namespace": "kube-system",
+                "container": "c0",
+                "requests": {"cpu": 4},
+            }
+        },
+    ]
+}
+
+
 @settings(max_examples=30, deadline=None)
 @given(workloads())
+@example(MOVED_TO_MAKE_ROOM)
 def test_runner_picture_is_the_policy_state_after_every_step(doc: dict[str, Any]) -> None:
     workload = parse_workload(doc)
     policy = Policy(MACHINE, Options())

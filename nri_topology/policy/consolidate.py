@@ -46,12 +46,13 @@ def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
     found: list[tuple[int, int, int, tuple[str, ...]]] = []
     for pool in engine.pools:
         p = pool.index
-        room = len(engine.free[p] - engine.partial)
-        if room < k or (not k and 1000 * len(engine.free[p]) < req.shared):
+        shared_cpus = engine.shared_cpus(p)
+        room = len(shared_cpus - engine.partial)
+        if room < k or (not k and 1000 * len(shared_cpus) < req.shared):
             continue
         groups = [
             sorted(
-                (g for g in engine.users[x].values() if _movable(g, req)),
+                (g for g in engine.shared_users(x).values() if _movable(g, req)),
                 key=lambda g: (-g.shared, g.request.container_id),
             )
             for x in subtree(engine.pools, p)

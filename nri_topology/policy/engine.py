@@ -2,14 +2,16 @@
 
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
-as before. This is the only module that calls the CPU allocator.
+as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
+format is `state`'s, the CPU accounts are the `ledger`'s, the pool choice is `choice`'s and the
+CPUs and memory a grant takes in its pool are `shaping`'s.
 
-Accounting, per pool:
-* `free` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset of a
-  container placed in the pool is this set. Exclusive CPUs leave `free` of every pool holding them
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
+* `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
+  of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
 * `sub_shared` - milli-CPU granted from shared CPUs to containers in the pool's subtree; must stay
-  within `1000 * |free| - reserved cut` of the pool, since all of them run on those CPUs.
+  within `1000 * |shared_cpus| - partial_reserved_in` of the pool, since all run on those CPUs.
 * `sub_users` - shared containers in the subtree; while there is one, the pool keeps a free CPU.
 
 Reserved CPUs: a quantity reservation is exact to the milli-CPU. `ceil(q / 1000)` CPUs are set
@@ -48,37 +50,45 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any
 
-from nri_topology.policy import admission, affinity, consolidate, cpuallocator, numasets, scoring
+from nri_topology.policy import (
+    admission,
+    affinity,
+    choice,
+    consolidate,
+    cpuallocator,
+    numasets,
+    scoring,
+)
+from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
+from nri_topology.policy.shaping import EXCLUSIVE_KINDS, GrantShape, Shaper
 from nri_topology.policy.types import (
+    CHOSEN,
     ColdStart,
     CpuKind,
-    CpuPriority,
     Decision,
     Degradation,
+    Outcome,
     Placement,
     PolicyError,
     PoolScore,
     QoS,
     Request,
     Update,
+    Verdict,
 )
-from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
 
-_EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
@@ -124,19 +134,6 @@ class Grant:
         return self.kind is CpuKind.ISOLATED and self.shared > 0
 
 
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    """A grant computed but not committed."""
-
-    pool: int
-    kind: CpuKind
-    exclusive: frozenset[int]
-    isolated: bool
-    zone: frozenset[int]
-    relaxed: bool
-    note: str = ""
-
-
 @dataclass(slots=True)
 class _Op:
     """Pools whose free CPUs changed during one operation, for the update diff."""
@@ -153,10 +150,10 @@ class Engine:
         self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
         self.allowed = self._allowed_cpus()
         self.isolated = machine.isolated & self.allowed
-        reserved, partial, cut, capacity = self._reserve()
+        reserved, partial, partial_reserved, capacity = self._reserve()
         self.reserved_all = reserved  # every reserved CPU, the partly reserved one included
         self.partial = partial  # the partly reserved CPU, if any (stays shared)
-        self.partial_cut = cut  # milli-CPU of `partial` that is reserved
+        self.partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
         self.reserved_capacity = capacity  # milli-CPU
         self.isolated -= reserved
         try:
@@ -175,7 +172,9 @@ class Engine:
             for c in p.cpus:
                 self._pools_of_cpu.setdefault(c, ())
                 self._pools_of_cpu[c] += (p.index,)
-        self._cut = tuple(cut if partial & p.cpus else 0 for p in self.pools)
+        self._partial_reserved_in = tuple(
+            partial_reserved if partial & p.cpus else 0 for p in self.pools
+        )
         self._numa = tuple(self._numa_measure(p) for p in self.pools)
         self._pool_tiers = tuple(p.tiers for p in self.pools)
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
@@ -188,17 +187,15 @@ class Engine:
         # and cached by identity. Per set: its Placement and the Update of each container.
         self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
 
-        self.free: list[frozenset[int]] = [p.sharable for p in self.pools]
-        self.free_iso: list[frozenset[int]] = [p.isolated for p in self.pools]
-        self.sub_shared = [0] * n
-        self.sub_users = [0] * n
-        self.users: list[dict[str, Grant]] = [{} for _ in range(n)]  # shared users, direct
+        self.ledger = Ledger(self.pools, self._chain, partial, self._partial_reserved_in)
         self.taken: frozenset[int] = frozenset()
         self.reserved_granted = 0
         self.grants: dict[str, Grant] = {}
         self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
-        # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry).
+        self.shaper = Shaper(machine, options, self.pools, self.ledger, self.book, self._post)
+        # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry);
+        # owned by `state.snapshot`, kept here because they live as long as the grants.
         self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
 
     # ----------------------------------------------------------------------------------------
@@ -271,31 +268,45 @@ class Engine:
     # Accounting helpers
 
     def capacity(self, p: int) -> int:
-        """Shared milli-CPU the pool's free CPUs hold."""
-        return 1000 * len(self.free[p]) - self._cut[p]
+        """Shared milli-CPU the pool's shared CPUs hold."""
+        return self.ledger.capacity(p)
 
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
-        free, cut, sub = self.free, self._cut, self.sub_shared
-        least: int | None = None
-        for a in self._chain[p]:
-            left = 1000 * len(free[a]) - cut[a] - sub[a]
-            if least is None or left < least:
-                least = left
-        assert least is not None  # a chain holds at least the pool itself
-        return least
+        return self.ledger.allocatable(p)
 
-    def _need_cpus(self, p: int, extra_milli: int = 0, extra_users: int = 0) -> int:
-        """CPUs the pool must keep shared for the containers in its subtree."""
-        milli = self.sub_shared[p] + extra_milli + self._cut[p]
-        need = -(-milli // 1000)
-        if self.sub_users[p] + extra_users > 0:
-            need = max(need, 1)
-        return need
-
-    def capacity_cut(self, p: int) -> int:
+    def partial_reserved_in(self, p: int) -> int:
         """Milli-CPU of the pool's CPUs that the reservation holds without removing a CPU."""
-        return self._cut[p]
+        return self._partial_reserved_in[p]
+
+    def shared_cpus(self, p: int) -> frozenset[int]:
+        """The pool's shared cpuset: its sharable CPUs no container holds exclusively."""
+        return self.ledger.shared_cpus[p]
+
+    def sharable_capacity(self, p: int) -> int:
+        """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
+        return 1000 * len(self.pools[p].sharable) - self._partial_reserved_in[p]
+
+    def shared_users(self, p: int) -> Mapping[str, Grant]:
+        """The shared containers placed directly in the pool."""
+        return self.ledger.users[p]
+
+    def shared_assigned(self, p: int) -> int:
+        """Milli-CPU granted from shared CPUs to containers in the pool's subtree."""
+        return self.ledger.sub_shared[p]
+
+    def reserved_milli(self, cpus: frozenset[int]) -> int:
+        """Milli-CPU the reservation holds among `cpus`."""
+        whole = len(cpus & (self.reserved_all - self.partial))
+        return 1000 * whole + (self.partial_reserved if self.partial & cpus else 0)
+
+    def memory_charged(self) -> Mapping[frozenset[int], int]:
+        """Bytes charged per memory zone."""
+        return self.book.zones()
+
+    def memory_capacity(self, nodes: frozenset[int]) -> int:
+        """Bytes of memory the nodes hold."""
+        return self.book.capacity(nodes)
 
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
@@ -306,7 +317,11 @@ class Engine:
         elif g.uses_shared:
             # No exclusive part: the pool's shared set itself, so that every such container of
             # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
-            cpus = g.exclusive | self.free[g.pool] if g.exclusive else self.free[g.pool]
+            cpus = (
+                g.exclusive | self.ledger.shared_cpus[g.pool]
+                if g.exclusive
+                else self.ledger.shared_cpus[g.pool]
+            )
         else:
             cpus = g.exclusive
         if g.request.hide_hyperthreads:
@@ -338,7 +353,7 @@ class Engine:
             wanted = ",".join(sorted(req.memory_tiers))
             have = ",".join(sorted(self._tiers_on_machine))
             raise PolicyError(
-                f"{_who(req)}: memory tiers {wanted or 'none'} requested, the machine has {have}"
+                f"{req.who}: memory tiers {wanted or 'none'} requested, the machine has {have}"
             )
         if req.cold_start_ns > 0:
             tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
@@ -417,7 +432,7 @@ class Engine:
     ) -> Decision:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self.grants:
-            raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+            raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
         op = _Op()
@@ -450,8 +465,8 @@ class Engine:
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
-            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), "chosen"),), {}
-        if req.kind in _EXCLUSIVE_KINDS:
+            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), CHOSEN),), {}
+        if req.kind in EXCLUSIVE_KINDS:
             try:
                 g, trace, moved = self._admit(
                     admission.as_kind(req, CpuKind.SHARED), None, frozenset(), op
@@ -466,7 +481,7 @@ class Engine:
             raise refusal
         self._commit(g, op)
         self._note_degradation(g, req)
-        return g, (PoolScore(self.pools[0].name, (), "chosen"),), {}
+        return g, (PoolScore(self.pools[0].name, (), CHOSEN),), {}
 
     def try_moves(
         self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
@@ -512,7 +527,7 @@ class Engine:
         self._commit(g, op)
         self._note_degradation(g, old.request)
         g.degraded = tuple(dict.fromkeys(old.degraded + g.degraded))
-        g.reason = f"moved to make room for {_who(cause)}: {g.reason}"
+        g.reason = f"moved to make room for {cause.who}: {g.reason}"
         return g
 
     def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
@@ -557,7 +572,10 @@ class Engine:
             return None
         shared = admission.as_kind(req, CpuKind.RESERVED)
         g = self._grant(
-            shared, 0, CpuKind.RESERVED, frozenset(), False, shared.shared, zone, relaxed, size
+            shared,
+            GrantShape(
+                0, CpuKind.RESERVED, shared=shared.shared, zone=zone, relaxed=relaxed, size=size
+            ),
         )
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
@@ -592,14 +610,14 @@ class Engine:
         return tuple(updates[k] for k in sorted(updates))
 
     def _validate(self, req: Request) -> None:
-        if req.kind in _EXCLUSIVE_KINDS and req.exclusive < 1:
-            raise PolicyError(f"{_who(req)}: kind {req.kind} without exclusive CPUs")
+        if req.kind in EXCLUSIVE_KINDS and req.exclusive < 1:
+            raise PolicyError(f"{req.who}: kind {req.kind} without exclusive CPUs")
         if req.exclusive < 0 or req.shared < 0:
-            raise PolicyError(f"{_who(req)}: negative CPU amounts")
+            raise PolicyError(f"{req.who}: negative CPU amounts")
         tpc = self.machine.threads_per_core
-        if self.options.full_pcpus_only and req.kind in _EXCLUSIVE_KINDS and req.exclusive % tpc:
+        if self.options.full_pcpus_only and req.kind in EXCLUSIVE_KINDS and req.exclusive % tpc:
             raise PolicyError(
-                f"{_who(req)}: full_pcpus_only is on and {req.exclusive} exclusive CPUs is not a "
+                f"{req.who}: full_pcpus_only is on and {req.exclusive} exclusive CPUs is not a "
                 f"multiple of the {tpc} threads per physical core; request a multiple of {tpc}"
             )
 
@@ -611,18 +629,28 @@ class Engine:
         root = 0
         if req.kind is CpuKind.PRESERVE:
             zone, relaxed = self._root_zone(req, tiers, size)
-            g = self._grant(req, root, CpuKind.PRESERVE, frozenset(), False, 0, zone, relaxed, size)
+            g = self._grant(
+                req, GrantShape(root, CpuKind.PRESERVE, zone=zone, relaxed=relaxed, size=size)
+            )
             g.reason = "CPU pinning preserved; accounted at the root"
-            return g, (PoolScore(self.pools[root].name, (), "chosen"),)
+            return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
         if req.kind is CpuKind.RESERVED:
             free = self.reserved_capacity - self.reserved_granted
             if self.reserved_all and req.shared <= free:
                 zone, relaxed = self._root_zone(req, tiers, size)
                 g = self._grant(
-                    req, root, CpuKind.RESERVED, frozenset(), False, req.shared, zone, relaxed, size
+                    req,
+                    GrantShape(
+                        root,
+                        CpuKind.RESERVED,
+                        shared=req.shared,
+                        zone=zone,
+                        relaxed=relaxed,
+                        size=size,
+                    ),
                 )
                 g.reason = f"reserved CPUs ({req.shared}m of {free}m free reserved capacity)"
-                return g, (PoolScore(self.pools[root].name, (), "chosen"),)
+                return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
             why = (
                 "no CPUs are reserved"
                 if not self.reserved_all
@@ -633,45 +661,42 @@ class Engine:
         else:
             fallback = ""
 
-        uses_exclusive = req.kind in _EXCLUSIVE_KINDS
-        spans = self._spans(req)
-        preferred = self._preferred(req) if uses_exclusive else frozenset()
-        candidates: list[
-            tuple[tuple[object, ...], scoring.Candidate, frozenset[int], bool, tuple[int, ...]]
-        ] = []
-        trace: list[PoolScore] = []
+        uses_exclusive = req.kind in EXCLUSIVE_KINDS
+        spans = self.shaper.spans(req)
+        preferred = self.shaper.preferred(req) if uses_exclusive else frozenset()
+        options: list[choice.Option] = []
+        unfit: list[PoolScore] = []
         weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
         pack = self.options.shared_placement == "pack"
+        ledger = self.ledger
+        strict_hints = req.strict_hints and bool(req.hint_nodes)
         for p in self.pools:
-            reason = self._unfit(req, p.index, uses_exclusive)
-            if reason is None and req.strict_hints and req.hint_nodes:
-                outside = p.cpu_nodes - req.hint_nodes
-                if outside:
-                    reason = (
-                        f"strict topology hints: CPUs of NUMA {cpuset.format(outside)} are "
-                        f"outside the devices' NUMA {cpuset.format(req.hint_nodes)}"
-                    )
+            reason = choice.unfit(req, p, ledger, uses_exclusive)
+            if reason is None and strict_hints:
+                reason = choice.hints_problem(req, p)
             if reason is None:
                 try:
                     zone, relaxed = self._zone(p.index, tiers, size, widen)
                 except LookupError as e:
                     reason = f"memory: {e}"
                 else:
-                    if relaxed and req.strict_hints and req.hint_nodes:
+                    if relaxed and strict_hints:
                         reason = "strict topology hints: memory would widen beyond the pool"
             if reason is None and req.single_numa:
-                reason = self._not_single_numa(p, relaxed)
+                reason = choice.not_single_numa(p, relaxed)
             if reason is not None:
-                trace.append(PoolScore(p.name, (), f"does not fit: {reason}"))
+                unfit.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
                 continue
-            iso_short = req.kind is CpuKind.ISOLATED and len(self.free_iso[p.index]) < req.exclusive
-            span = self._span(req, p) if spans else ()
+            iso_short = (
+                req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p.index]) < req.exclusive
+            )
+            span = self.shaper.span(req, p) if spans else ()
             n_nodes, dist = self._numa[p.index]
             k = req.exclusive
             if span:
                 n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
-            alloc = self.allocatable(p.index)
+            alloc = ledger.allocatable(p.index)
             cand = scoring.Candidate(
                 pool=p,
                 affinity=weights[p.index],
@@ -687,87 +712,35 @@ class Engine:
                 isolated_short=iso_short,
                 numa_nodes=n_nodes,
                 numa_distance=dist,
-                cores_short=bool(preferred) and len(self.free[p.index] & preferred) < k,
+                cores_short=bool(preferred) and len(ledger.shared_cpus[p.index] & preferred) < k,
                 exclusive=uses_exclusive,
                 # packing: pools already hosting shared containers first, whole pools stay free
-                colocated=int(not self.sub_users[p.index]) if pack else len(self.users[p.index]),
+                colocated=int(not ledger.sub_users[p.index])
+                if pack
+                else len(ledger.users[p.index]),
                 free_shared=alloc,
             )
-            candidates.append((scoring.sort_key(cand), cand, zone, relaxed, span))
-        candidates.sort(key=lambda c: c[0])
-        if hint is not None:
-            candidates.sort(key=lambda c: c[1].pool.index != hint)
-        verdicts: dict[str, str] = {}
-        chosen: tuple[Grant, tuple[object, ...]] | None = None
-        for key, cand, zone, relaxed, span in candidates:
-            if chosen is not None:
-                verdicts[cand.pool.name] = (
-                    f"lost to {self.pools[chosen[0].pool].name} on "
-                    f"{scoring.losing_criterion(key, chosen[1])}"
-                )
-                continue
-            try:
-                attempt = self._attempt(
-                    req, cand.pool.index, zone, relaxed, keep, tiers, size, span
-                )
-            except _GrantFailed as e:
-                verdicts[cand.pool.name] = f"grant failed: {e}"
-                continue
-            g = self._grant(
-                req,
-                attempt.pool,
-                attempt.kind,
-                attempt.exclusive,
-                attempt.isolated,
-                req.shared,
-                attempt.zone,
-                attempt.relaxed,
-                size,
+            options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
+
+        def attempt(o: choice.Option) -> Grant:
+            shape = self.shaper.shape(
+                req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
-            g.reason = _reason(g, cand.pool.name, fallback, attempt.note)
+            g = self._grant(req, shape)
+            g.reason = _reason(g, o.candidate.pool.name, fallback, shape.note)
             if req.hint_nodes:
-                g.reason += "; " + _hinted(req, cand.hint_miss)
-            chosen = (g, key)
-            verdicts[cand.pool.name] = "chosen"
-        keys = {c[1].pool.name: c[0] for c in candidates}
-        for name, verdict in verdicts.items():
-            trace.append(PoolScore(name, keys[name], verdict))
-        trace.sort(key=lambda s: self.by_name[s.pool])
-        if chosen is None:
-            if req.single_numa:
-                raise PolicyError(self._no_single_numa(req, size, tiers, trace))
-            raise PolicyError(self._nothing_fits(req, size, tiers, trace))
-        runner_up = next((v for v in verdicts.values() if v.startswith("lost to ")), "")
-        if runner_up:
-            loser = next(n for n, v in verdicts.items() if v == runner_up)
-            criterion = runner_up.rsplit(" on ", 1)[1]
-            chosen[0].reason += f"; beat {loser} on {criterion}"
-        return chosen[0], tuple(trace)
+                g.reason += "; " + _hinted(req, o.candidate.hint_miss)
+            return g
 
-    def _spans(self, req: Request) -> bool:
-        """Whether pools are scored by the node set the exclusive CPUs would span."""
-        opts = self.options
-        return (
-            req.kind is CpuKind.EXCLUSIVE
-            and opts.prefer_closest_numa
-            and not opts.distribute_across_numa
-        )
-
-    def _span(self, req: Request, pool: Pool) -> tuple[int, ...]:
-        """The NUMA nodes an exclusive grant from the pool's free CPUs would span; () when the
-        pool has one node (its own measure holds) or its nodes cannot hold the request."""
-        if len(pool.cpu_nodes) < 2:
-            return ()
-        free = self.free[pool.index] - self.partial
-        near = free & self._near_devices(req)
-        if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
-            free = near
-        try:
-            return numasets.grant_nodes(
-                self.machine, free, req.exclusive, pool.cpu_nodes, self.options.full_pcpus_only
+        chosen = choice.choose(options, unfit, hint, attempt, self.by_name)
+        g = chosen.grant
+        if g is None:
+            raise PolicyError(
+                choice.refusal(req, size, tiers, chosen.trace, self.pools, self.ledger, self.book)
             )
-        except cpuallocator.AllocationError:
-            return ()
+        if chosen.runner_up is not None:
+            g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
+        return g, chosen.trace
 
     def _root_zone(
         self, req: Request, tiers: frozenset[MemoryTier], size: int
@@ -775,43 +748,7 @@ class Engine:
         try:
             return self._zone(0, tiers, size, admission.may_degrade(req, self.options))
         except LookupError as e:
-            raise PolicyError(f"{_who(req)}: memory does not fit at the root: {e}") from None
-
-    def _unfit(self, req: Request, p: int, uses_exclusive: bool) -> str | None:
-        """Why pool p cannot hold the request's CPUs, or None."""
-        pool = self.pools[p]
-        k = req.exclusive if uses_exclusive else 0
-        shared_part = req.shared if req.kind is not CpuKind.EXCLUSIVE else 0
-        new_user = int(
-            req.kind is not CpuKind.EXCLUSIVE
-            and not (req.kind is CpuKind.ISOLATED and req.shared == 0)
-        )
-        if req.kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
-            k = 0  # the exclusive part comes from isolated CPUs
-        elif req.require_isolated:
-            return f"{len(self.free_iso[p])} free isolated CPUs, {req.exclusive} required"
-        if k:
-            to_slice = len(self.free[p] - self.partial) if self.partial else len(self.free[p])
-            if to_slice < k:
-                return f"{to_slice} CPUs free to slice, {k} needed"
-        free, sub_shared, sub_users, cut = self.free, self.sub_shared, self.sub_users, self._cut
-        for a in self._chain[p]:  # _need_cpus inlined: this runs for every pool of a decision
-            need = -(-(sub_shared[a] + shared_part + cut[a]) // 1000)
-            if need < 1 and sub_users[a] + new_user > 0:
-                need = 1
-            if len(free[a]) - k < need:
-                name = self.pools[a].name
-                if a == p:
-                    return (
-                        f"{self.allocatable(p)}m shared capacity left, {req.shared}m shared and "
-                        f"{k} exclusive CPUs requested"
-                    )
-                return f"ancestor {name} keeps too few shared CPUs"
-        if new_user and not self.free[p]:
-            return "no shared CPU left"
-        if not pool.cpus:
-            return "no CPUs"
-        return None
+            raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
 
     def _affinity(self, req: Request) -> list[float]:
         if not req.affinities:
@@ -824,196 +761,9 @@ class Engine:
                 per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
         return scoring.affinity_scores(self.pools, per_pool)
 
-    def _attempt(
-        self,
-        req: Request,
-        p: int,
-        zone: frozenset[int],
-        relaxed: bool,
-        keep: frozenset[int],
-        tiers: frozenset[MemoryTier],
-        size: int,
-        span: tuple[int, ...] = (),
-    ) -> _Attempt:
-        """Compute the grant in pool p without committing it; `_GrantFailed` when impossible.
-
-        `span`: the node set the pool was scored by; exclusive CPUs come from it when it holds
-        enough sliceable CPUs."""
-        kind = req.kind
-        if kind not in _EXCLUSIVE_KINDS:
-            return _Attempt(p, kind, frozenset(), False, zone, relaxed)
-        k = req.exclusive
-        fpo = self.options.full_pcpus_only
-        note = ""
-        if kind is CpuKind.ISOLATED and len(self.free_iso[p]) >= k:
-            excl = self._take(self.free_iso[p], k, keep, fpo)
-            return _Attempt(p, kind, excl, True, zone, relaxed)
-        if kind is CpuKind.ISOLATED:
-            kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
-            note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
-        prefer = self._preferred(req)
-        keep_first = self.machine.all_cpus - prefer if prefer else frozenset()
-        sliceable = self._sliceable(
-            p, k, req.shared if kind is CpuKind.MIXED else 0, kind, keep_first
-        )
-        excl = self._pick(p, sliceable, k, keep, fpo, span, prefer, self._near_devices(req))
-        if kind is CpuKind.EXCLUSIVE:
-            zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
-        nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
-        if len(nodes) > 1 and not note:
-            avg = numasets.average_distance(self.machine, nodes)
-            note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
-        return _Attempt(p, kind, excl, False, zone, relaxed, note)
-
-    def _sliceable(
-        self,
-        p: int,
-        k: int,
-        shared_part: int,
-        kind: CpuKind,
-        keep_first: frozenset[int] = frozenset(),
-    ) -> frozenset[int]:
-        """CPUs of pool p that can become exclusive without starving any shared container;
-        the CPUs kept for shared containers come from `keep_first` first (on hybrid machines,
-        the core kind the request does not prefer)."""
-        new_user = int(kind is CpuKind.MIXED)
-        protected: dict[int, frozenset[int]] = {}
-        for x in self._post[p]:
-            prot = frozenset().union(*(protected[c] for c in self.pools[x].children))
-            prot |= self.free[x] & self.partial
-            need = self._need_cpus(x, shared_part if x == p else 0, new_user if x == p else 0)
-            if len(self.free[x]) - k < need and len(prot) < need:
-                rest = self.free[x] - prot
-                try:
-                    prot |= cpuallocator.take_cpus(
-                        self.machine, rest, need - len(prot), prefer=keep_first
-                    )
-                except cpuallocator.AllocationError as e:
-                    raise _GrantFailed(
-                        f"cannot keep shared CPUs in {self.pools[x].name}: {e}"
-                    ) from None
-            protected[x] = prot
-        return self.free[p] - protected[p]
-
-    def _near_devices(self, req: Request) -> frozenset[int]:
-        """The CPUs of the NUMA nodes of the request's devices (none without hints)."""
-        nodes = self.machine.nodes
-        return frozenset().union(*(nodes[n].cpus for n in req.hint_nodes if n in nodes))
-
-    def _pick(
-        self,
-        p: int,
-        sliceable: frozenset[int],
-        k: int,
-        keep: frozenset[int],
-        fpo: bool,
-        span: tuple[int, ...] = (),
-        prefer: frozenset[int] = frozenset(),
-        near: frozenset[int] = frozenset(),
-    ) -> frozenset[int]:
-        opts = self.options
-        pool = self.pools[p]
-        if len(sliceable) < k:
-            raise _GrantFailed(f"{len(sliceable)} CPUs can be sliced, {k} needed")
-        close = sliceable & near
-        if len(close) >= k and close != sliceable and not keep & sliceable:
-            # A pool wider than the devices' nodes: their CPUs first, when they suffice.
-            with contextlib.suppress(_GrantFailed):
-                return self._pick(p, close, k, keep, fpo, (), prefer)
-        try:
-            kept = keep & sliceable
-            if kept:
-                return self._take(sliceable, k, kept, fpo)
-            if opts.distribute_across_numa:
-                group = max(opts.distribute_min_group, self.machine.threads_per_core if fpo else 1)
-                return cpuallocator.take_distributed(
-                    self.machine, sliceable, k, group_size=group, full_pcpus_only=fpo
-                )
-            if opts.prefer_closest_numa and len(pool.cpu_nodes) > 1:
-                nodes = self._within_span(sliceable, k, fpo, span)
-                if nodes is None:
-                    nodes = numasets.grant_nodes(self.machine, sliceable, k, pool.cpu_nodes, fpo)
-                if len(nodes) > 1:
-                    within = frozenset().union(*(self.machine.nodes[n].cpus for n in nodes))
-                    return cpuallocator.take_cpus(
-                        self.machine, sliceable & within, k, full_pcpus_only=fpo, prefer=prefer
-                    )
-            return cpuallocator.take_cpus(
-                self.machine, sliceable, k, full_pcpus_only=fpo, prefer=prefer
-            )
-        except cpuallocator.AllocationError as e:
-            raise _GrantFailed(str(e)) from None
-
-    def _preferred(self, req: Request) -> frozenset[int]:
-        """The CPUs exclusive CPUs come from first: on hybrid machines, the core kind of the
-        request's CPU priority."""
-        if not self.machine.efficiency_cpus or req.cpu_priority is CpuPriority.NONE:
-            return frozenset()
-        if req.cpu_priority is CpuPriority.LOW:
-            return self.machine.efficiency_cpus
-        return self.machine.performance_cpus
-
-    def _within_span(
-        self, sliceable: frozenset[int], k: int, fpo: bool, span: tuple[int, ...]
-    ) -> tuple[int, ...] | None:
-        """The scored span when its sliceable CPUs hold the request, else None (shared
-        containers keep some of its CPUs: the span is recomputed from what can be sliced)."""
-        if len(span) < 2:
-            return None
-        try:
-            return numasets.grant_nodes(self.machine, sliceable, k, span, fpo)
-        except cpuallocator.AllocationError:
-            return None
-
-    def _take(
-        self, available: frozenset[int], k: int, keep: frozenset[int], fpo: bool
-    ) -> frozenset[int]:
-        """Take k CPUs, keeping as many of `keep` as possible (resize in place)."""
-        try:
-            kept = keep & available
-            if len(kept) >= k:
-                return cpuallocator.take_cpus(self.machine, kept, k, full_pcpus_only=fpo)
-            more = cpuallocator.take_cpus(
-                self.machine, available - kept, k - len(kept), full_pcpus_only=fpo
-            )
-            return kept | more
-        except cpuallocator.AllocationError as e:
-            raise _GrantFailed(str(e)) from None
-
-    def _narrow_zone(
-        self,
-        excl: frozenset[int],
-        zone: frozenset[int],
-        relaxed: bool,
-        tiers: frozenset[MemoryTier],
-        size: int,
-    ) -> tuple[frozenset[int], bool]:
-        """Memory of only the nodes the exclusive CPUs sit on (and their memory-only nodes)."""
-        if relaxed:
-            return zone, relaxed
-        nodes = {self.machine.cpus[c].node for c in excl} - {-1}
-        leaves = [
-            p
-            for p in self.pools
-            if not p.children and p.cpu_nodes and p.cpu_nodes <= nodes and p.cpus & excl
-        ]
-        narrow = frozenset().union(*(p.nodes_of(tiers) for p in leaves)) & zone
-        if narrow and narrow != zone and self.book.fits(narrow, size):
-            return narrow, False
-        return zone, relaxed
-
-    def _grant(
-        self,
-        req: Request,
-        p: int,
-        kind: CpuKind,
-        exclusive: frozenset[int],
-        isolated: bool,
-        shared: int,
-        zone: frozenset[int],
-        relaxed: bool,
-        size: int,
-    ) -> Grant:
+    def _grant(self, req: Request, shape: GrantShape) -> Grant:
+        """The grant of `shape` to `req`, with the cold start its memory zone allows."""
+        kind, zone, shared = shape.kind, shape.zone, shape.shared
         cold: ColdStart | None = None
         if req.cold_start_ns > 0 and zone:
             dram = frozenset(n for n in zone if self.machine.nodes[n].tier is MemoryTier.DRAM)
@@ -1024,14 +774,14 @@ class Engine:
             shared = 0
         return Grant(
             request=req,
-            pool=p,
+            pool=shape.pool,
             kind=kind,
-            exclusive=exclusive,
-            isolated=isolated,
+            exclusive=shape.exclusive,
+            isolated=shape.isolated,
             shared=shared,
             zone=zone,
-            memory=size if zone else 0,
-            relaxed=relaxed,
+            memory=shape.size if zone else 0,
+            relaxed=shape.relaxed,
             cold_start=cold,
         )
 
@@ -1042,17 +792,19 @@ class Engine:
             self.taken |= g.exclusive
             for x in self._pools_touching(g.exclusive):
                 if g.isolated:
-                    self.free_iso[x] -= g.exclusive
+                    self.ledger.free_iso[x] -= g.exclusive
                 else:
-                    self.free[x] = self._interned(self.free[x] - g.exclusive)
+                    self.ledger.shared_cpus[x] = self._interned(
+                        self.ledger.shared_cpus[x] - g.exclusive
+                    )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted += g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.sub_shared[a] += g.shared
-                self.sub_users[a] += 1
-            self.users[g.pool][cid] = g
+                self.ledger.sub_shared[a] += g.shared
+                self.ledger.sub_users[a] += 1
+            self.ledger.users[g.pool][cid] = g
         self.book.charge(g.zone, g.memory)
         self.grants[cid] = g
         self.by_attribute.add(g.request)
@@ -1068,17 +820,19 @@ class Engine:
             for x in self._pools_touching(g.exclusive):
                 pool = self.pools[x]
                 if g.isolated:
-                    self.free_iso[x] |= g.exclusive & pool.isolated
+                    self.ledger.free_iso[x] |= g.exclusive & pool.isolated
                 else:
-                    self.free[x] = self._interned(self.free[x] | g.exclusive & pool.sharable)
+                    self.ledger.shared_cpus[x] = self._interned(
+                        self.ledger.shared_cpus[x] | g.exclusive & pool.sharable
+                    )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
             self.reserved_granted -= g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.sub_shared[a] -= g.shared
-                self.sub_users[a] -= 1
-            del self.users[g.pool][cid]
+                self.ledger.sub_shared[a] -= g.shared
+                self.ledger.sub_users[a] -= 1
+            del self.ledger.users[g.pool][cid]
         self.book.refund(g.zone, g.memory)
 
     def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
@@ -1110,10 +864,10 @@ class Engine:
         plain_ok = self.options.pin_cpu
         shared_kind = CpuKind.SHARED
         for x in op.touched:
-            users = self.users[x]
+            users = self.ledger.users[x]
             if not users:
                 continue
-            shared = self.free[x]
+            shared = self.ledger.shared_cpus[x]
             kept: tuple[Placement, dict[str, Update]] | None = None
             for cid, g in users.items():
                 if cid == skip:
@@ -1164,68 +918,6 @@ class Engine:
 
     def placement(self, g: Grant) -> Placement:
         return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
-
-    def _not_single_numa(self, pool: Pool, relaxed: bool) -> str | None:
-        """Why a pool cannot hold a single-numa-node container, or None."""
-        if len(pool.cpu_nodes) > 1:
-            return f"single-numa-node: the pool spans NUMA nodes {sorted(pool.cpu_nodes)}"
-        if relaxed:
-            return "single-numa-node: memory does not fit in the pool's NUMA node"
-        return None
-
-    def _no_single_numa(
-        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
-    ) -> str:
-        """The refusal of a single-numa-node container: what one node has, and why."""
-        single = [p for p in self.pools if len(p.cpu_nodes) == 1]
-        parts = []
-        if req.exclusive:
-            parts.append(f"{req.exclusive} exclusive CPUs")
-        if req.shared:
-            parts.append(f"{req.shared}m shared CPU")
-        if size:
-            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
-        wanted = " + ".join(parts) or "a shared CPU"
-        if single:
-            largest = max(len(p.sharable) for p in single)
-            free = max(len(self.free[p.index] - self.partial) for p in single)
-            mem = max(self.book.free(p.nodes_of(tiers)) for p in single)
-            has = (
-                f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
-                f"{format_bytes(max(mem, 0))} of free memory in one node"
-            )
-        else:
-            has = "no pool holds a single NUMA node"
-        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
-        return (
-            f"{_who(req)}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
-            f"not spanning NUMA nodes as asked. ({why})"
-        )
-
-    def _nothing_fits(
-        self, req: Request, size: int, tiers: frozenset[MemoryTier], trace: list[PoolScore]
-    ) -> str:
-        best_shared = max(range(len(self.pools)), key=lambda p: (self.allocatable(p), -p))
-        best_slice = max(
-            range(len(self.pools)), key=lambda p: (len(self.free[p] - self.partial), -p)
-        )
-        root_zone = self.pools[0].nodes_of(tiers)
-        parts = []
-        if req.exclusive:
-            parts.append(f"{req.exclusive} exclusive CPUs")
-        if req.shared or req.kind is CpuKind.SHARED:
-            parts.append(f"{req.shared}m shared CPU")
-        if size:
-            parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
-        wanted = f"{' + '.join(parts)} ({req.kind})"
-        why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
-        return (
-            f"{_who(req)}: no pool can hold {wanted}. Largest free: "
-            f"{self.allocatable(best_shared)}m shared CPU in {self.pools[best_shared].name}, "
-            f"{len(self.free[best_slice] - self.partial)} CPUs to slice in "
-            f"{self.pools[best_slice].name}, {format_bytes(max(self.book.free(root_zone), 0))} of "
-            f"memory. ({why})"
-        )
 
     # ----------------------------------------------------------------------------------------
     # Releasing, resizing, cold start, adopting
@@ -1284,21 +976,25 @@ class Engine:
         zone: frozenset[int] | None,
         cpus: frozenset[int] | None,
         mems: frozenset[int] | None,
+        cold_start_over: bool = False,
     ) -> Grant:
         """Take over an existing placement verbatim; PolicyError when it is inconsistent.
 
         `cpus`/`mems` are what the runtime reports the container runs on now, so that a later
-        diff tells whether it needs an update.
+        diff tells whether it needs an update. A cold start ends at once when `cold_start_over`
+        (saved state says so) or when the container already runs on the widened memory nodes.
         """
         if req.container_id in self.grants:
-            raise PolicyError(f"{_who(req)}: container {req.container_id} is already placed")
+            raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
-        pool_cpus = self.free_iso[pool] if isolated else self.free[pool] - self.partial
-        if kind in _EXCLUSIVE_KINDS:
+        pool_cpus = (
+            self.ledger.free_iso[pool] if isolated else self.ledger.shared_cpus[pool] - self.partial
+        )
+        if kind in EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
                 raise PolicyError(
                     f"holds {len(exclusive)} exclusive CPUs, the request asks for {req.exclusive}"
@@ -1329,11 +1025,17 @@ class Engine:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
-        g = self._grant(req, pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+        g = self._grant(
+            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+        )
         self._check_fits(g)
         g.reason = "adopted as found"
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
+        if g.cold_start is not None and (
+            cold_start_over or (mems is not None and g.cold_start.then_mems <= mems)
+        ):
+            g.cold_start = None  # its cold start finished before the restart
         return g
 
     def _check_fits(self, g: Grant) -> None:
@@ -1348,15 +1050,28 @@ class Engine:
         for x in self._pools_touching(g.exclusive) if k else ():
             if x in self._chain[g.pool]:
                 continue
-            if len(self.free[x] - g.exclusive) < self._need_cpus(x):
+            if len(self.ledger.shared_cpus[x] - g.exclusive) < self.ledger.need_cpus(x):
                 raise PolicyError(f"would starve the shared containers of {self.pools[x].name}")
         for a in self._chain[g.pool]:
-            if len(self.free[a]) - k < self._need_cpus(a, extra, users):
+            if len(self.ledger.shared_cpus[a]) - k < self.ledger.need_cpus(a, extra, users):
                 raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
 
     def decision_of(self, container_id: str) -> Decision:
         """The current placement of a container as a decision without trace or updates."""
         return self._decision(self.grants[container_id], (), ())
+
+    def pool_index(self, name: str) -> int | None:
+        """The index of the pool named `name`, None when this tree has no such pool."""
+        return self.by_name.get(name)
+
+    def running(
+        self, container_id: str, cpus: frozenset[int] | None, mems: frozenset[int] | None
+    ) -> None:
+        """Note what the runtime reports a placed container runs on, for `refresh` to diff."""
+        g = self.grants.get(container_id)
+        if g is not None:
+            g.cpus = cpus if cpus is not None else frozenset()
+            g.mems = mems if mems is not None else frozenset()
 
     def refresh(self) -> tuple[Update, ...]:
         """Updates for every container whose pinning differs from what the accounting says."""
@@ -1379,14 +1094,6 @@ class Engine:
                     )
                 )
         return tuple(updates)
-
-
-class _GrantFailed(Exception):
-    """A pool that looked feasible could not produce the grant; the next pool is tried."""
-
-
-def _who(req: Request) -> str:
-    return f"{req.namespace}/{req.pod_name}/{req.name}"
 
 
 def _same_amounts(a: Request, b: Request) -> bool:
@@ -1419,49 +1126,3 @@ def _reason(g: Grant, pool: str, fallback: str, note: str) -> str:
     if g.relaxed:
         parts.append("memory widened beyond the pool because it ran out")
     return "; ".join(parts)
-
-
-SNAPSHOT_VERSION = 1
-
-
-@lru_cache(maxsize=4096)
-def _format(cpus: frozenset[int]) -> str:
-    """cpuset.format, cached: the daemon snapshots after every change, and most containers share
-    a handful of zones and an empty exclusive set (1000 containers: 5.5 ms -> under 1 ms)."""
-    return cpuset.format(cpus)
-
-
-def snapshot(engine: Engine) -> dict[str, Any]:
-    """JSON-able state: per container its pool, kind, CPUs and memory zone (versioned).
-
-    An entry depends only on fields a grant never changes after it is committed, but for whether
-    a cold start runs; so entries are kept per grant object and made anew only for a new grant or
-    a finished cold start (1000 containers: 0.8 -> 0.2 ms under the daemon lock). Entries are
-    never changed once returned: the checkpoint encoder keeps them to compare with the next.
-    """
-    kept = engine.snapshot_entries
-    fresh: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
-    out: dict[str, Any] = {}
-    grants = engine.grants
-    for cid in sorted(grants):
-        g = grants[cid]
-        cold = g.cold_start is not None
-        hit = kept.get(cid)
-        if hit is not None and hit[0] is g and hit[1] is cold:
-            entry = hit[2]
-            fresh[cid] = hit
-        else:
-            entry = {
-                "pool": engine.pools[g.pool].name,
-                "kind": str(g.kind),
-                "exclusive": _format(g.exclusive),
-                "isolated": g.isolated,
-                "shared": g.shared,
-                "zone": _format(g.zone),
-                "memory": g.memory,
-                "cold_start": cold,
-            }
-            fresh[cid] = (g, cold, entry)
-        out[cid] = entry
-    engine.snapshot_entries = fresh
-    return {"version": SNAPSHOT_VERSION, "containers": out}

@@ -13,9 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from nri_topology.policy import restore as restoring
-from nri_topology.policy.engine import Engine, snapshot
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.request import build_request
+from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
@@ -185,17 +186,19 @@ class Policy:
         placed = [0] * len(e.pools)
         for g in e.grants.values():
             placed[g.pool] += 1
-        zones = e.book.zones()
+        zones = e.memory_charged()
         views: list[PoolView] = []
         for p in e.pools:
             memory: dict[MemoryTier, TierMemory] = {}
             for tier, nodes in p.mems.items():
-                cap = e.book.capacity(nodes)
+                cap = e.memory_capacity(nodes)
                 assigned = 0
                 for zone, charged in zones.items():
                     if zone <= p.nodes and zone & nodes:
                         assigned += (
-                            charged * e.book.capacity(zone & nodes) // max(e.book.capacity(zone), 1)
+                            charged
+                            * e.memory_capacity(zone & nodes)
+                            // max(e.memory_capacity(zone), 1)
                         )
                 memory[tier] = TierMemory(cap, assigned, cap - assigned, nodes)
             views.append(
@@ -207,9 +210,9 @@ class Policy:
                     cpus=p.cpus,
                     isolated=p.isolated,
                     reserved=e.reserved_all & p.cpus,
-                    shared=e.free[p.index],
-                    capacity_milli=1000 * len(p.sharable) - e.capacity_cut(p.index),
-                    assigned_milli=e.sub_shared[p.index],
+                    shared=e.shared_cpus(p.index),
+                    capacity_milli=e.sharable_capacity(p.index),
+                    assigned_milli=e.shared_assigned(p.index),
                     free_milli=e.allocatable(p.index),
                     containers=placed[p.index],
                     memory=memory,
@@ -222,23 +225,22 @@ class Policy:
         """Per NUMA node capacity, allocatable and available CPU and memory (see NodeCapacity)."""
         e = self._engine
         m = self._machine
-        whole_reserved = e.reserved_all - e.partial
         shared_used: dict[int, float] = {}
         for g in e.grants.values():
             if not g.uses_shared or g.kind is CpuKind.RESERVED or not g.shared:
                 continue
-            free = e.free[g.pool]
-            if not free:
+            shared_cpus = e.shared_cpus(g.pool)
+            if not shared_cpus:
                 continue
             per_node: dict[int, int] = {}
-            for c in free:
+            for c in shared_cpus:
                 node = m.cpus[c].node
                 per_node[node] = per_node.get(node, 0) + 1
             for node, count in per_node.items():
-                shared_used[node] = shared_used.get(node, 0.0) + g.shared * count / len(free)
+                shared_used[node] = shared_used.get(node, 0.0) + g.shared * count / len(shared_cpus)
         memory_used: dict[int, int] = {}
-        for zone, charged in e.book.zones().items():
-            total = e.book.capacity(zone)
+        for zone, charged in e.memory_charged().items():
+            total = e.memory_capacity(zone)
             for node in zone:
                 if total:
                     share = charged * m.nodes[node].memory // total
@@ -247,8 +249,7 @@ class Policy:
         for n in sorted(m.nodes):
             node = m.nodes[n]
             cpus = node.cpus & e.allowed
-            cut = e.partial_cut if e.partial & cpus else 0
-            allocatable = 1000 * len(cpus - whole_reserved) - cut
+            allocatable = 1000 * len(cpus) - e.reserved_milli(cpus)
             used = 1000 * len(e.taken & cpus) + round(shared_used.get(n, 0.0))
             out.append(
                 NodeCapacity(

@@ -42,8 +42,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_topology.policy import admission
-from nri_topology.policy.engine import SNAPSHOT_VERSION, Engine
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.pools import could_exist
+from nri_topology.policy.state import SavedEntry, read_entry, saved_entries
 from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
@@ -86,28 +87,13 @@ def order_key(req: Request) -> tuple[int, int, int, str]:
     return (_QOS_RANK[req.qos], -req.cpu_request, req.created_at, req.container_id)
 
 
-def saved_entries(saved: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[str, Any]], str]:
-    """The per-container entries of a snapshot, or none and why it was not usable."""
-    if saved is None:
-        return {}, "no saved state"
-    if not isinstance(saved, Mapping) or saved.get("version") != SNAPSHOT_VERSION:
-        version = saved.get("version") if isinstance(saved, Mapping) else None
-        return {}, f"saved state version {version!r} is not {SNAPSHOT_VERSION}"
-    containers = saved.get("containers")
-    if not isinstance(containers, Mapping):
-        return {}, "saved state has no containers map"
-    return {str(k): v for k, v in containers.items() if isinstance(v, Mapping)}, ""
-
-
-def _from_saved(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Plan:
+def _from_saved(engine: Engine, f: Found, entry: SavedEntry) -> _Plan:
     req = f.request
+    name, kind, isolated = entry.pool, entry.kind, entry.isolated
     try:
-        name = str(entry["pool"])
-        kind = CpuKind(str(entry["kind"]))
-        exclusive = cpuset.parse(str(entry["exclusive"]))
-        isolated = bool(entry["isolated"])
-        zone = cpuset.parse(str(entry["zone"]))
-    except (KeyError, ValueError) as e:  # `implausible` drops such entries first
+        exclusive = cpuset.parse(entry.exclusive)
+        zone = cpuset.parse(entry.zone)
+    except ValueError as e:  # `implausible` drops such entries first
         raise PolicyError(f"saved entry unusable: {e}") from None
     granted = admission.as_granted(req, kind, isolated) if kind != req.kind else None
     if granted is not None:
@@ -126,12 +112,10 @@ def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
     """Why one saved entry cannot be believed, or "" when it is plausible on its own."""
     m = engine.machine
     try:
-        pool, cpus, nodes, kind, _ = (
-            str(entry[k]) for k in ("pool", "exclusive", "zone", "kind", "isolated")
-        )
-        CpuKind(kind)
+        saved = read_entry(entry)
     except (KeyError, ValueError) as e:
         return f"malformed ({type(e).__name__}: {str(e)[:80]})"
+    pool, cpus, nodes = saved.pool, saved.exclusive, saved.zone
     if not could_exist(m, pool):
         return f"pool {pool[:80]!r} does not exist on this machine"
     if max(len(cpus), len(nodes)) > _MAX_TEXT:
@@ -171,7 +155,7 @@ def implausible(
         if problem := _entry_problem(engine, f, entry):
             dropped[cid] = problem
             continue
-        for c in cpuset.parse(str(entry["exclusive"])):
+        for c in cpuset.parse(read_entry(entry).exclusive):
             claims.setdefault(c, []).append(cid)
     for c, holders in sorted(claims.items()):
         if len(holders) > 1:
@@ -193,7 +177,7 @@ def _pool_now(
     The saved pool when it still exists and holds the exclusive CPUs; otherwise (the tree
     changed with the configuration) the deepest pool holding the CPUs the container uses.
     """
-    pool = engine.by_name.get(name)
+    pool = engine.pool_index(name)
     if kind is CpuKind.RESERVED or kind is CpuKind.PRESERVE:
         return 0 if pool is None else pool
     if pool is not None and exclusive <= engine.pools[pool].cpus:
@@ -261,10 +245,10 @@ def _pinned_users(found: Sequence[Found]) -> dict[int, int]:
     return users
 
 
-def _warm(engine: Engine, f: Found, entry: Mapping[str, Any] | None) -> bool:
+def _warm(engine: Engine, f: Found, entry: SavedEntry | None) -> bool:
     """Whether a container's cold start is known to be over (saved state, else DRAM in use)."""
     if entry is not None:
-        return not entry.get("cold_start", True)
+        return not entry.cold_start
     nodes = engine.machine.nodes
     return bool(f.mems) and any(
         n in nodes and nodes[n].tier is MemoryTier.DRAM for n in f.mems or ()
@@ -277,7 +261,11 @@ def restore(
     """Adopt or re-place every found container into an empty engine."""
     entries, no_saved = saved_entries(saved)
     dropped = implausible(engine, found, entries)
-    believed = {cid: e for cid, e in entries.items() if cid not in dropped}
+    believed = {  # entries of found containers, each plausible (`implausible` read it)
+        cid: read_entry(entries[cid])
+        for f in found
+        if (cid := f.request.container_id) in entries and cid not in dropped
+    }
     users = _pinned_users(found)
     plans: list[_Plan] = []
     again: list[Found] = []
@@ -299,20 +287,22 @@ def restore(
     plans.sort(key=lambda p: not p.exclusive)  # stable: exclusive holders first, order kept
     for plan in plans:
         f = plan.found
+        entry = believed.get(f.request.container_id)
         try:
-            g = engine.adopt(
-                f.request, plan.pool, plan.exclusive, plan.isolated, plan.zone, f.cpus, f.mems
+            engine.adopt(
+                f.request,
+                plan.pool,
+                plan.exclusive,
+                plan.isolated,
+                plan.zone,
+                f.cpus,
+                f.mems,
+                cold_start_over=entry is not None and not entry.cold_start,
             )
         except PolicyError as e:
             again.append(f)
             reasons[f.request.container_id] = f"inconsistent: {e}"
             continue
-        entry = believed.get(f.request.container_id)
-        if g.cold_start is not None and (
-            (entry is not None and not entry.get("cold_start", True))
-            or (f.mems is not None and g.cold_start.then_mems <= f.mems)
-        ):
-            g.cold_start = None  # its cold start finished before the restart
         adopted.append(f.request.container_id)
     failed: dict[str, str] = {}
     replaced: dict[str, str] = {}
@@ -331,10 +321,7 @@ def restore(
         replaced[cid] = reasons[cid]
     # Diff against what the containers run on now, not against intermediate decisions.
     for f in found:
-        g = engine.grants.get(f.request.container_id)
-        if g is not None:
-            g.cpus = f.cpus if f.cpus is not None else frozenset()
-            g.mems = f.mems if f.mems is not None else frozenset()
+        engine.running(f.request.container_id, f.cpus, f.mems)
     updates = engine.refresh()
     cold: dict[str, ColdStart] = {
         cid: g.cold_start for cid, g in sorted(engine.grants.items()) if g.cold_start is not None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from nri_topology.topology.model import MemoryTier
 
@@ -116,13 +117,47 @@ class Update:
     placement: Placement
 
 
+class Outcome(StrEnum):
+    CHOSEN = "chosen"
+    UNFIT = "does not fit"
+    LOST = "lost"
+    FAILED = "grant failed"
+
+
+class Verdict(NamedTuple):
+    """How a pool fared in a decision, as data: callers read the winner and the criterion a
+    losing pool lost on rather than parsing the rendered line (a tuple: one is made per pool per
+    decision)."""
+
+    outcome: Outcome
+    detail: str = ""  # why it does not fit or why the grant failed
+    winner: str = ""  # LOST: the chosen pool
+    criterion: str = ""  # LOST: the sort-key criterion that decided
+
+    def __str__(self) -> str:
+        if self.outcome is Outcome.CHOSEN:
+            return "chosen"
+        if self.outcome is Outcome.LOST:
+            return f"lost to {self.winner} on {self.criterion}"
+        return f"{self.outcome.value}: {self.detail}"
+
+
+CHOSEN = Verdict(Outcome.CHOSEN)
+
+
 @dataclass(frozen=True, slots=True)
 class PoolScore:
     """One line of a decision's trace: a pool, its sort key and why it lost (or won)."""
 
     pool: str
     key: tuple[object, ...]
-    verdict: str  # "chosen", "does not fit: …", "lost to <pool> on <criterion>", "grant failed: …"
+    result: Verdict
+
+    @property
+    def verdict(self) -> str:
+        """The rendered line: "chosen", "does not fit: …", "lost to <pool> on <criterion>",
+        "grant failed: …"."""
+        return str(self.result)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,3 +258,8 @@ class Request:
     hint_nodes: frozenset[int] = frozenset()  # NUMA nodes of the hints, CPUs resolved to nodes
     strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
+
+    @property
+    def who(self) -> str:
+        """The container's name in messages (`qualified_name`)."""
+        return qualified_name(self.namespace, self.pod_name, self.name)

@@ -227,6 +227,14 @@ class Runner:
                 )
             )
             self._apply(decision.updates, moved)
+            if decision.moved:  # moved to make room: another pool, perhaps another kind
+                now = self._policy.assignments()
+                for cid in decision.moved:
+                    if cid in self.assignments and cid in now:
+                        n = now[cid]
+                        self.assignments[cid] = replace(
+                            self.assignments[cid], pool=n.pool, kind=n.kind, exclusive=n.exclusive
+                        )
         return replace(
             base, placed=tuple(placed), updates=self._ordered(moved), errors=tuple(errors)
         )

@@ -1,0 +1,237 @@
+"""Choosing a pool: which pools the ledger lets hold a request, the filters the request's own
+constraints put on pools, the order feasible pools are tried in, and the trace that says, as data,
+why each pool won or lost.
+
+Pure: the engine scores the pools from its accounting (`scoring.Candidate`) and passes a function
+that computes a grant in one pool; the first pool in order whose grant can be computed wins, every
+later one lost to it on the first sort-key criterion that told them apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Generic, NamedTuple, TypeVar
+
+from nri_topology.policy import scoring
+from nri_topology.policy.ledger import Ledger
+from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.pools import Pool
+from nri_topology.policy.types import CHOSEN, CpuKind, Outcome, PoolScore, Request, Verdict
+from nri_topology.quantity import format_bytes
+from nri_topology.topology import cpuset
+from nri_topology.topology.model import MemoryTier
+
+T = TypeVar("T")
+
+
+class GrantFailed(Exception):
+    """A feasible pool in which the grant could not be computed (its CPUs cannot be sliced)."""
+
+
+class Option(NamedTuple):
+    """A pool that can hold the request, with its sort key and the memory zone it would get (a
+    tuple: one is made per feasible pool per decision)."""
+
+    key: tuple[object, ...]
+    candidate: scoring.Candidate
+    zone: frozenset[int]
+    relaxed: bool  # the zone widened beyond the pool's own nodes
+    span: tuple[int, ...]  # the nodes exclusive CPUs would span (scored by them), or ()
+
+
+@dataclass(frozen=True, slots=True)
+class Chosen(Generic[T]):
+    """The result of a choice: the grant (None when no pool could make one), the trace in pool
+    order and the runner-up, the first pool that lost to the winner."""
+
+    grant: T | None
+    trace: tuple[PoolScore, ...]
+    runner_up: PoolScore | None
+
+
+def hints_problem(req: Request, pool: Pool) -> str | None:
+    """Why strict topology hints rule the pool out for its CPUs, or None."""
+    if not (req.strict_hints and req.hint_nodes):
+        return None
+    outside = pool.cpu_nodes - req.hint_nodes
+    if not outside:
+        return None
+    return (
+        f"strict topology hints: CPUs of NUMA {cpuset.format(outside)} are "
+        f"outside the devices' NUMA {cpuset.format(req.hint_nodes)}"
+    )
+
+
+def unfit(req: Request, pool: Pool, ledger: Ledger, uses_exclusive: bool) -> str | None:
+    """Why the pool's CPUs cannot hold the request's, or None."""
+    p = pool.index
+    k = req.exclusive if uses_exclusive else 0
+    shared_part = req.shared if req.kind is not CpuKind.EXCLUSIVE else 0
+    new_user = int(
+        req.kind is not CpuKind.EXCLUSIVE and not (req.kind is CpuKind.ISOLATED and req.shared == 0)
+    )
+    if req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p]) >= k:
+        k = 0  # the exclusive part comes from isolated CPUs
+    elif req.require_isolated:
+        return f"{len(ledger.free_iso[p])} free isolated CPUs, {req.exclusive} required"
+    shared_cpus = ledger.shared_cpus
+    if k:
+        partial = ledger.partial
+        to_slice = len(shared_cpus[p] - partial) if partial else len(shared_cpus[p])
+        if to_slice < k:
+            return f"{to_slice} CPUs free to slice, {k} needed"
+    sub_shared, sub_users, reserved_in = (
+        ledger.sub_shared,
+        ledger.sub_users,
+        ledger.partial_reserved_in,
+    )
+    for a in ledger.chain[p]:  # need_cpus inlined: this runs for every pool of a decision
+        need = -(-(sub_shared[a] + shared_part + reserved_in[a]) // 1000)
+        if need < 1 and sub_users[a] + new_user > 0:
+            need = 1
+        if len(shared_cpus[a]) - k < need:
+            if a == p:
+                return (
+                    f"{ledger.allocatable(p)}m shared capacity left, {req.shared}m shared and "
+                    f"{k} exclusive CPUs requested"
+                )
+            return f"ancestor {ledger.pool_names[a]} keeps too few shared CPUs"
+    if new_user and not shared_cpus[p]:
+        return "no shared CPU left"
+    if not pool.cpus:
+        return "no CPUs"
+    return None
+
+
+def not_single_numa(pool: Pool, relaxed: bool) -> str | None:
+    """Why a pool cannot hold a single-numa-node container, or None."""
+    if len(pool.cpu_nodes) > 1:
+        return f"single-numa-node: the pool spans NUMA nodes {sorted(pool.cpu_nodes)}"
+    if relaxed:
+        return "single-numa-node: memory does not fit in the pool's NUMA node"
+    return None
+
+
+def choose(
+    options: Sequence[Option],
+    unfit: Sequence[PoolScore],
+    hint: int | None,
+    attempt: Callable[[Option], T],
+    order: Mapping[str, int],
+) -> Chosen[T]:
+    """Try the options best first (the hinted pool before all), `attempt` raising `GrantFailed`
+    when a pool cannot make the grant; `unfit` are the pools filtered out before scoring and
+    `order` gives each pool's place in the trace."""
+    ranked = sorted(options, key=lambda o: o.key)
+    if hint is not None:
+        ranked.sort(key=lambda o: o.candidate.pool.index != hint)
+    scores = list(unfit)
+    grant: T | None = None
+    winner: tuple[str, tuple[object, ...]] | None = None
+    runner_up: PoolScore | None = None
+    for o in ranked:
+        name = o.candidate.pool.name
+        if winner is not None:
+            lost = Verdict(
+                Outcome.LOST,
+                winner=winner[0],
+                criterion=scoring.losing_criterion(o.key, winner[1]),
+            )
+            score = PoolScore(name, o.key, lost)
+            if runner_up is None:
+                runner_up = score
+            scores.append(score)
+            continue
+        try:
+            grant = attempt(o)
+        except GrantFailed as e:
+            scores.append(PoolScore(name, o.key, Verdict(Outcome.FAILED, str(e))))
+            continue
+        winner = (name, o.key)
+        scores.append(PoolScore(name, o.key, CHOSEN))
+    scores.sort(key=lambda s: order[s.pool])
+    return Chosen(grant, tuple(scores), runner_up)
+
+
+def refusal(
+    req: Request,
+    size: int,
+    tiers: frozenset[MemoryTier],
+    trace: Sequence[PoolScore],
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    book: MemoryBook,
+) -> str:
+    """Why no pool was chosen: what the request wanted, the room left, and every pool's verdict."""
+    why = "; ".join(f"{s.pool}: {s.verdict}" for s in trace)
+    explain = _no_single_numa if req.single_numa else _nothing_fits
+    return explain(req, size, tiers, why, pools, ledger, book)
+
+
+def _no_single_numa(
+    req: Request,
+    size: int,
+    tiers: frozenset[MemoryTier],
+    why: str,
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    book: MemoryBook,
+) -> str:
+    """The refusal of a single-numa-node container: what one node has, and why."""
+    single = [p for p in pools if len(p.cpu_nodes) == 1]
+    parts = []
+    if req.exclusive:
+        parts.append(f"{req.exclusive} exclusive CPUs")
+    if req.shared:
+        parts.append(f"{req.shared}m shared CPU")
+    if size:
+        parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
+    wanted = " + ".join(parts) or "a shared CPU"
+    if single:
+        largest = max(len(p.sharable) for p in single)
+        free = max(len(ledger.shared_cpus[p.index] - ledger.partial) for p in single)
+        mem = max(book.free(p.nodes_of(tiers)) for p in single)
+        has = (
+            f"the largest NUMA node has {largest} CPUs; now at most {free} free CPUs and "
+            f"{format_bytes(max(mem, 0))} of free memory in one node"
+        )
+    else:
+        has = "no pool holds a single NUMA node"
+    return (
+        f"{req.who}: single-numa-node asked and no NUMA node can hold {wanted}: {has}; "
+        f"not spanning NUMA nodes as asked. ({why})"
+    )
+
+
+def _nothing_fits(
+    req: Request,
+    size: int,
+    tiers: frozenset[MemoryTier],
+    why: str,
+    pools: Sequence[Pool],
+    ledger: Ledger,
+    book: MemoryBook,
+) -> str:
+    """The refusal of a container no pool can hold: the largest room left, and why."""
+    best_shared = max(range(len(pools)), key=lambda p: (ledger.allocatable(p), -p))
+    best_slice = max(
+        range(len(pools)),
+        key=lambda p: (len(ledger.shared_cpus[p] - ledger.partial), -p),
+    )
+    root_zone = pools[0].nodes_of(tiers)
+    parts = []
+    if req.exclusive:
+        parts.append(f"{req.exclusive} exclusive CPUs")
+    if req.shared or req.kind is CpuKind.SHARED:
+        parts.append(f"{req.shared}m shared CPU")
+    if size:
+        parts.append(f"{format_bytes(size)} of {','.join(sorted(tiers))} memory")
+    wanted = f"{' + '.join(parts)} ({req.kind})"
+    return (
+        f"{req.who}: no pool can hold {wanted}. Largest free: "
+        f"{ledger.allocatable(best_shared)}m shared CPU in {pools[best_shared].name}, "
+        f"{len(ledger.shared_cpus[best_slice] - ledger.partial)} CPUs to slice in "
+        f"{pools[best_slice].name}, {format_bytes(max(book.free(root_zone), 0))} of "
+        f"memory. ({why})"
+    )

@@ -1,0 +1,87 @@
+"""The pool choice on its own: order, failed grants, the trace and the runner-up as data."""
+
+from __future__ import annotations
+
+import pytest
+
+from nri_topology.policy import choice, scoring
+from nri_topology.policy.engine import Engine
+from nri_topology.policy.options import Options
+from nri_topology.policy.pools import Pool
+from nri_topology.policy.types import Outcome, PoolScore, Verdict
+from tests import machines
+
+POOLS = Engine(machines.load("server"), Options()).pools
+ORDER = {p.name: p.index for p in POOLS}
+
+
+def option(pool: Pool, hint_miss: int = 0, free_shared: int = 1000) -> choice.Option:
+    cand = scoring.Candidate(
+        pool=pool,
+        affinity=0.0,
+        hint_miss=hint_miss,
+        tier_miss=False,
+        relaxed=False,
+        burst_short=False,
+        isolated_short=False,
+        numa_nodes=len(pool.cpu_nodes),
+        numa_distance=10.0,
+        cores_short=False,
+        exclusive=False,
+        colocated=0,
+        free_shared=free_shared,
+    )
+    return choice.Option(scoring.sort_key(cand), cand, frozenset(), False, ())
+
+
+def grant_unless(failing: set[str]):
+    def attempt(o: choice.Option) -> str:
+        if o.candidate.pool.name in failing:
+            raise choice.GrantFailed("cannot slice")
+        return o.candidate.pool.name
+
+    return attempt
+
+
+def verdicts(c: choice.Chosen[str]) -> dict[str, str]:
+    return {s.pool: s.verdict for s in c.trace}
+
+
+LEAF_A, LEAF_B = [p for p in POOLS if not p.children and p.cpu_nodes][:2]  # two NUMA nodes
+
+
+@pytest.mark.parametrize(
+    ("failing", "hint", "winner", "runner_up", "criterion"),
+    [
+        (set(), None, LEAF_A.name, LEAF_B.name, "hints"),  # B misses a hinted node
+        ({LEAF_A.name}, None, LEAF_B.name, None, ""),  # A fails, nothing left to lose
+        (set(), LEAF_B.index, LEAF_B.name, LEAF_A.name, "hints"),  # the hint is tried first
+    ],
+)
+def test_first_grant_in_order_wins_and_the_next_is_runner_up(
+    failing: set[str], hint: int | None, winner: str, runner_up: str | None, criterion: str
+) -> None:
+    options = [option(LEAF_B, hint_miss=1), option(LEAF_A)]
+    c = choice.choose(options, [], hint, grant_unless(failing), ORDER)
+    assert c.grant == winner
+    assert verdicts(c)[winner] == "chosen"
+    if runner_up is None:
+        assert c.runner_up is None
+        assert verdicts(c)[LEAF_A.name] == "grant failed: cannot slice"
+    else:
+        assert c.runner_up is not None and c.runner_up.pool == runner_up
+        assert c.runner_up.result == Verdict(Outcome.LOST, winner=winner, criterion=criterion)
+        assert verdicts(c)[runner_up] == f"lost to {winner} on {criterion}"
+
+
+def test_trace_is_in_pool_order_with_the_unfit_pools() -> None:
+    unfit = [PoolScore(POOLS[0].name, (), Verdict(Outcome.UNFIT, "no CPUs"))]
+    c = choice.choose([option(LEAF_B), option(LEAF_A)], unfit, None, grant_unless(set()), ORDER)
+    assert [s.pool for s in c.trace] == sorted((s.pool for s in c.trace), key=ORDER.__getitem__)
+    assert verdicts(c)[POOLS[0].name] == "does not fit: no CPUs"
+
+
+def test_nothing_granted_leaves_no_winner() -> None:
+    c = choice.choose([option(LEAF_A)], [], None, grant_unless({LEAF_A.name}), ORDER)
+    assert c.grant is None and c.runner_up is None
+    assert verdicts(c) == {LEAF_A.name: "grant failed: cannot slice"}
