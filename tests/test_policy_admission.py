@@ -24,6 +24,7 @@ from nri_topology.policy.types import (
     PodInfo,
     PolicyError,
     QoS,
+    Request,
     Resources,
 )
 from nri_topology.simulate import machine_spec
@@ -285,3 +286,65 @@ def test_moves_undone_leave_the_movers_pinning_as_the_runtime_holds_it() -> None
     with pytest.raises(PolicyError):
         e.resize(req("c2", shared=0, memory=12_599_337_216))
     assert e.grants["c1"].cpus == before == e.pin(e.grants["c1"])
+
+
+# --- exclusive CPUs partly from the isolated ones ---------------------------------------------
+
+
+def _ordinary_left(opts: Options, free: int) -> Engine:
+    """SERVER with all but `free` of its 104 ordinary CPUs held exclusively, no shared user."""
+    e = Engine(SERVER, opts)
+    e.place(req("big", CpuKind.EXCLUSIVE, exclusive=104 - free))
+    return e
+
+
+@pytest.mark.parametrize("whole_cores", [False, True])
+def test_ordinary_and_isolated_cpus_together_when_neither_alone_holds_it(
+    whole_cores: bool,
+) -> None:
+    """A few ordinary CPUs and 8 isolated ones free: the kubelet, counting isolated CPUs as
+    allocatable, admits 10 exclusive CPUs; they are granted as the ordinary ones that can be
+    sliced (whole cores under full_pcpus_only) plus isolated ones."""
+    e = _ordinary_left(Options(full_pcpus_only=whole_cores), 4)
+    sliceable = e.shared_cpus(0) - e.partial
+    ordinary = len(sliceable) - len(sliceable) % 2 if whole_cores else len(sliceable)
+    assert 0 < ordinary < 10 and ordinary + 8 >= 10
+    shared_before = [e.shared_cpus(p.index) for p in e.pools]
+    iso_before = list(e.ledger.free_iso)
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=10))
+    assert d.kind is CpuKind.EXCLUSIVE and len(d.exclusive) == 10
+    assert len(d.exclusive - SERVER.isolated) == ordinary
+    assert d.degraded == (Degradation.ISOLATED_MIXED,)
+    assert d.placement.cpus == d.exclusive
+    assert len(e.ledger.free_iso[0]) == 8 - (10 - ordinary)
+    if whole_cores:
+        assert all(SERVER.cpus[c].threads <= d.exclusive for c in d.exclusive)
+    e.release("x")
+    assert [e.shared_cpus(p.index) for p in e.pools] == shared_before
+    assert e.ledger.free_iso == iso_before
+
+
+def test_isolated_mixed_grant_is_adopted_after_a_restart() -> None:
+    e = _ordinary_left(Options(), 4)
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=10))
+    found = [Found(g.request, g.cpus, g.mems) for g in e.grants.values()]
+    fresh = Engine(SERVER, e.options)
+    report = restore(fresh, found, snapshot(e))
+    assert set(report.adopted) == {"big", "x"} and not report.updates
+    assert fresh.grants["x"].exclusive == d.exclusive
+    assert fresh.decision_of("x").degraded == (Degradation.ISOLATED_MIXED,)
+
+
+@pytest.mark.parametrize(
+    "opts, asked",
+    [
+        (Options(on_unfit="refuse"), req("x", CpuKind.EXCLUSIVE, exclusive=10)),
+        (Options(), req("x", CpuKind.ISOLATED, exclusive=10, require_isolated=True)),
+    ],
+    ids=["on-unfit-refuse", "require-isolated-cpus"],
+)
+def test_isolated_mixed_is_not_for_strict_requests(opts: Options, asked: Request) -> None:
+    e = _ordinary_left(opts, 4)
+    with pytest.raises(PolicyError):
+        e.place(asked)
+    assert set(e.grants) == {"big"}

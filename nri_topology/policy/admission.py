@@ -8,7 +8,9 @@ kubelet would admit, degrading it when it must, in this order:
 2. as asked, after moving a few shared containers to fewer pools (`consolidate`);
 3. exclusive CPUs asked for: the same amount of shared CPUs (`Degradation.SHARED_CPUS`);
    Before that, exclusive CPUs from the kernel-isolated ones when no ordinary ones are left (the
-   kubelet hands isolated CPUs out like any other CPU);
+   kubelet hands isolated CPUs out like any other CPU); after it, when neither kind alone nor
+   shared CPUs hold it, the ordinary CPUs that can be sliced plus isolated ones in one grant at
+   the root (`Degradation.ISOLATED_MIXED`): the kubelet counts isolated CPUs as allocatable;
 4. no shared CPU left in any pool: the reserved CPUs, which the kubelet keeps in its shared pool
    unless `strict_reserved_cpus` is on, within the reserved capacity
    (`Degradation.RESERVED_CPUS`).
@@ -100,9 +102,13 @@ def widen_tiers(
     return None
 
 
-def degradations(asked: CpuKind, granted: CpuKind, tier_widened: bool) -> tuple[Degradation, ...]:
+def degradations(
+    asked: CpuKind, granted: CpuKind, tier_widened: bool, isolated_mixed: bool = False
+) -> tuple[Degradation, ...]:
     """What a grant of `granted` CPUs gives a request of `asked` CPUs less of."""
     out: list[Degradation] = []
+    if isolated_mixed:
+        out.append(Degradation.ISOLATED_MIXED)
     if asked in _WHOLE_CPUS and granted not in _WHOLE_CPUS:
         out.append(Degradation.SHARED_CPUS)
     if granted is CpuKind.RESERVED and asked is not CpuKind.RESERVED:

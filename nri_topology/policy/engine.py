@@ -472,7 +472,11 @@ class Engine:
                     admission.as_kind(req, CpuKind.SHARED), None, frozenset(), op
                 )
             except PolicyError:
-                raise refusal from None
+                mixed = self._on_isolated_mixed(req, op)
+                if mixed is None:
+                    raise refusal from None
+                self._note_degradation(mixed, req)
+                return mixed, (PoolScore(self.pools[mixed.pool].name, (), CHOSEN),), {}
             g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
             self._note_degradation(g, req)
             return g, trace, moved
@@ -548,6 +552,53 @@ class Engine:
         g.reason += "; isolated CPUs because no ordinary ones are left"
         return g
 
+    def _on_isolated_mixed(self, req: Request, op: _Op) -> Grant | None:
+        """Exclusive CPUs from the root's free ordinary CPUs plus isolated ones (committed).
+
+        Neither kind alone holds the request but together they do, as the kubelet, which counts
+        isolated CPUs as allocatable, would assign them. As many ordinary CPUs as can be sliced
+        without starving a shared container, the rest isolated.
+        """
+        if req.kind not in EXCLUSIVE_KINDS or not self.isolated:
+            return None
+        kind = req.kind
+        if kind is CpuKind.ISOLATED:
+            kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
+        mixed = replace(req, kind=kind)
+        root = 0
+        free_iso = self.ledger.free_iso[root]
+        k = req.exclusive
+        try:
+            tiers = self._tiers(mixed)
+            size = memory_size(mixed) if not mixed.memory_preserve else 0
+            zone, relaxed = self._zone(root, tiers, size, widen=True)
+            sliceable = self.shaper.sliceable(
+                root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
+            )
+        except (LookupError, PolicyError, choice.GrantFailed):
+            return None
+        whole = self.options.full_pcpus_only
+        ordinary = min(k, len(sliceable))
+        if whole:
+            ordinary -= ordinary % self.machine.threads_per_core
+        if k - ordinary > len(free_iso) or ordinary == k:
+            return None
+        try:
+            exclusive = cpuallocator.take_cpus(
+                self.machine, sliceable, ordinary, full_pcpus_only=whole
+            ) | cpuallocator.take_cpus(self.machine, free_iso, k - ordinary, full_pcpus_only=whole)
+        except cpuallocator.AllocationError:
+            return None
+        g = self._grant(
+            mixed, GrantShape(root, kind, exclusive, False, mixed.shared, zone, relaxed, size)
+        )
+        g.reason = (
+            f"{ordinary} ordinary and {k - ordinary} isolated exclusive CPUs: neither kind alone "
+            "is left for all of them"
+        )
+        self._commit(g, op)
+        return g
+
     def _kubelet_admits(self, req: Request) -> bool:
         """Whether the kubelet would admit the container next to those placed: CPU requests
         within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
@@ -586,9 +637,10 @@ class Engine:
             zone_tiers = frozenset(self.machine.nodes[n].tier for n in g.zone)
             self._zone_tiers[g.zone] = zone_tiers
         widened = not zone_tiers <= self._tiers(g.request)
-        if not widened and g.kind is asked.kind:
+        iso_mixed = not g.isolated and bool(g.exclusive & self.isolated)
+        if not widened and not iso_mixed and g.kind is asked.kind:
             return
-        g.degraded = admission.degradations(asked.kind, g.kind, widened)
+        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed)
         if widened and "memory widened into" not in g.reason:
             names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
@@ -790,10 +842,11 @@ class Engine:
         cid = g.request.container_id
         if g.exclusive:
             self.taken |= g.exclusive
+            iso = g.exclusive & self.isolated  # all of them, or part (ISOLATED_MIXED)
             for x in self._pools_touching(g.exclusive):
-                if g.isolated:
-                    self.ledger.free_iso[x] -= g.exclusive
-                else:
+                if iso:
+                    self.ledger.free_iso[x] -= iso
+                if iso != g.exclusive:
                     self.ledger.shared_cpus[x] = self._interned(
                         self.ledger.shared_cpus[x] - g.exclusive
                     )
@@ -817,11 +870,12 @@ class Engine:
         self.by_attribute.remove(cid)
         if g.exclusive:
             self.taken -= g.exclusive
+            iso = g.exclusive & self.isolated
             for x in self._pools_touching(g.exclusive):
                 pool = self.pools[x]
-                if g.isolated:
-                    self.ledger.free_iso[x] |= g.exclusive & pool.isolated
-                else:
+                if iso:
+                    self.ledger.free_iso[x] |= iso & pool.isolated
+                if iso != g.exclusive:
                     self.ledger.shared_cpus[x] = self._interned(
                         self.ledger.shared_cpus[x] | g.exclusive & pool.sharable
                     )
@@ -992,7 +1046,9 @@ class Engine:
         if kind is CpuKind.ISOLATED and not isolated:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
         pool_cpus = (
-            self.ledger.free_iso[pool] if isolated else self.ledger.shared_cpus[pool] - self.partial
+            self.ledger.free_iso[pool]
+            if isolated  # else ordinary CPUs, or next to isolated ones (ISOLATED_MIXED)
+            else self.ledger.shared_cpus[pool] - self.partial | self.ledger.free_iso[pool]
         )
         if kind in EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
@@ -1030,6 +1086,8 @@ class Engine:
         )
         self._check_fits(g)
         g.reason = "adopted as found"
+        if not isolated and exclusive & self.isolated:
+            g.degraded = (Degradation.ISOLATED_MIXED,)
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
@@ -1044,7 +1102,7 @@ class Engine:
             if g.shared > self.reserved_capacity - self.reserved_granted:
                 raise PolicyError("reserved capacity exhausted")
             return
-        k = 0 if g.isolated else len(g.exclusive)
+        k = len(g.exclusive - self.isolated)
         extra = g.shared if g.uses_shared else 0
         users = int(g.uses_shared)
         for x in self._pools_touching(g.exclusive) if k else ():

@@ -110,7 +110,7 @@ class Shaper:
             note = f"too few free isolated CPUs in the pool, {k} ordinary CPUs taken instead"
         prefer = self.preferred(req)
         keep_first = self.machine.all_cpus - prefer if prefer else frozenset()
-        sliceable = self._sliceable(
+        sliceable = self.sliceable(
             p, k, req.shared if kind is CpuKind.MIXED else 0, kind, keep_first
         )
         excl = self._pick(
@@ -124,7 +124,7 @@ class Shaper:
             note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
         return GrantShape(p, kind, excl, False, req.shared, zone, relaxed, size, note)
 
-    def _sliceable(
+    def sliceable(
         self,
         p: int,
         k: int,

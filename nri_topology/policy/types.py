@@ -192,6 +192,7 @@ class Degradation(StrEnum):
     SHARED_CPUS = "shared-cpus"  # exclusive CPUs asked for, shared CPUs given
     RESERVED_CPUS = "reserved-cpus"  # no shared CPU left anywhere: the reserved CPUs are shared
     MEMORY_TIER = "memory-tier"  # memory widened into a tier the container did not ask for
+    ISOLATED_MIXED = "isolated-cpus-mixed"  # exclusive CPUs partly kernel-isolated ones
 
 
 class PolicyError(Exception):

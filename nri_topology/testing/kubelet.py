@@ -13,10 +13,9 @@
 * memory: the sum of memory requests (limits when no request) within the machine's memory that
   the policy may widen into (every tier but HBM, which is used only when asked for).
 
-Kernel-isolated CPUs are assignable CPUs for the kubelet, which does not know them. The policy
-keeps them for containers that prefer isolated CPUs and never gives them to others, so they are
-counted out here (a known difference: a node whose isolated CPUs the kubelet would hand to
-ordinary pods can refuse some of them).
+Kernel-isolated CPUs are allocatable and assignable CPUs for the kubelet, which does not know
+them, and are counted so here: the policy keeps them for containers that prefer them, but gives
+them (alone or next to ordinary ones) to an exclusive container that fits nowhere else.
 """
 
 from __future__ import annotations
@@ -85,7 +84,6 @@ class KubeletAdmission:
             count = -(-reserved_milli // 1000)
             usable = machine.all_cpus - machine.isolated  # where the policy takes them from
             reserved_cpus = cpuallocator.take_cpus(machine, usable, count) if count else frozenset()
-        cpus -= len(machine.isolated - reserved_cpus)
         self.allocatable = 1000 * cpus - reserved_milli
         self.assignable = cpus - -(-reserved_milli // 1000)
         siblings = frozenset().union(*(machine.cpus[c].threads for c in reserved_cpus))
