@@ -71,7 +71,14 @@ def pods(draw: st.DrawFn, machine: Machine) -> kubelet.Pod:
         return kubelet.Pod(qos)
     if qos is QoS.BURSTABLE:
         cpu = draw(st.integers(1, 4000))
-        return kubelet.Pod(qos, cpu, cpu_limit=draw(st.sampled_from([0, cpu, 2 * cpu])), memory=mem)
+        request = draw(st.sampled_from([None, 1 << 20, mem // 4])) if mem else None
+        return kubelet.Pod(
+            qos,
+            cpu,
+            cpu_limit=draw(st.sampled_from([0, cpu, 2 * cpu])),
+            memory=mem,
+            memory_request=request,
+        )
     whole = draw(st.booleans())
     if whole:
         cpu = 1000 * draw(st.integers(1, max(1, cpus // draw(st.sampled_from([1, 2, 4, 16])))))
@@ -94,7 +101,7 @@ NAMES = [*BUNDLED, *(n for n in machines.ALL_MACHINES if n not in BUNDLED)]
 
 @pytest.mark.parametrize("name", NAMES)
 @settings(
-    max_examples=6,
+    max_examples=12,
     deadline=None,
     derandomize=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],

@@ -348,3 +348,67 @@ def test_isolated_mixed_is_not_for_strict_requests(opts: Options, asked: Request
     with pytest.raises(PolicyError):
         e.place(asked)
     assert set(e.grants) == {"big"}
+
+
+# --- memory charged beyond what the kubelet counts --------------------------------------------
+
+
+def _limit_only(cid: str, limit: int) -> Request:
+    """A Burstable container with a memory limit and no request known to the plugin (below 0.2 %
+    of the machine's memory the kubelet's oom_score_adj tells none): charged at its limit."""
+    return replace(req(cid, shared=100), memory_request=0, memory_limit=limit)
+
+
+def test_memory_limits_that_fit_nowhere_are_charged_what_fits() -> None:
+    e = Engine(DESKTOP, Options())
+    total = sum(n.memory for n in DESKTOP.nodes.values())
+    a = e.place(_limit_only("a", total * 3 // 4))
+    assert not a.degraded and e.grants["a"].memory == total * 3 // 4
+    b = e.place(_limit_only("b", total * 3 // 4))
+    assert b.degraded == (Degradation.MEMORY_CHARGE,)
+    assert e.grants["b"].memory == total - total * 3 // 4
+    assert b.placement.mems == frozenset(DESKTOP.nodes)
+    # the kubelet counts requests: a Guaranteed half of the memory is admitted, charged nothing
+    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=2, memory=total // 2))
+    assert g.degraded == (Degradation.MEMORY_CHARGE,) and e.grants["g"].memory == 0
+    assert len(g.exclusive) == 2
+    for cid in ("a", "b", "g"):
+        e.release(cid)
+    assert not e.book.zones()
+
+
+def test_memory_requests_beyond_the_machine_are_refused() -> None:
+    e = Engine(DESKTOP, Options())
+    total = sum(n.memory for n in DESKTOP.nodes.values())
+    e.place(req("a", shared=100, memory=total * 3 // 4))
+    with pytest.raises(PolicyError, match="memory"):
+        e.place(req("b", shared=100, memory=total // 2))  # the kubelet does not admit it
+
+
+@pytest.mark.parametrize(
+    "opts, asked",
+    [
+        (Options(on_unfit="refuse"), _limit_only("b", 1 << 40)),
+        (Options(), replace(_limit_only("b", 1 << 40), single_numa=True)),
+    ],
+    ids=["on-unfit-refuse", "single-numa-node"],
+)
+def test_memory_charge_is_not_for_strict_requests(opts: Options, asked: Request) -> None:
+    e = Engine(DESKTOP, opts)
+    with pytest.raises(PolicyError, match="memory"):
+        e.place(asked)
+    assert not e.grants
+
+
+def test_memory_charged_in_part_is_adopted_after_a_restart() -> None:
+    e = Engine(DESKTOP, Options())
+    total = sum(n.memory for n in DESKTOP.nodes.values())
+    e.place(_limit_only("a", total * 3 // 4))
+    e.place(_limit_only("b", total * 3 // 4))
+    found = [Found(g.request, g.cpus, g.mems) for g in e.grants.values()]
+    fresh = Engine(DESKTOP, e.options)
+    report = restore(fresh, found, snapshot(e))
+    assert set(report.adopted) == {"a", "b"} and not report.updates
+    assert sum(g.memory for g in fresh.grants.values()) == total
+    cut = [cid for cid in ("a", "b") if fresh.decision_of(cid).degraded]
+    assert len(cut) == 1 and fresh.decision_of(cut[0]).degraded == (Degradation.MEMORY_CHARGE,)

@@ -16,7 +16,15 @@ kubelet would admit, degrading it when it must, in this order:
    (`Degradation.RESERVED_CPUS`).
 
 Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
-`Degradation.MEMORY_TIER`). A container is refused instead only when it asks for strictness
+`Degradation.MEMORY_TIER`). A container is charged its memory request, else its limit: a
+Burstable container's request reaches the runtime only through the oom_score_adj the kubelet
+derives from it, and a small one (under 0.2 % of the machine's memory) reads as none, so its limit
+is charged while the kubelet admits on the request. When the charge fits no zone even widened to
+the root's nodes of every tier, but the memory requests known (the limit never counts) fit the
+machine's memory as the kubelet counts them, the container gets all those nodes and is charged
+the bytes still free there, maybe none (`Degradation.MEMORY_CHARGE`); the kernel, not the
+accounting, then bounds it. A known request beyond the machine's memory is refused: the kubelet
+does not admit it either. A container is refused instead only when it asks for strictness
 (`require-isolated-cpus`, `numa-policy: single-numa-node`, strict topology hints, or the options
 for them) or the operator set `on_unfit: refuse`.
 
@@ -103,12 +111,18 @@ def widen_tiers(
 
 
 def degradations(
-    asked: CpuKind, granted: CpuKind, tier_widened: bool, isolated_mixed: bool = False
+    asked: CpuKind,
+    granted: CpuKind,
+    tier_widened: bool,
+    isolated_mixed: bool = False,
+    memory_cut: bool = False,
 ) -> tuple[Degradation, ...]:
     """What a grant of `granted` CPUs gives a request of `asked` CPUs less of."""
     out: list[Degradation] = []
     if isolated_mixed:
         out.append(Degradation.ISOLATED_MIXED)
+    if memory_cut:
+        out.append(Degradation.MEMORY_CHARGE)
     if asked in _WHOLE_CPUS and granted not in _WHOLE_CPUS:
         out.append(Degradation.SHARED_CPUS)
     if granted is CpuKind.RESERVED and asked is not CpuKind.RESERVED:

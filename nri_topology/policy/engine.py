@@ -25,8 +25,9 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
-  the next memory tier (`admission.TIER_ORDER`); other containers are never moved for it (the
-  reference moves lower-priority containers instead);
+  the next memory tier (`admission.TIER_ORDER`), then, when the kubelet admits its memory
+  request, to all of those nodes charged what fits (`admission`); other containers are never
+  moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
   zone; containers that keep their memory pinning are not charged (their nodes are unknown);
 * a CPU node without memory stays a pool and borrows the memory of its closest nodes;
@@ -387,25 +388,37 @@ class Engine:
         return nodes
 
     def _zone(
-        self, p: int, tiers: frozenset[MemoryTier], size: int, widen: bool = False
+        self,
+        p: int,
+        tiers: frozenset[MemoryTier],
+        size: int,
+        widen: bool = False,
+        squeeze: bool = False,
     ) -> tuple[frozenset[int], bool]:
         """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
         when `widen`, into the next tiers (`admission.TIER_ORDER`), again from the pool up.
 
-        Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it.
+        Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it,
+        unless `widen` and `squeeze`: then the root's nodes of every tier tried, which `_grant`
+        charges what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
         """
         try:
             return self._zone_in(p, tiers, size)
         except LookupError:
             wider: frozenset[MemoryTier] | None = tiers
+            widest = tiers
             while widen and wider is not None:
                 wider = admission.widen_tiers(wider, self._tiers_on_machine)
                 if wider is not None:
+                    widest = wider
                     try:
                         return self._zone_in(p, wider, size)
                     except LookupError:
                         continue
-            raise
+            zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
+            if not zone:
+                raise
+            return zone, True
 
     def _zone_in(
         self, p: int, tiers: frozenset[MemoryTier], size: int
@@ -571,7 +584,7 @@ class Engine:
         try:
             tiers = self._tiers(mixed)
             size = memory_size(mixed) if not mixed.memory_preserve else 0
-            zone, relaxed = self._zone(root, tiers, size, widen=True)
+            zone, relaxed = self._zone(root, tiers, size, True, self._squeeze(mixed))
             sliceable = self.shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
@@ -608,6 +621,13 @@ class Engine:
             return False
         return req.exclusive * 1000 <= allocatable
 
+    def _squeeze(self, req: Request) -> bool:
+        """Whether the kubelet would admit the container's memory next to those placed: the
+        memory requests known (a Burstable container's may be unknown, 0 here, while its limit
+        is charged) within the machine's memory."""
+        requested = sum(g.request.memory_request for g in self.grants.values())
+        return requested + req.memory_request <= self.book.capacity(frozenset(self.machine.nodes))
+
     def _on_reserved(self, req: Request) -> Grant | None:
         """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
         if self.options.strict_reserved_cpus or not self.reserved_all:
@@ -618,7 +638,7 @@ class Engine:
             return None  # the reserved CPUs are never over-committed
         size = memory_size(req) if not req.memory_preserve else 0
         try:
-            zone, relaxed = self._zone(0, self._tiers(req), size, widen=True)
+            zone, relaxed = self._zone(0, self._tiers(req), size, True, self._squeeze(req))
         except LookupError:
             return None
         shared = admission.as_kind(req, CpuKind.RESERVED)
@@ -638,9 +658,15 @@ class Engine:
             self._zone_tiers[g.zone] = zone_tiers
         widened = not zone_tiers <= self._tiers(g.request)
         iso_mixed = not g.isolated and bool(g.exclusive & self.isolated)
-        if not widened and not iso_mixed and g.kind is asked.kind:
+        cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
+        if not widened and not iso_mixed and not cut and g.kind is asked.kind:
             return
-        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed)
+        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed, cut)
+        if cut:
+            g.reason += (
+                f"; {g.memory} of {memory_size(g.request)} bytes of memory charged, "
+                "the rest fits nowhere"
+            )
         if widened and "memory widened into" not in g.reason:
             names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
@@ -720,6 +746,7 @@ class Engine:
         unfit: list[PoolScore] = []
         weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
+        squeeze = widen and self._squeeze(req)
         pack = self.options.shared_placement == "pack"
         ledger = self.ledger
         strict_hints = req.strict_hints and bool(req.hint_nodes)
@@ -729,7 +756,7 @@ class Engine:
                 reason = choice.hints_problem(req, p)
             if reason is None:
                 try:
-                    zone, relaxed = self._zone(p.index, tiers, size, widen)
+                    zone, relaxed = self._zone(p.index, tiers, size, widen, squeeze)
                 except LookupError as e:
                     reason = f"memory: {e}"
                 else:
@@ -798,7 +825,8 @@ class Engine:
         self, req: Request, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
         try:
-            return self._zone(0, tiers, size, admission.may_degrade(req, self.options))
+            widen = admission.may_degrade(req, self.options)
+            return self._zone(0, tiers, size, widen, widen and self._squeeze(req))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
 
@@ -832,10 +860,19 @@ class Engine:
             isolated=shape.isolated,
             shared=shared,
             zone=zone,
-            memory=shape.size if zone else 0,
+            memory=self._charge(zone, shape.size),
             relaxed=shape.relaxed,
             cold_start=cold,
         )
+
+    def _charge(self, zone: frozenset[int], size: int) -> int:
+        """Bytes a grant charges to its zone: its size, or what fits when it does not
+        (`admission.charge_what_fits`; only a degradable request gets such a zone)."""
+        if not zone:
+            return 0
+        if size > 0 and not self.book.fits(zone, size):
+            return min(size, self.book.room(zone))
+        return size
 
     def _commit(self, g: Grant, op: _Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
@@ -1077,7 +1114,8 @@ class Engine:
             unknown = zone - frozenset(self.machine.nodes)
             if unknown:
                 raise PolicyError(f"unknown memory nodes {cpuset.format(unknown)}")
-            if not self.book.fits(zone, size):
+            squeeze = admission.may_degrade(req, self.options) and self._squeeze(req)
+            if not self.book.fits(zone, size) and not squeeze:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
@@ -1088,6 +1126,8 @@ class Engine:
         g.reason = "adopted as found"
         if not isolated and exclusive & self.isolated:
             g.degraded = (Degradation.ISOLATED_MIXED,)
+        if g.memory < size:
+            g.degraded += (Degradation.MEMORY_CHARGE,)
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (

@@ -54,6 +54,14 @@ class MemoryBook:
                 return False
         return True
 
+    def room(self, zone: frozenset[int]) -> int:
+        """The most bytes `fits(zone, ...)` accepts (0 when the zone or one around it is full)."""
+        room = self.free(zone)
+        for other in self._charged:
+            if other != zone and zone < other:
+                room = min(room, self.free(other))
+        return max(room, 0)
+
     def charge(self, zone: frozenset[int], size: int) -> None:
         if size > 0:
             self._charged[zone] = self._charged.get(zone, 0) + size

@@ -193,6 +193,7 @@ class Degradation(StrEnum):
     RESERVED_CPUS = "reserved-cpus"  # no shared CPU left anywhere: the reserved CPUs are shared
     MEMORY_TIER = "memory-tier"  # memory widened into a tier the container did not ask for
     ISOLATED_MIXED = "isolated-cpus-mixed"  # exclusive CPUs partly kernel-isolated ones
+    MEMORY_CHARGE = "memory-charge"  # less memory charged than asked: the rest fits nowhere
 
 
 class PolicyError(Exception):

@@ -10,8 +10,12 @@
 * `strict_reserved_cpus`: the exclusive CPUs leave at least one CPU for the shared pool (with
   strict reservation the kubelet's shared pool could otherwise be empty, and no runtime can pin a
   container to no CPU);
-* memory: the sum of memory requests (limits when no request) within the machine's memory that
-  the policy may widen into (every tier but HBM, which is used only when asked for).
+* memory: the sum of memory requests (a request left out is the limit, as the API server
+  defaults it) within the machine's memory that the policy may widen into (every tier but HBM,
+  which is used only when asked for). A Burstable container's request reaches the runtime only
+  through the oom_score_adj the kubelet derives from it (`oom_score_adj`); a small one reads as
+  none, and the policy charges the limit, which must not make it refuse what the kubelet
+  admits.
 
 Kernel-isolated CPUs are allocatable and assignable CPUs for the kubelet, which does not know
 them, and are counted so here: the policy keeps them for containers that prefer them, but gives
@@ -41,6 +45,11 @@ class Pod:
     cpu: int = 0  # request, milli-CPU
     cpu_limit: int = 0  # Burstable only; 0 = none
     memory: int = 0  # limit in bytes (= request for Guaranteed), 0 = none
+    memory_request: int | None = None  # Burstable only; None = the limit
+
+    def requested_memory(self) -> int:
+        """The memory request the kubelet admits on."""
+        return self.memory if self.memory_request is None else self.memory_request
 
     def exclusive(self) -> int:
         """Whole CPUs the static CPU manager pins: Guaranteed integer requests only."""
@@ -49,8 +58,20 @@ class Pod:
         return 0
 
 
-def policy_pair(cid: str, pod: Pod) -> tuple[PodInfo, ContainerInfo]:
-    """Pod and container with the Linux resources the kubelet gives them."""
+def oom_score_adj(pod: Pod, capacity: int) -> int:
+    """The kubelet's oom_score_adj: 1000 - 1000 * request / capacity for Burstable, kept in
+    3..999; -997 for Guaranteed, 1000 for BestEffort."""
+    if pod.qos is QoS.GUARANTEED:
+        return -997
+    if pod.qos is QoS.BEST_EFFORT:
+        return 1000
+    adj = 1000 - 1000 * pod.requested_memory() // capacity
+    return min(max(adj, 3), 999)
+
+
+def policy_pair(cid: str, pod: Pod, capacity: int) -> tuple[PodInfo, ContainerInfo]:
+    """Pod and container with the Linux resources the kubelet gives them (`capacity`: the
+    machine's memory, which oom_score_adj is relative to)."""
     cls = {QoS.GUARANTEED: "", QoS.BURSTABLE: "burstable/", QoS.BEST_EFFORT: "besteffort/"}
     info = PodInfo(
         id=f"pod-{cid}",
@@ -67,7 +88,13 @@ def policy_pair(cid: str, pod: Pod) -> tuple[PodInfo, ContainerInfo]:
         cpu_period=PERIOD if quota else None,
         memory_limit=pod.memory or None,
     )
-    return info, ContainerInfo(id=cid, pod_id=info.id, name="app", resources=res)
+    return info, ContainerInfo(
+        id=cid,
+        pod_id=info.id,
+        name="app",
+        resources=res,
+        oom_score_adj=oom_score_adj(pod, capacity),
+    )
 
 
 class KubeletAdmission:
@@ -100,7 +127,7 @@ class KubeletAdmission:
         n = pod.exclusive()
         if self.requested + pod.cpu > self.allocatable:
             return False
-        if self.charged + pod.memory > self.memory:
+        if self.charged + pod.requested_memory() > self.memory:
             return False
         if n and self.exclusive + n > self.assignable - int(self.options.strict_reserved_cpus):
             return False
@@ -112,13 +139,13 @@ class KubeletAdmission:
         self.live[cid] = pod
         self.requested += pod.cpu
         self.exclusive += pod.exclusive()
-        self.charged += pod.memory
+        self.charged += pod.requested_memory()
 
     def remove(self, cid: str) -> None:
         pod = self.live.pop(cid)
         self.requested -= pod.cpu
         self.exclusive -= pod.exclusive()
-        self.charged -= pod.memory
+        self.charged -= pod.requested_memory()
 
 
 def run(machine: Machine, options: Options, steps: Iterable[Pod | int]) -> int:
@@ -131,6 +158,7 @@ def run(machine: Machine, options: Options, steps: Iterable[Pod | int]) -> int:
     policy = Policy(machine, options)
     kubelet = KubeletAdmission(machine, options)
     runtime = RuntimeView()
+    capacity = sum(n.memory for n in machine.nodes.values())
     created = 0
     for n, step in enumerate(steps):
         if isinstance(step, Pod):
@@ -138,7 +166,7 @@ def run(machine: Machine, options: Options, steps: Iterable[Pod | int]) -> int:
                 continue
             cid = f"c{n:04}"
             try:
-                decision = policy.create(*policy_pair(cid, step))
+                decision = policy.create(*policy_pair(cid, step, capacity))
             except PolicyError as e:
                 raise InvariantError(f"step {n}: admitted pod {step} refused: {e}") from None
             kubelet.add(cid, step)
