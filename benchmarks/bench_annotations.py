@@ -24,8 +24,6 @@ import argparse
 import asyncio
 import gc
 import json
-import os
-import signal
 import sys
 import tempfile
 import time
@@ -36,7 +34,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.latency import median_quantiles
-from benchmarks.socket_path import ROOT, rss_kib
+from benchmarks.socket_path import real_daemon, rss_kib
 from benchmarks.workload import MACHINES, load_machine, sysfs_root
 from nri_topology.nri import api_pb2
 from nri_topology.policy.annotations import DOMAIN, RESOURCES_KEY
@@ -44,7 +42,7 @@ from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources
 from nri_topology.testing import hostile
-from nri_topology.testing.runtime import PluginError, RuntimePeer
+from nri_topology.testing.runtime import PluginError
 
 
 def _live(i: int) -> tuple[PodInfo, ContainerInfo]:
@@ -134,53 +132,29 @@ def large_annotations(i: int) -> dict[str, str]:
 async def _rss(sysfs: Path, cycles: int, report: int) -> dict[str, Any]:
     points: list[dict[str, float]] = []
     refused = 0
-    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
-        sock = os.path.join(tmp, "nri.sock")
-        peer = RuntimePeer(request_timeout=30)
-        await peer.listen(sock)
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "nri_topology.cli",
-            "run",
-            f"--socket={sock}",
-            f"--sysfs={sysfs}",
-            f"--state={tmp}/state.json",
-            "--metrics-port=0",
-            "--log-level=error",
-            f"--log-file={tmp}/log",
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-        try:
-            await peer.wait_plugin(timeout=120)
-            await asyncio.sleep(0.5)
-            points.append({"cycles": 0, "rss_mb": round(rss_kib(proc.pid) / 1024, 1)})
-            for i in range(cycles):
-                pod = api_pb2.PodSandbox(
-                    id=f"p{i}", name=f"pod{i}", namespace="tenant", uid=f"u{i}"
-                )
-                pod.annotations.update(large_annotations(i))
-                pod.linux.cgroup_parent = f"/kubepods/burstable/podu{i}"
-                ctr = api_pb2.Container(
-                    id=f"c{i}", pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_RUNNING
-                )
-                ctr.linux.resources.cpu.shares.value = 102
-                await peer.run_pod_sandbox(pod)
-                try:
-                    await peer.create_container(pod, ctr)
-                    await peer.stop_container(pod, ctr)
-                    await peer.remove_container(pod, ctr)
-                except PluginError:
-                    refused += 1
-                await peer.remove_pod_sandbox(pod)
-                if (i + 1) % report == 0:
-                    await asyncio.sleep(0.2)
-                    points.append({"cycles": i + 1, "rss_mb": round(rss_kib(proc.pid) / 1024, 1)})
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(proc.wait(), 30)
-            await peer.close()
+    async with real_daemon(sysfs, "error") as (peer, proc):
+        points.append({"cycles": 0, "rss_mb": round(rss_kib(proc.pid) / 1024, 1)})
+        for i in range(cycles):
+            pod = api_pb2.PodSandbox(
+                id=f"p{i}", name=f"pod{i}", namespace="tenant", uid=f"u{i}"
+            )
+            pod.annotations.update(large_annotations(i))
+            pod.linux.cgroup_parent = f"/kubepods/burstable/podu{i}"
+            ctr = api_pb2.Container(
+                id=f"c{i}", pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_RUNNING
+            )
+            ctr.linux.resources.cpu.shares.value = 102
+            await peer.run_pod_sandbox(pod)
+            try:
+                await peer.create_container(pod, ctr)
+                await peer.stop_container(pod, ctr)
+                await peer.remove_container(pod, ctr)
+            except PluginError:
+                refused += 1
+            await peer.remove_pod_sandbox(pod)
+            if (i + 1) % report == 0:
+                await asyncio.sleep(0.2)
+                points.append({"cycles": i + 1, "rss_mb": round(rss_kib(proc.pid) / 1024, 1)})
     return {
         "annotation_bytes": sum(len(v) for v in large_annotations(0).values()),
         "cycles": cycles,

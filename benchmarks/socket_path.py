@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import cProfile
 import gc
 import json
@@ -27,6 +28,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import structlog
@@ -176,7 +178,12 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError(f"no VmRSS for process {pid}")
 
 
-async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
+@contextlib.asynccontextmanager
+async def real_daemon(
+    sysfs: Path, log_level: str = "warning"
+) -> AsyncIterator[tuple[RuntimePeer, asyncio.subprocess.Process]]:
+    """`nri-topology run` as a process, registered with a test runtime on a private socket, its
+    first checkpoint written; stopped with SIGTERM on exit."""
     with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
         sock = os.path.join(tmp, "nri.sock")
         peer = RuntimePeer(request_timeout=30)
@@ -190,7 +197,7 @@ async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
             f"--sysfs={sysfs}",
             f"--state={tmp}/state.json",
             "--metrics-port=0",
-            "--log-level=warning",
+            f"--log-level={log_level}",
             f"--log-file={tmp}/log",
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
@@ -198,17 +205,22 @@ async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
         try:
             await peer.wait_plugin(timeout=120)
             await asyncio.sleep(0.5)  # let the first checkpoint write finish
-            started = rss_kib(proc.pid)
-            for i in range(count):
-                pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
-                await peer.run_pod_sandbox(pod)
-                await peer.create_container(pod, ctr)
-            await asyncio.sleep(0.5)
-            filled = rss_kib(proc.pid)
+            yield peer, proc
         finally:
             proc.send_signal(signal.SIGTERM)
             await asyncio.wait_for(proc.wait(), 30)
             await peer.close()
+
+
+async def _daemon_rss(sysfs: Path, count: int) -> dict[str, float]:
+    async with real_daemon(sysfs) as (peer, proc):
+        started = rss_kib(proc.pid)
+        for i in range(count):
+            pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        await asyncio.sleep(0.5)
+        filled = rss_kib(proc.pid)
     bare = await asyncio.create_subprocess_exec(
         sys.executable,
         "-c",

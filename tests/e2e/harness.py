@@ -554,6 +554,13 @@ class Run:
         )
         return int(json.loads(resp.info["info"])["pid"])
 
+    def exec(self, container: Container | str, *cmd: str) -> subprocess.CompletedProcess:
+        """Run `cmd` inside the container (its namespaces and mounts), as `kubectl exec` does."""
+        cid = container if isinstance(container, str) else container.id
+        argv = [str(self.tools.containerd_bin / "ctr"), "-a", str(self.sock), "-n", "k8s.io"]
+        argv += ["task", "exec", "--exec-id", f"e2e-{uuid.uuid4().hex[:8]}", cid, *cmd]
+        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+
     def cpuset(self, container: Container | str) -> Cpuset:
         """The container's real cpuset, read from its cgroup."""
         cid = container if isinstance(container, str) else container.id
