@@ -191,6 +191,7 @@ class Engine:
         self.ledger = Ledger(self.pools, self._chain, partial, self._partial_reserved_in)
         self.taken: frozenset[int] = frozenset()
         self.reserved_granted = 0
+        self.memory_requested = 0  # the grants' known memory requests (`_squeeze`)
         self.grants: dict[str, Grant] = {}
         self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
@@ -625,8 +626,8 @@ class Engine:
         """Whether the kubelet would admit the container's memory next to those placed: the
         memory requests known (a Burstable container's may be unknown, 0 here, while its limit
         is charged) within the machine's memory."""
-        requested = sum(g.request.memory_request for g in self.grants.values())
-        return requested + req.memory_request <= self.book.capacity(frozenset(self.machine.nodes))
+        total = self.memory_requested + req.memory_request
+        return total <= self.book.capacity(frozenset(self.machine.nodes))
 
     def _on_reserved(self, req: Request) -> Grant | None:
         """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
@@ -896,6 +897,7 @@ class Engine:
                 self.ledger.sub_users[a] += 1
             self.ledger.users[g.pool][cid] = g
         self.book.charge(g.zone, g.memory)
+        self.memory_requested += g.request.memory_request
         self.grants[cid] = g
         self.by_attribute.add(g.request)
         g.cpus = self.pin(g)
@@ -925,6 +927,7 @@ class Engine:
                 self.ledger.sub_users[a] -= 1
             del self.ledger.users[g.pool][cid]
         self.book.refund(g.zone, g.memory)
+        self.memory_requested -= g.request.memory_request
 
     def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
         """The one object kept for a shared set of this value (bounded: forgotten in bulk)."""
@@ -1028,6 +1031,7 @@ class Engine:
         if old is None:
             return self.place(req)
         if _same_amounts(old.request, req):
+            self.memory_requested += req.memory_request - old.request.memory_request
             old.request = req  # pinning details (hyperthreads, memory) may still change
             self.by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
