@@ -412,3 +412,117 @@ def test_memory_charged_in_part_is_adopted_after_a_restart() -> None:
     assert sum(g.memory for g in fresh.grants.values()) == total
     cut = [cid for cid in ("a", "b") if fresh.decision_of(cid).degraded]
     assert len(cut) == 1 and fresh.decision_of(cut[0]).degraded == (Degradation.MEMORY_CHARGE,)
+
+
+# --- shared capacity over-committed -----------------------------------------------------------
+
+
+def _isolated_one() -> Machine:
+    """8 CPUs on 2 NUMA nodes, CPU 7 isolated: the kubelet counts 8 CPUs, the shared CPUs are 7."""
+    from test_policy_numa import build_machine
+
+    m = build_machine({0: [0, 1, 2, 3], 1: [4, 5, 6, 7]}, {0: 0, 1: 0}, [[10, 20], [20, 10]])
+    return replace(m, isolated=frozenset({7}))
+
+
+def _two_shared(opts: Options) -> Engine:
+    """1100m Burstable on each node: each keeps 2 CPUs, 4800m shared capacity left at the root,
+    5800m by the kubelet's count."""
+    e = Engine(_isolated_one(), opts)
+    for cid in ("a", "b"):
+        e.place(req(cid, shared=1100))
+    assert e.grants["a"].pool != e.grants["b"].pool
+    assert e.allocatable(0) == 4800
+    return e
+
+
+@pytest.mark.parametrize(
+    "asked, degraded",
+    [
+        (req("x", shared=5000), (Degradation.SHARED_OVERCOMMIT,)),
+        (
+            req("x", CpuKind.EXCLUSIVE, exclusive=5),
+            (Degradation.SHARED_CPUS, Degradation.SHARED_OVERCOMMIT),
+        ),
+    ],
+    ids=["burstable", "exclusive"],
+)
+def test_what_no_pool_holds_runs_over_committed_on_the_root(
+    asked: Request, degraded: tuple[Degradation, ...]
+) -> None:
+    e = _two_shared(Options(reserved_resources=CpuAmount(milli=0)))
+    d = e.place(asked)
+    assert d.kind is CpuKind.SHARED and d.pool == e.pools[0].name and d.degraded == degraded
+    assert d.placement.cpus == e.shared_cpus(0) == frozenset(range(7))
+    assert d.placement.cpu_shares == 5000 * 1024 // 1000  # time still divided by the request
+    assert e.grants["x"].shared == 4800 and e.allocatable(0) == 0
+    assert e.shared_assigned(0) <= e.capacity(0)
+    # nothing else fits now, and the kubelet's count says so too
+    with pytest.raises(PolicyError):
+        e.place(req("y", shared=900))
+    e.release("x")
+    assert e.shared_assigned(0) == 2200 and e.allocatable(0) == 4800
+
+
+@pytest.mark.parametrize(
+    "opts, asked",
+    [
+        (Options(reserved_resources=CpuAmount(milli=0), on_unfit="refuse"), req("x", shared=5000)),
+        (
+            Options(reserved_resources=CpuAmount(milli=0)),
+            req("x", CpuKind.EXCLUSIVE, exclusive=5, single_numa=True),
+        ),
+    ],
+    ids=["on-unfit-refuse", "single-numa-node"],
+)
+def test_shared_overcommit_is_not_for_strict_requests(opts: Options, asked: Request) -> None:
+    e = _two_shared(opts)
+    with pytest.raises(PolicyError):
+        e.place(asked)
+    assert set(e.grants) == {"a", "b"} and e.shared_assigned(0) == 2200
+
+
+def test_beyond_what_the_kubelet_admits_is_still_refused() -> None:
+    e = _two_shared(Options(reserved_resources=CpuAmount(milli=0)))
+    with pytest.raises(PolicyError):
+        e.place(req("x", shared=5900))  # 8100m requested on 8 CPUs
+    assert set(e.grants) == {"a", "b"}
+
+
+def test_shared_overcommit_is_adopted_after_a_restart() -> None:
+    e = _two_shared(Options(reserved_resources=CpuAmount(milli=0)))
+    e.place(req("x", CpuKind.EXCLUSIVE, exclusive=5))
+    found = [Found(g.request, g.cpus, g.mems) for g in e.grants.values()]
+    fresh = Engine(e.machine, e.options)
+    report = restore(fresh, found, snapshot(e))
+    assert set(report.adopted) == {"a", "b", "x"} and not report.updates
+    assert fresh.grants["x"].kind is CpuKind.SHARED and fresh.grants["x"].pool == 0
+    assert sum(g.shared for g in fresh.grants.values()) == 7000 == fresh.shared_assigned(0)
+    # adopted largest first: the container charged short may be another one than before
+    cut = [
+        cid for cid in fresh.grants if fresh.grants[cid].shared < fresh.grants[cid].request.shared
+    ]
+    assert len(cut) == 1
+    assert Degradation.SHARED_OVERCOMMIT in fresh.decision_of(cut[0]).degraded
+    for cid in ("x", "a", "b"):
+        fresh.release(cid)
+    assert fresh.shared_assigned(0) == 0 and fresh.allocatable(0) == 7000
+
+
+def test_shared_overcommit_keeps_the_invariants() -> None:
+    from nri_topology.testing import kubelet
+    from nri_topology.testing.invariants import check
+
+    m = _isolated_one()
+    p = Policy(m, Options(reserved_resources=CpuAmount(milli=0)))
+    memory = sum(n.memory for n in m.nodes.values())
+    for cid, pod in (
+        ("a", kubelet.Pod(QoS.BURSTABLE, 1100)),
+        ("b", kubelet.Pod(QoS.BURSTABLE, 1100)),
+        ("x", kubelet.Pod(QoS.GUARANTEED, 5000, memory=1 << 30)),
+    ):
+        d = p.create(*kubelet.policy_pair(cid, pod, memory))
+        check(p, m)
+    assert d.kind is CpuKind.SHARED and Degradation.SHARED_OVERCOMMIT in d.degraded
+    p.release("a")
+    check(p, m)

@@ -13,7 +13,14 @@ kubelet would admit, degrading it when it must, in this order:
    the root (`Degradation.ISOLATED_MIXED`): the kubelet counts isolated CPUs as allocatable;
 4. no shared CPU left in any pool: the reserved CPUs, which the kubelet keeps in its shared pool
    unless `strict_reserved_cpus` is on, within the reserved capacity
-   (`Degradation.RESERVED_CPUS`).
+   (`Degradation.RESERVED_CPUS`);
+5. last, when no pool holds its CPU request as shared CPUs (every pool hosting shared containers
+   keeps whole CPUs for them, so the per-pool rounding can leave the sum short where the
+   kubelet's single shared pool still fits it): the root's shared CPUs, which span every shared
+   CPU, charged only the shared milli-CPU left there, maybe none
+   (`Degradation.SHARED_OVERCOMMIT`). The shared capacity is then over-committed as the kubelet
+   over-commits its shared pool: CPU shares still divide the CPU time in proportion to the
+   requests. Later grants see only what was charged; release gives back exactly that.
 
 Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
 `Degradation.MEMORY_TIER`). A container is charged its memory request, else its limit: a
@@ -116,6 +123,7 @@ def degradations(
     tier_widened: bool,
     isolated_mixed: bool = False,
     memory_cut: bool = False,
+    cpu_cut: bool = False,
 ) -> tuple[Degradation, ...]:
     """What a grant of `granted` CPUs gives a request of `asked` CPUs less of."""
     out: list[Degradation] = []
@@ -127,6 +135,8 @@ def degradations(
         out.append(Degradation.SHARED_CPUS)
     if granted is CpuKind.RESERVED and asked is not CpuKind.RESERVED:
         out.append(Degradation.RESERVED_CPUS)
+    if cpu_cut:
+        out.append(Degradation.SHARED_OVERCOMMIT)
     if tier_widened:
         out.append(Degradation.MEMORY_TIER)
     return tuple(out)

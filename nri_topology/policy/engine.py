@@ -455,11 +455,18 @@ class Engine:
         return self._decision(grant, trace, updates, tuple(sorted(moved)))
 
     def _admit(
-        self, req: Request, hint: int | None, keep: frozenset[int], op: _Op
+        self,
+        req: Request,
+        hint: int | None,
+        keep: frozenset[int],
+        op: _Op,
+        overcommit: bool = True,
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
         """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
 
         Returns the grant, its trace and the shared containers moved for it (their old grants).
+        `overcommit` allows the last step, over-committed shared CPUs (the caller tries it
+        itself after other steps otherwise).
         """
         try:
             g, trace = self._choose(req, hint, keep)
@@ -481,25 +488,29 @@ class Engine:
         if on_isolated is not None:
             return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in EXCLUSIVE_KINDS:
+            shared = admission.as_kind(req, CpuKind.SHARED)
             try:
-                g, trace, moved = self._admit(
-                    admission.as_kind(req, CpuKind.SHARED), None, frozenset(), op
-                )
+                g, trace, moved = self._admit(shared, None, frozenset(), op, overcommit=False)
             except PolicyError:
-                mixed = self._on_isolated_mixed(req, op)
-                if mixed is None:
+                last = self._on_isolated_mixed(req, op) or self._on_overcommit(shared, op)
+                if last is None:
                     raise refusal from None
-                self._note_degradation(mixed, req)
-                return mixed, (PoolScore(self.pools[mixed.pool].name, (), CHOSEN),), {}
+                if last.kind is CpuKind.SHARED:
+                    last.reason = f"{req.exclusive} exclusive CPUs fit nowhere; {last.reason}"
+                self._note_degradation(last, req)
+                return last, (PoolScore(self.pools[last.pool].name, (), CHOSEN),), {}
             g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
             self._note_degradation(g, req)
             return g, trace, moved
         g = self._on_reserved(req)
+        if g is not None:
+            self._commit(g, op)
+        elif overcommit:
+            g = self._on_overcommit(req, op)
         if g is None:
             raise refusal
-        self._commit(g, op)
         self._note_degradation(g, req)
-        return g, (PoolScore(self.pools[0].name, (), CHOSEN),), {}
+        return g, (PoolScore(self.pools[g.pool].name, (), CHOSEN),), {}
 
     def try_moves(
         self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
@@ -652,6 +663,36 @@ class Engine:
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
 
+    def _on_overcommit(self, req: Request, op: _Op) -> Grant | None:
+        """Shared CPUs of the root, charged only the shared milli-CPU left there (committed).
+
+        No pool holds the request, yet the kubelet, with one shared pool, admits it: the root's
+        shared set spans every shared CPU and its CPU shares divide their time as the kubelet's
+        would. Later grants see only what was charged (`Degradation.SHARED_OVERCOMMIT`).
+        """
+        if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
+            return None
+        root = 0
+        if not self.ledger.shared_cpus[root]:
+            return None
+        req = admission.as_kind(req, CpuKind.SHARED)
+        size = memory_size(req) if not req.memory_preserve else 0
+        try:
+            zone, relaxed = self._zone(root, self._tiers(req), size, True, self._squeeze(req))
+        except LookupError:
+            return None
+        charge = max(0, min(req.shared, self.ledger.allocatable(root)))
+        g = self._grant(
+            req,
+            GrantShape(root, CpuKind.SHARED, shared=charge, zone=zone, relaxed=relaxed, size=size),
+        )
+        g.reason = (
+            f"no pool holds {req.shared}m of shared CPU: shared CPUs of {self.pools[root].name} "
+            f"over-committed, {charge}m charged, the kubelet's shared pool admits it"
+        )
+        self._commit(g, op)
+        return g
+
     def _note_degradation(self, g: Grant, asked: Request) -> None:
         zone_tiers = self._zone_tiers.get(g.zone)
         if zone_tiers is None:
@@ -660,9 +701,10 @@ class Engine:
         widened = not zone_tiers <= self._tiers(g.request)
         iso_mixed = not g.isolated and bool(g.exclusive & self.isolated)
         cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
-        if not widened and not iso_mixed and not cut and g.kind is asked.kind:
+        cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
+        if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
             return
-        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed, cut)
+        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
         if cut:
             g.reason += (
                 f"; {g.memory} of {memory_size(g.request)} bytes of memory charged, "
@@ -1123,6 +1165,13 @@ class Engine:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
+        if (
+            kind is CpuKind.SHARED
+            and shared > self.ledger.allocatable(pool)
+            and admission.may_degrade(req, self.options)
+            and self._kubelet_admits(req)
+        ):
+            shared = max(0, self.ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
             req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
         )
@@ -1132,6 +1181,8 @@ class Engine:
             g.degraded = (Degradation.ISOLATED_MIXED,)
         if g.memory < size:
             g.degraded += (Degradation.MEMORY_CHARGE,)
+        if g.kind is CpuKind.SHARED and g.shared < req.shared:
+            g.degraded += (Degradation.SHARED_OVERCOMMIT,)
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (

@@ -194,6 +194,7 @@ class Degradation(StrEnum):
     MEMORY_TIER = "memory-tier"  # memory widened into a tier the container did not ask for
     ISOLATED_MIXED = "isolated-cpus-mixed"  # exclusive CPUs partly kernel-isolated ones
     MEMORY_CHARGE = "memory-charge"  # less memory charged than asked: the rest fits nowhere
+    SHARED_OVERCOMMIT = "shared-overcommit"  # less shared CPU charged than asked: no pool holds it
 
 
 class PolicyError(Exception):
