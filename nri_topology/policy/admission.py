@@ -14,13 +14,14 @@ kubelet would admit, degrading it when it must, in this order:
 4. no shared CPU left in any pool: the reserved CPUs, which the kubelet keeps in its shared pool
    unless `strict_reserved_cpus` is on, within the reserved capacity
    (`Degradation.RESERVED_CPUS`);
-5. last, when no pool holds its CPU request as shared CPUs (every pool hosting shared containers
-   keeps whole CPUs for them, so the per-pool rounding can leave the sum short where the
-   kubelet's single shared pool still fits it): the root's shared CPUs, which span every shared
-   CPU, charged only the shared milli-CPU left there, maybe none
-   (`Degradation.SHARED_OVERCOMMIT`). The shared capacity is then over-committed as the kubelet
-   over-commits its shared pool: CPU shares still divide the CPU time in proportion to the
-   requests. Later grants see only what was charged; release gives back exactly that.
+5. last, when neither exclusive CPUs (every pool hosting shared containers keeps whole CPUs for
+   them) nor the root's shared capacity hold its CPU request while the kubelet, whose single
+   shared pool also counts the free kernel-isolated CPUs, admits it: the root's shared CPUs,
+   which span every shared CPU (never isolated ones: the scheduler does not balance load
+   there), charged only the shared milli-CPU left, maybe none
+   (`Degradation.SHARED_OVERCOMMIT`). The shared capacity is then over-committed: CPU shares
+   still divide the CPU time in proportion to the requests, as in the kubelet's shared pool.
+   Later grants see only what was charged; release gives back exactly that.
 
 Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
 `Degradation.MEMORY_TIER`). A container is charged its memory request, else its limit: a
