@@ -47,7 +47,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nri_topology.policy.options import Options
-from nri_topology.policy.types import CpuKind, Degradation, Request
+from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, Degradation, Request
 from nri_topology.topology.model import MemoryTier
 
 ON_UNFIT = ("degrade", "refuse")
@@ -56,7 +56,6 @@ ON_UNFIT = ("degrade", "refuse")
 # and fast: it is used only when asked for.
 TIER_ORDER = (MemoryTier.DRAM, MemoryTier.CXL, MemoryTier.PMEM)
 
-_WHOLE_CPUS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
 # (kind asked for, kind granted) pairs a degraded grant can show; restore reads them back.
 DEGRADED_KINDS = frozenset(
@@ -76,7 +75,7 @@ def as_granted(req: Request, granted: CpuKind, isolated: bool) -> Request | None
     """The request as the engine placed it when it gave `granted` CPUs instead (restore)."""
     if (req.kind, granted) in DEGRADED_KINDS and not isolated:
         return as_kind(req, granted)
-    if granted is CpuKind.ISOLATED and isolated and req.kind in _WHOLE_CPUS:
+    if granted is CpuKind.ISOLATED and isolated and req.kind in EXCLUSIVE_KINDS:
         return replace(req, kind=CpuKind.ISOLATED)  # no ordinary CPUs were left
     return None
 
@@ -132,7 +131,7 @@ def degradations(
         out.append(Degradation.ISOLATED_MIXED)
     if memory_cut:
         out.append(Degradation.MEMORY_CHARGE)
-    if asked in _WHOLE_CPUS and granted not in _WHOLE_CPUS:
+    if asked in EXCLUSIVE_KINDS and granted not in EXCLUSIVE_KINDS:
         out.append(Degradation.SHARED_CPUS)
     if granted is CpuKind.RESERVED and asked is not CpuKind.RESERVED:
         out.append(Degradation.RESERVED_CPUS)

@@ -391,16 +391,7 @@ def container_weights(req: Request, others: Iterable[Request]) -> dict[str, int]
 
 def _pairs(req: Request) -> list[tuple[str, str]]:
     """(expression key, value) of every key a container has a value for."""
-    pairs = [
-        ("name", req.name),
-        ("namespace", req.namespace),
-        ("qosclass", req.qos.value),
-        ("id", req.container_id),
-        ("pod/name", req.pod_name),
-        ("pod/namespace", req.namespace),
-        ("pod/qosclass", req.qos.value),
-        ("pod/id", req.pod_id),
-    ]
+    pairs = [(key, value) for key, get in _GETTERS.items() if (value := get(req)) is not None]
     pairs += [(f"labels/{k}", v) for k, v in req.labels.items()]
     pairs += [(f"pod/labels/{k}", v) for k, v in req.pod_labels.items()]
     return pairs

@@ -26,14 +26,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from nri_topology.policy.pools import subtree
-from nri_topology.policy.types import CpuKind, PoolScore, Request
+from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, PoolScore, Request
 
 if TYPE_CHECKING:
     from nri_topology.policy.engine import Engine, Grant, _Op
 
 MAX_TRIALS = 32
 
-_WHOLE_CPUS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
 
 def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
@@ -41,7 +40,7 @@ def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
     bound = engine.options.max_moves
     if bound <= 0:
         return []
-    k = req.exclusive if req.kind in _WHOLE_CPUS else 0
+    k = req.exclusive if req.kind in EXCLUSIVE_KINDS else 0
     seen: set[frozenset[str]] = set()
     found: list[tuple[int, int, int, tuple[str, ...]]] = []
     for pool in engine.pools:

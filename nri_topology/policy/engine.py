@@ -68,9 +68,10 @@ from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
-from nri_topology.policy.shaping import EXCLUSIVE_KINDS, GrantShape, Shaper
+from nri_topology.policy.shaping import GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
+    EXCLUSIVE_KINDS,
     ColdStart,
     CpuKind,
     Decision,
@@ -276,10 +277,6 @@ class Engine:
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
         return self.ledger.allocatable(p)
-
-    def partial_reserved_in(self, p: int) -> int:
-        """Milli-CPU of the pool's CPUs that the reservation holds without removing a CPU."""
-        return self._partial_reserved_in[p]
 
     def shared_cpus(self, p: int) -> frozenset[int]:
         """The pool's shared cpuset: its sharable CPUs no container holds exclusively."""
@@ -594,9 +591,7 @@ class Engine:
         free_iso = self.ledger.free_iso[root]
         k = req.exclusive
         try:
-            tiers = self._tiers(mixed)
-            size = memory_size(mixed) if not mixed.memory_preserve else 0
-            zone, relaxed = self._zone(root, tiers, size, True, self._squeeze(mixed))
+            zone, relaxed, size = self._degraded_root_zone(mixed)
             sliceable = self.shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
@@ -624,6 +619,13 @@ class Engine:
         self._commit(g, op)
         return g
 
+    def _degraded_root_zone(self, req: Request) -> tuple[frozenset[int], bool, int]:
+        """The root's memory zone of a degradable request (widened across tiers), whether it was
+        relaxed, and the bytes to charge; LookupError when even that cannot hold it."""
+        size = _charged_size(req)
+        zone, relaxed = self._zone(0, self._tiers(req), size, True, self._squeeze(req))
+        return zone, relaxed, size
+
     def _kubelet_admits(self, req: Request) -> bool:
         """Whether the kubelet would admit the container next to those placed: CPU requests
         within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
@@ -648,9 +650,8 @@ class Engine:
             return None
         if req.cpu_request > self.reserved_capacity - self.reserved_granted:
             return None  # the reserved CPUs are never over-committed
-        size = memory_size(req) if not req.memory_preserve else 0
         try:
-            zone, relaxed = self._zone(0, self._tiers(req), size, True, self._squeeze(req))
+            zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
         shared = admission.as_kind(req, CpuKind.RESERVED)
@@ -676,9 +677,8 @@ class Engine:
         if not self.ledger.shared_cpus[root]:
             return None
         req = admission.as_kind(req, CpuKind.SHARED)
-        size = memory_size(req) if not req.memory_preserve else 0
         try:
-            zone, relaxed = self._zone(root, self._tiers(req), size, True, self._squeeze(req))
+            zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
         charge = max(0, min(req.shared, self.ledger.allocatable(root)))
@@ -745,7 +745,7 @@ class Engine:
     def _choose(
         self, req: Request, hint: int | None, keep: frozenset[int]
     ) -> tuple[Grant, tuple[PoolScore, ...]]:
-        size = memory_size(req) if not req.memory_preserve else 0
+        size = _charged_size(req)
         tiers = self._tiers(req)
         root = 0
         if req.kind is CpuKind.PRESERVE:
@@ -910,7 +910,7 @@ class Engine:
 
     def _charge(self, zone: frozenset[int], size: int) -> int:
         """Bytes a grant charges to its zone: its size, or what fits when it does not
-        (`admission.charge_what_fits`; only a degradable request gets such a zone)."""
+        (`Degradation.MEMORY_CHARGE`; only a degradable request gets such a zone)."""
         if not zone:
             return 0
         if size > 0 and not self.book.fits(zone, size):
@@ -1149,7 +1149,7 @@ class Engine:
                 raise PolicyError("full_pcpus_only is on and the CPUs split a physical core")
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
-        size = memory_size(req) if not req.memory_preserve else 0
+        size = _charged_size(req)
         tiers = self._tiers(req)
         if zone is None or not zone:
             try:
@@ -1279,3 +1279,8 @@ def _reason(g: Grant, pool: str, fallback: str, note: str) -> str:
     if g.relaxed:
         parts.append("memory widened beyond the pool because it ran out")
     return "; ".join(parts)
+
+
+def _charged_size(req: Request) -> int:
+    """Bytes a request charges to its memory zone: none for preserved memory."""
+    return 0 if req.memory_preserve else memory_size(req)

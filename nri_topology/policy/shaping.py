@@ -16,10 +16,8 @@ from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool
-from nri_topology.policy.types import CpuKind, CpuPriority, Request
+from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, CpuPriority, Request
 from nri_topology.topology.model import Machine, MemoryTier
-
-EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
 
 
 @dataclass(frozen=True, slots=True)

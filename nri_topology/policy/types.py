@@ -31,6 +31,10 @@ class CpuKind(StrEnum):
     PRESERVE = "preserve"  # CPU pinning left as it is (annotation cpu.preserve)
 
 
+# The kinds that hold whole CPUs of their own.
+EXCLUSIVE_KINDS = frozenset({CpuKind.EXCLUSIVE, CpuKind.MIXED, CpuKind.ISOLATED})
+
+
 class CpuPriority(StrEnum):
     """Which kind of core exclusive CPUs come from first on hybrid machines (annotation
     `prefer-cpu-priority`): high and normal prefer performance cores, low efficiency cores,
