@@ -15,10 +15,11 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.models.meta_v1 import ObjectMeta
 
 from nri_topology.cli import main
-from nri_topology.nrt.build import cpu_quantity, hugepage_name, node_resource_topology
+from nri_topology.nrt.build import hugepage_name, node_resource_topology
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources
+from nri_topology.quantity import format_milli
 from nri_topology.simulate import machine_spec
 from nri_topology.topology.model import Machine
 from tests import machines
@@ -107,7 +108,7 @@ def test_policy_attributes_and_legacy_policies() -> None:
 
 @pytest.mark.parametrize(("milli", "text"), [(0, "0"), (2000, "2"), (2500, "2500m"), (750, "750m")])
 def test_cpu_quantities(milli: int, text: str) -> None:
-    assert cpu_quantity(milli) == text
+    assert format_milli(milli) == text
 
 
 @pytest.mark.parametrize(
@@ -151,7 +152,7 @@ def test_available_follows_placements(tmp_path: Path) -> None:
     n = min(machine.cpus[c].node for c in d.exclusive)
     placed = node_resource_topology(machine, policy.node_capacity(), "n")
     validate(placed)
-    assert zone(placed, f"node-{n}")["cpu"]["available"] == cpu_quantity(
+    assert zone(placed, f"node-{n}")["cpu"]["available"] == format_milli(
         _milli(zone(empty, f"node-{n}")["cpu"]["available"]) - 2000
     )
     assert int(zone(placed, f"node-{n}")["memory"]["available"]) == (8 << 30) - (1 << 30)

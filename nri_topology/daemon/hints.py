@@ -26,7 +26,13 @@ import structlog
 from nri_topology.daemon.convert import DeviceRef
 from nri_topology.policy.options import Options
 from nri_topology.policy.request import hint_sources
-from nri_topology.policy.types import ContainerInfo, HintSource, PodInfo, TopologyHint
+from nri_topology.policy.types import (
+    ContainerInfo,
+    HintSource,
+    PodInfo,
+    TopologyHint,
+    qualified_name,
+)
 from nri_topology.topology.devices import DeviceError, DeviceLocator
 
 if TYPE_CHECKING:  # the client loads grpc, which only a daemon asking the kubelet needs
@@ -107,7 +113,7 @@ class HintFinder:
         pod would hold up the whole restart)."""
         sources = hint_sources(pod, info, options)
         container = info.name
-        who = f"{pod.namespace}/{pod.name}/{container}"
+        who = qualified_name(pod.namespace, pod.name, container)
         hints: tuple[TopologyHint, ...] = ()
         wanted = tuple(r for r in refs if r.source in sources)
         locator = self.locator

@@ -31,10 +31,6 @@ class InstanceLock:
         self.path = lock_path(state)
         self._fd: int | None = None
 
-    @property
-    def held(self) -> bool:
-        return self._fd is not None
-
     def acquire(self) -> None:
         if self._fd is not None:
             return

@@ -46,6 +46,7 @@ ERROR_REASONS = (
     "checkpoint_write",  # the checkpoint could not be written
     "cold_start",  # the unsolicited update after a cold start failed
     "config",  # a configuration reload was rejected
+    "nrt_publish",  # the NodeResourceTopology object could not be published
     "policy",  # the policy refused a container (the runtime sees the error)
     "restore",  # the checkpoint could not be read back
     "restore_failed",  # containers the checkpoint could not place again

@@ -538,7 +538,7 @@ class TopologyPlugin(Plugin):
         if decision.degraded:
             _log.warning(
                 "placement degraded",
-                container=f"{pod.namespace}/{pod.name}/{info.name}",
+                container=qualified_name(pod.namespace, pod.name, info.name),
                 operation=operation,
                 degraded=[str(d) for d in decision.degraded],
                 reason=decision.reason,

@@ -369,7 +369,7 @@ class Daemon:
             build,
             min_interval_s=nrt.min_interval_seconds,
             max_backoff_s=nrt.max_backoff_seconds,
-            on_error=plugin.metrics.errors.labels("nrt_publish").inc,
+            on_error=lambda: plugin.metrics.error("nrt_publish"),
         )
         plugin.on_change = publisher.changed
         _log.info("publishing NodeResourceTopology", node=name)

@@ -117,10 +117,9 @@ class Verifier:
                 check=why,
                 **_fields(d),
             )
-            placement = wanted[d.container_id]
             updates.append(
                 convert.container_update(
-                    d.container_id, Placement(placement.cpus, placement.mems), ignore_failure=True
+                    d.container_id, wanted[d.container_id], ignore_failure=True
                 )
             )
         if updates:

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nri_topology.policy.views import NodeCapacity
+from nri_topology.quantity import format_milli
 from nri_topology.topology.model import Machine
 
 API_VERSION = "topology.node.k8s.io/v1alpha2"
@@ -50,11 +51,6 @@ def node_name(configured: str | None = None) -> str:
     return configured or os.environ.get("NODE_NAME") or socket.gethostname().lower()
 
 
-def cpu_quantity(milli: int) -> str:
-    """A Kubernetes CPU quantity: whole CPUs as an integer, else milli-CPU."""
-    return str(milli // 1000) if milli % 1000 == 0 else f"{milli}m"
-
-
 def hugepage_name(size_kb: int) -> str:
     """The Kubernetes resource name of a hugepage size: hugepages-2Mi, hugepages-1Gi."""
     for unit, kb in (("Gi", 1 << 20), ("Mi", 1 << 10)):
@@ -70,7 +66,7 @@ def _resources(amounts: _Amounts) -> list[dict[str, str]]:
     """ResourceInfo entries: cpu first (a CPU quantity from milli-CPU), memory, hugepages."""
     out = []
     for name in sorted(amounts, key=lambda n: (n != "cpu", n != "memory", n)):
-        fmt = cpu_quantity if name == "cpu" else str
+        fmt = format_milli if name == "cpu" else str
         c, a, v = amounts[name]
         out.append({"name": name, "capacity": fmt(c), "allocatable": fmt(a), "available": fmt(v)})
     return out
