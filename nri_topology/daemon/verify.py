@@ -88,26 +88,19 @@ class Verifier:
     async def check(self, ids: Iterable[str] | None, why: str) -> list[Drift]:
         """Compare and repair; returns the drifts repaired."""
         wanted = await self._expected(None if ids is None else list(ids))
-        drifts = []
-        for cid, placement in wanted.items():
-            path = self._paths.get(cid)
-            applied = read_applied(self.root, path) if path else None
-            if applied is None:
-                continue
-            drift = compare(cid, placement.cpus, placement.mems, applied)
-            if drift is not None:
-                drifts.append(drift)
+        drifts = _drifts(wanted, await self._read(wanted))
         if not drifts:
             return []
         # The runtime applies the updates of a reply after the reply: give a change made just
         # now time to land, then keep only what still differs from an unchanged placement.
         await asyncio.sleep(self.confirm_s)
         now = await self._expected([d.container_id for d in drifts])
-        drifts = [
-            d
+        unchanged = {
+            d.container_id: wanted[d.container_id]
             for d in drifts
-            if now.get(d.container_id) == wanted[d.container_id] and self._still(d, wanted)
-        ]
+            if now.get(d.container_id) == wanted[d.container_id]
+        }
+        drifts = _drifts(unchanged, await self._read(unchanged))
         updates = []
         for d in drifts:
             self._on_drift(why)
@@ -126,13 +119,19 @@ class Verifier:
             await self._send(updates, f"drift_{why}")
         return drifts
 
-    def _still(self, drift: Drift, wanted: Mapping[str, Placement]) -> bool:
-        path = self._paths.get(drift.container_id)
-        applied = read_applied(self.root, path) if path else None
-        placement = wanted[drift.container_id]
-        return applied is not None and (
-            compare(drift.container_id, placement.cpus, placement.mems, applied) is not None
-        )
+    async def _read(self, ids: Iterable[str]) -> dict[str, Applied]:
+        """What the cgroups of `ids` hold (those with a readable cgroup), read in a worker
+        thread: a periodic check of every container must not hold up the replies."""
+        paths = {cid: p for cid in ids if (p := self._paths.get(cid))}
+        if not paths:
+            return {}
+        root = self.root
+
+        def read() -> dict[str, Applied]:
+            found = {cid: read_applied(root, p) for cid, p in paths.items()}
+            return {cid: a for cid, a in found.items() if a is not None}
+
+        return await asyncio.to_thread(read)
 
     def start(self) -> None:
         """Start the periodic check (once; interval 0 turns it off)."""
@@ -162,3 +161,9 @@ def _fields(d: Drift) -> dict[str, str]:
     if d.mems is not None:
         out["decided_mems"], out["applied_mems"] = (cpuset.format(s) for s in d.mems)
     return out
+
+
+def _drifts(wanted: Mapping[str, Placement], applied: Mapping[str, Applied]) -> list[Drift]:
+    """The containers whose cgroup (read) differs from their placement."""
+    found = (compare(c, wanted[c].cpus, wanted[c].mems, seen) for c, seen in applied.items())
+    return [d for d in found if d is not None]
