@@ -27,6 +27,7 @@ from pathlib import Path
 import grpc
 
 from nri_topology.testing import cri_pb2 as cri
+from nri_topology.topology.cpuset import parse as parse_cpus
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -114,14 +115,6 @@ def affinity(pid: int) -> str:
         if line.startswith("Cpus_allowed_list:"):
             return line.split(":", 1)[1].strip()
     raise LookupError(pid)
-
-
-def parse_cpus(text: str) -> set[int]:
-    out: set[int] = set()
-    for part in filter(None, text.strip().split(",")):
-        lo, _, hi = part.partition("-")
-        out.update(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 # --- CRI ----------------------------------------------------------------------------------
