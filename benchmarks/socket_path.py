@@ -28,8 +28,10 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import structlog
 
@@ -40,6 +42,8 @@ from benchmarks.bench_roundtrip import NoOp
 from benchmarks.latency import median_quantiles
 from benchmarks.workload import (
     MACHINES,
+    MI,
+    Spec,
     fill_spec,
     load_machine,
     nri_pair,
@@ -49,79 +53,188 @@ from benchmarks.workload import (
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri import api_pb2
+from nri_topology.nri import stub as stub_module
 from nri_topology.nri.stub import Plugin
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import QoS
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
+from nri_topology.ttrpc.connection import RequestReceived
+from nri_topology.ttrpc.server import CallContext, Handler, TtrpcServer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-async def _roundtrips(
-    plugin: Plugin, machine: Machine, live: int, samples: int, blocks: int
-) -> list[list[int]]:
-    peer = RuntimePeer(request_timeout=30)
-    measured: list[list[int]] = [[] for _ in range(blocks)]
-    async with connected(plugin, peer) as (peer, _):
-        for i in range(live):
-            pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
-            await peer.run_pod_sandbox(pod)
-            await peer.create_container(pod, ctr)
-        probes = [nri_pair(f"probe{k}", s) for k, s in enumerate(probe_specs(machine))]
-        for pod, _ in probes:
-            await peer.run_pod_sandbox(pod)
-        for n in range(samples * blocks + 50):
-            pod, ctr = probes[n % len(probes)]
-            start = time.perf_counter_ns()
-            await peer.create_container(pod, ctr)
-            if n >= 50:  # warm-up
-                measured[(n - 50) // samples].append(time.perf_counter_ns() - start)
-            await peer.stop_container(pod, ctr)
-            await peer.remove_container(pod, ctr)
-    return measured
+# The probe sets a round trip can be measured with.
+PROBES = ("mix", "exclusive-2")
+
+
+def _probe_specs(machine: Machine, probe: str) -> list[Spec]:
+    """`mix`: one of each kind of request; `exclusive-2`: a Guaranteed 2-CPU container, whose
+    exclusive CPUs re-pin every shared container of the pools they are sliced from."""
+    if probe == "exclusive-2":
+        return [Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI)]
+    return probe_specs(machine)
+
+
+class _TimedServer(TtrpcServer):
+    """The plugin's ttrpc server, timing each request from its bytes reaching the server to its
+    reply written to the socket, and the reply's size: the plugin's own share of a round trip,
+    what the runtime's side waits for beyond its own encoding, decoding and merging."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.arrived = 0
+        self.times: dict[str, list[int]] = {}
+        self.sizes: dict[str, list[int]] = {}
+
+    def data_received(self, data: bytes) -> bool:
+        self.arrived = time.perf_counter_ns()
+        return super().data_received(data)
+
+    async def _handle(self, event: RequestReceived) -> None:
+        arrived = self.arrived  # one request in flight: the bytes that made this event
+        await super()._handle(event)
+        method = event.request.method
+        self.times.setdefault(method, []).append(time.perf_counter_ns() - arrived)
+
+    async def _run(self, handler: Handler, payload: bytes, context: CallContext) -> bytes:
+        reply = await super()._run(handler, payload, context)
+        self.sizes.setdefault(context.method, []).append(len(reply))
+        return reply
+
+
+@contextlib.contextmanager
+def _timed_servers() -> Iterator[list[_TimedServer]]:
+    """Every ttrpc server the stub makes meanwhile is a `_TimedServer`, listed in order."""
+    made: list[_TimedServer] = []
+
+    def make(*args: Any, **kwargs: Any) -> _TimedServer:
+        made.append(_TimedServer(*args, **kwargs))
+        return made[-1]
+
+    with mock.patch.object(stub_module, "TtrpcServer", make):
+        yield made
+
+
+async def _fill(peer: RuntimePeer, live: int) -> None:
+    for i in range(live):
+        pod, ctr = nri_pair(f"fill{i:04}", fill_spec(i))
+        await peer.run_pod_sandbox(pod)
+        await peer.create_container(pod, ctr)
+
+
+async def _block(peer: RuntimePeer, probes: list, samples: int, first: int) -> list[int]:
+    """`samples` timed creations, each probe stopped and removed again (not timed)."""
+    out = []
+    for n in range(first, first + samples):
+        pod, ctr = probes[n % len(probes)]
+        start = time.perf_counter_ns()
+        await peer.create_container(pod, ctr)
+        out.append(time.perf_counter_ns() - start)
+        await peer.stop_container(pod, ctr)
+        await peer.remove_container(pod, ctr)
+    return out
+
+
+async def _alternating(
+    plugins: dict[str, Plugin], machine: Machine, live: int, samples: int, blocks: int, probe: str
+) -> tuple[dict[str, list[list[int]]], dict[str, _TimedServer]]:
+    """Round trips into each plugin, a block of samples each in turn, so a busy moment of a
+    shared machine weighs on all of them; the first 50 creations of each are a warm-up."""
+    measured: dict[str, list[list[int]]] = {name: [] for name in plugins}
+    async with contextlib.AsyncExitStack() as stack:
+        peers, servers = {}, {}
+        for name, plugin in plugins.items():
+            with _timed_servers() as made:
+                peer, _ = await stack.enter_async_context(
+                    connected(plugin, RuntimePeer(request_timeout=30))
+                )
+            peers[name], servers[name] = peer, made[-1]
+            await _fill(peer, live)
+        probes = [nri_pair(f"probe{k}", s) for k, s in enumerate(_probe_specs(machine, probe))]
+        for peer in peers.values():
+            for pod, _ in probes:
+                await peer.run_pod_sandbox(pod)
+            await _block(peer, probes, 50, 0)
+        for server in servers.values():
+            server.times.clear()
+            server.sizes.clear()
+        for b in range(blocks):
+            for name, peer in peers.items():
+                measured[name].append(await _block(peer, probes, samples, 50 + b * samples))
+    return measured, servers
 
 
 def roundtrip(
-    machine: Machine, live: int, samples: int, blocks: int = 3, profile: Path | None = None
+    machine: Machine,
+    live: int,
+    samples: int,
+    blocks: int = 3,
+    profile: Path | None = None,
+    probe: str = "mix",
 ) -> dict[str, object]:
-    """Ours vs the no-op floor; p50/p99 of each (medians over blocks) and the difference.
+    """Ours vs the no-op floor; p50/p99 of each (medians over blocks), the difference, their
+    ratio, and each plugin's own share (`plugin_side`) with the size of its replies.
 
-    With `profile`, our plugin's run is profiled (cProfile) and the statistics saved there.
-    Start-up objects are frozen out of the cyclic collector for both runs, as `nri-topology run`
-    does after start-up.
+    With `profile`, the whole run is profiled (cProfile) and the statistics saved there.
+    Start-up objects are frozen out of the cyclic collector, as `nri-topology run` does after
+    start-up.
     """
     policy = Policy(machine, Options())
     gc.collect()
     gc.freeze()
     try:
-        return _roundtrip(policy, machine, live, samples, blocks, profile)
+        return _roundtrip(policy, machine, live, samples, blocks, profile, probe)
     finally:
         gc.unfreeze()
 
 
+def _side(server: _TimedServer, blocks: int) -> dict[str, object]:
+    times = server.times.get("CreateContainer", [])
+    sizes = sorted(server.sizes.get("CreateContainer", [0]))
+    size = -(-len(times) // blocks)
+    side = median_quantiles([times[i : i + size] for i in range(0, len(times), size)])
+    return {
+        "p50_ms": side["p50_ms"],
+        "p99_ms": side["p99_ms"],
+        "reply_bytes_p50": sizes[len(sizes) // 2],
+    }
+
+
 def _roundtrip(
-    policy: Policy, machine: Machine, live: int, samples: int, blocks: int, profile: Path | None
+    policy: Policy,
+    machine: Machine,
+    live: int,
+    samples: int,
+    blocks: int,
+    profile: Path | None,
+    probe: str,
 ) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         ours = TopologyPlugin(policy, checkpoint=Checkpoint(Path(tmp) / "state.json"))
         profiler = cProfile.Profile() if profile else None
         if profiler is not None:
             profiler.enable()
-        runs = asyncio.run(_roundtrips(ours, machine, live, samples, blocks))
+        runs, servers = asyncio.run(
+            _alternating({"policy": ours, "noop": NoOp()}, machine, live, samples, blocks, probe)
+        )
         if profiler is not None:
             profiler.disable()
             profiler.dump_stats(profile)
-        mine = median_quantiles(runs)
-    floor = median_quantiles(asyncio.run(_roundtrips(NoOp(), machine, live, samples, blocks)))
+    mine, floor = median_quantiles(runs["policy"]), median_quantiles(runs["noop"])
     return {
         "live_containers": live,
+        "probe": probe,
         "policy": mine,
         "noop": floor,
         "p50_above_floor_ms": round(mine["p50_ms"] - floor["p50_ms"], 4),
         "p99_above_floor_ms": round(mine["p99_ms"] - floor["p99_ms"], 4),
+        "p50_ratio": round(mine["p50_ms"] / floor["p50_ms"], 2),
+        "plugin_side": {name: _side(s, blocks) for name, s in servers.items()},
     }
 
 
@@ -246,14 +359,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--machine", choices=MACHINES, default="synthetic-256")
     parser.add_argument("--live", type=int, nargs="+", default=[100, 1000])
     parser.add_argument("--samples", type=int, default=1000, help="per block; three blocks")
-    parser.add_argument("--profile", type=Path, help="save cProfile statistics of our plugin")
+    parser.add_argument("--probe", choices=PROBES, default="mix", help="what is created")
+    parser.add_argument("--profile", type=Path, help="save cProfile statistics of the run")
     args = parser.parse_args(argv)
     # As run.py does: errors only, so the figures do not include writing logs to a terminal.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     with tempfile.TemporaryDirectory() as tmp:
         machine = load_machine(args.machine, Path(tmp))
         for live in args.live:
-            out = roundtrip(machine, live, args.samples, profile=args.profile)
+            out = roundtrip(machine, live, args.samples, profile=args.profile, probe=args.probe)
             print(json.dumps({"machine": args.machine} | out), flush=True)
             if args.profile:
                 pstats.Stats(str(args.profile)).sort_stats("cumulative").print_stats(30)
