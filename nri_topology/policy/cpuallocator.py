@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -71,6 +71,34 @@ class _Unit:
     order: int  # tie-break id when sorting siblings
     cpus: frozenset[int]  # all online CPUs of the unit (not only the available ones)
     children: tuple[_Unit, ...]
+    mask: int  # `cpus` as a bit mask: the walks count free CPUs with one AND and a bit count
+    size: int  # len(cpus)
+
+
+@dataclass(frozen=True, slots=True)
+class _Tree:
+    """The machine tree of one machine, with what every walk of it needs at hand."""
+
+    root: _Unit
+    depths: dict[str, int]  # the depth of each level by name
+    cores: tuple[_Unit, ...]  # the core units, in id order
+
+
+def _mask(cpus: Iterable[int]) -> int:
+    mask = 0
+    for c in cpus:
+        mask |= 1 << c
+    return mask
+
+
+def _ids(mask: int) -> list[int]:
+    """The CPU ids of a bit mask, ascending."""
+    out = []
+    while mask:
+        low = mask & -mask
+        out.append(low.bit_length() - 1)
+        mask ^= low
+    return out
 
 
 # A level maps a CPU to (grouping key, explicit order id or None = lowest CPU id of the group).
@@ -116,22 +144,23 @@ def _numa_first(machine: Machine) -> bool:
     return len(machine.packages) >= len({c.node for c in machine.cpus.values()})
 
 
-# Trees by machine identity; an entry goes away with its machine (Machine is not hashable).
-_trees: dict[int, tuple[weakref.ref[Machine], _Unit, dict[str, int]]] = {}
+# Trees by machine identity; an entry goes away with its machine (Machine is not hashable, and
+# is immutable, so a tree never goes stale while its machine lives).
+_trees: dict[int, tuple[weakref.ref[Machine], _Tree]] = {}
 
 
-def _tree(machine: Machine) -> tuple[_Unit, dict[str, int]]:
-    """The machine tree and the depth of each of its levels by name, built once per machine."""
+def _tree(machine: Machine) -> _Tree:
+    """The machine tree, built once per machine."""
     key = id(machine)
     entry = _trees.get(key)
     if entry is not None and entry[0]() is machine:
-        return entry[1], entry[2]
-    root, depths = _build_tree(machine)
-    _trees[key] = (weakref.ref(machine, lambda _: _trees.pop(key, None)), root, depths)
-    return root, depths
+        return entry[1]
+    tree = _build_tree(machine)
+    _trees[key] = (weakref.ref(machine, lambda _: _trees.pop(key, None)), tree)
+    return tree
 
 
-def _build_tree(machine: Machine) -> tuple[_Unit, dict[str, int]]:
+def _build_tree(machine: Machine) -> _Tree:
     named = _levels(machine)
     levels = [level for _, level in named]
 
@@ -149,33 +178,83 @@ def _build_tree(machine: Machine) -> tuple[_Unit, dict[str, int]]:
             ids = frozenset(c.id for c in members)
             order = orders[key]
             units.append(
-                _Unit(depth, min(ids) if order is None else order, ids, group(members, depth + 1))
+                _Unit(
+                    depth,
+                    min(ids) if order is None else order,
+                    ids,
+                    group(members, depth + 1),
+                    _mask(ids),
+                    len(ids),
+                )
             )
         return tuple(units)
 
-    root = _Unit(-1, 0, machine.all_cpus, group(list(machine.cpus.values()), 0))
-    return root, {name: depth for depth, (name, _) in enumerate(named)}
+    all_cpus = machine.all_cpus
+    root = _Unit(
+        -1, 0, all_cpus, group(list(machine.cpus.values()), 0), _mask(all_cpus), len(all_cpus)
+    )
+    depths = {name: depth for depth, (name, _) in enumerate(named)}
+    cores: list[_Unit] = []
+    level = [root]
+    while level:
+        cores += [u for u in level if u.depth == depths["core"]]
+        level = [k for u in level for k in u.children]
+    return _Tree(root, depths, tuple(sorted(cores, key=lambda u: min(u.cpus))))
 
 
-def _units_at(unit: _Unit, depth: int, free: set[int]) -> list[_Unit]:
-    """Units at `depth` below `unit` with free CPUs, in nested packing order."""
+def _units_at(unit: _Unit, depth: int, free: int) -> list[_Unit]:
+    """Units at `depth` below `unit` with free CPUs (a mask), in nested packing order: siblings
+    by fewest free CPUs, then order id."""
     out: list[_Unit] = []
-
-    def visit(u: _Unit) -> None:
+    stack = [unit]
+    while stack:
+        u = stack.pop()
         if u.depth == depth:
             out.append(u)
-            return
-        kids = [(len(k.cpus & free), k.order, k) for k in u.children]
-        for kid in sorted((t for t in kids if t[0]), key=lambda t: (t[0], t[1])):
-            visit(kid[2])
-
-    visit(unit)
+            continue
+        kids = u.children
+        if len(kids) == 1:
+            if kids[0].mask & free:
+                stack.append(kids[0])
+            continue
+        ranked = [((k.mask & free).bit_count(), k.order, k) for k in kids if k.mask & free]
+        ranked.sort(key=_count_order)
+        stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
     return out
 
 
-def _whole_core_cpus(unit: _Unit, core_depth: int, free: set[int]) -> int:
-    """How many free CPUs of `unit` sit in cores whose online threads are all free."""
-    return sum(len(c.cpus) for c in _units_at(unit, core_depth, free) if c.cpus <= free)
+def _count_order(t: tuple[int, int, _Unit]) -> tuple[int, int]:
+    return t[0], t[1]
+
+
+def _first_holder(
+    scope: _Unit, depth: int, free: int, need: int, whole: int, whole_need: int
+) -> _Unit | None:
+    """The first unit at `depth` below `scope`, in nested packing order, with `need` free CPUs
+    of which `whole_need` in whole free cores (`whole`). A unit that does not hold this has
+    no descendant that does, so the walk skips it and stops at the first hit."""
+    stack = [scope]
+    while stack:
+        u = stack.pop()
+        if u.depth == depth:
+            return u
+        ranked = []
+        for k in u.children:
+            n = (k.mask & free).bit_count()
+            if n >= need and (k.mask & whole).bit_count() >= whole_need:
+                ranked.append((n, k.order, k))
+        ranked.sort(key=_count_order)
+        stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
+    return None
+
+
+def _whole_free(tree: _Tree, free: int) -> int:
+    """The free CPUs (a mask) that sit in cores whose online threads are all free."""
+    whole = 0
+    for c in tree.cores:
+        if c.mask & free == c.mask:
+            whole |= c.mask
+    return whole
 
 
 def _whole_cores(machine: Machine, cpus: frozenset[int]) -> frozenset[int]:
@@ -213,30 +292,23 @@ def _check_full(machine: Machine, available: frozenset[int], count: int) -> froz
 
 
 def _pack(machine: Machine, free_in: frozenset[int], count: int, full: bool) -> frozenset[int]:
-    """The packed walk described in the module docstring; `free_in` must hold `count` CPUs."""
-    root, depths = _tree(machine)
-    core_depth = depths["core"]
+    """The packed walk described in the module docstring; `free_in` must hold `count` CPUs.
+
+    CPU sets are bit masks here: a walk counts the free CPUs of dozens of units."""
+    tree = _tree(machine)
+    root = tree.root
+    core_depth = tree.depths["core"]
     tpc = machine.threads_per_core
-    free = set(free_in)
-    taken: set[int] = set()
+    free = _mask(free_in)
+    taken = 0
     need = count
 
-    def take(cpus: frozenset[int]) -> None:
-        nonlocal need
-        taken.update(cpus)
-        free.difference_update(cpus)
-        need -= len(cpus)
-
-    def holds(u: _Unit) -> bool:
-        if len(u.cpus & free) < need:
-            return False
-        return _whole_core_cpus(u, core_depth, free) >= need - need % tpc
-
     def smallest_holder(scope: _Unit) -> _Unit:
+        whole = _whole_free(tree, free)
         for depth in range(core_depth - 1, scope.depth, -1):
-            for u in _units_at(scope, depth, free):
-                if holds(u):
-                    return u
+            u = _first_holder(scope, depth, free, need, whole, need - need % tpc)
+            if u is not None:
+                return u
         return scope
 
     scope = root
@@ -247,29 +319,35 @@ def _pack(machine: Machine, free_in: frozenset[int], count: int, full: bool) -> 
             # With full_pcpus_only, units holding cores that miss a thread (offline sibling)
             # are not taken whole and such cores wait for the second pass below, so they
             # cannot leave a need that no whole core matches.
-            odd = full and (len(u.cpus) < tpc if depth == core_depth else len(u.cpus) % tpc)
-            if len(u.cpus) <= need and u.cpus <= free and not odd:
-                take(u.cpus)
+            odd = full and (u.size < tpc if depth == core_depth else u.size % tpc)
+            if u.size <= need and u.mask & free == u.mask and not odd:
+                taken |= u.mask
+                free ^= u.mask
+                need -= u.size
         if need == 0:
-            return frozenset(taken)
+            return frozenset(_ids(taken))
         scope = smallest_holder(scope)
     if full:
         for area in (scope, root):
             for u in _units_at(area, core_depth, free):
-                if len(u.cpus) <= need and u.cpus <= free:
-                    take(u.cpus)
+                if u.size <= need and u.mask & free == u.mask:
+                    taken |= u.mask
+                    free ^= u.mask
+                    need -= u.size
             if need == 0:
-                return frozenset(taken)
+                return frozenset(_ids(taken))
         raise AllocationError(
             f"full-pcpus-only: {count} CPUs cannot be made of whole physical cores from "
             f"{cpuset.format(free_in)} (cores of unequal size); {need} CPUs short"
         )
     for area in (scope, root):
         for core in _units_at(area, core_depth, free):
-            for cpu in sorted(core.cpus & free):
-                take(frozenset((cpu,)))
+            for cpu in _ids(core.mask & free):
+                taken |= 1 << cpu
+                free ^= 1 << cpu
+                need -= 1
                 if need == 0:
-                    return frozenset(taken)
+                    return frozenset(_ids(taken))
     raise AssertionError("the packer ran out of CPUs it had counted")  # pragma: no cover
 
 
@@ -322,9 +400,9 @@ def _stddev(values: list[int]) -> float:
 
 def _node_order(machine: Machine, free: frozenset[int]) -> list[int]:
     """NUMA nodes with free CPUs, in the packer's nested order (most used first)."""
-    root, depths = _tree(machine)
+    tree = _tree(machine)
     seen: dict[int, None] = {}
-    for u in _units_at(root, depths["node"], set(free)):
+    for u in _units_at(tree.root, tree.depths["node"], _mask(free)):
         seen.setdefault(machine.cpus[min(u.cpus)].node)
     return list(seen)
 
