@@ -96,3 +96,23 @@ def test_decision_line_names_placement_reason_and_summarizes_updates(updates: in
     assert fields["pool"] == "node1" and fields["reason"] == "fits node1 best"
     assert fields["cold_start_s"] == 2.0
     assert {k: v for k, v in fields.items() if k.startswith("updated")} == want
+
+
+@pytest.mark.parametrize(
+    ("configured", "level", "want"),
+    [
+        ("info", logging.DEBUG, False),
+        ("info", logging.INFO, True),
+        ("warning", logging.INFO, False),
+        ("debug", logging.DEBUG, True),
+        ("error", logging.WARNING, False),
+    ],
+)
+def test_enabled_follows_the_configured_level(configured: str, level: int, want: bool) -> None:
+    logs.configure("json", configured, io.StringIO())
+    assert logs.enabled(level) is want
+
+
+def test_enabled_without_a_level_filter_lets_the_logger_decide() -> None:
+    structlog.configure(wrapper_class=structlog.BoundLogger)
+    assert logs.enabled(logging.DEBUG)

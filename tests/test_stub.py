@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import socket
 import tempfile
 import time
 from collections.abc import Iterable
+from unittest import mock
 
 import pytest
 import structlog.testing
@@ -632,6 +634,16 @@ async def test_late_answers_are_logged(offset: float | None, warned: bool) -> No
     with structlog.testing.capture_logs() as logs:
         assert await stub._endpoint(api_pb2.Empty, handler)(b"", ctx) == b""
     assert any("deadline" in entry["event"] for entry in logs) is warned
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_event_lines_cost_nothing_when_debug_is_off() -> None:
+    """Filtered out, the per-event line is not even bound (checked before the logger is)."""
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
+    async with connected(Recorder()) as (peer, _):
+        with mock.patch.object(stub, "log") as log:
+            await peer.create_container(pod(), ctr(1))
+    assert not log.mock_calls
 
 
 @pytest.mark.parametrize("nri_version", ["v0.12.2", "v0.11.0"])

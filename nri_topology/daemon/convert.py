@@ -186,18 +186,20 @@ def updates(items: Iterable[Update], ignore_failure: bool = False) -> EncodedUpd
     remembered with them, so the stub need not copy them into the reply.
     """
     latest = {u.container_id: u.placement for u in items}
-    out = []
+    messages, encoded = [], []
+    cached = _updates
     for cid, placement in latest.items():
         # The fields, not the Placement: its generated __hash__/__eq__ run in Python.
         key = (cid, placement.cpus, placement.mems, placement.cpu_shares, ignore_failure)
-        pair = _updates.get(key)
+        pair = cached.get(key)
         if pair is None:
-            if len(_updates) >= _UPDATES_MAX:
-                _updates.clear()
+            if len(cached) >= _UPDATES_MAX:
+                cached.clear()
             message = container_update(cid, placement, ignore_failure)
-            pair = _updates[key] = (message, delimited(message))
-        out.append(pair)
-    return EncodedUpdates(out)
+            pair = cached[key] = (message, delimited(message))
+        messages.append(pair[0])
+        encoded.append(pair[1])
+    return EncodedUpdates.of(messages, encoded)
 
 
 def exposure(decision: Decision, prefix: str = ENV_PREFIX) -> dict[str, str]:

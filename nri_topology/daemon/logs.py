@@ -79,6 +79,17 @@ def configure(
     return chosen
 
 
+def enabled(level: int) -> bool:
+    """Whether structlog passes lines of `level` on, asked of the configured wrapper class: a
+    module's logger is a lazy proxy that binds a new logger at every call, which costs more than
+    the line is worth when it is filtered out anyway."""
+    check = getattr(structlog.get_config()["wrapper_class"], "is_enabled_for", None)
+    try:
+        return check is None or bool(check(None, level))
+    except Exception:  # a wrapper class whose check needs an instance: let the logger decide
+        return True
+
+
 def _colors_possible(stream: IO[str]) -> bool:
     isatty = getattr(stream, "isatty", None)
     return bool(isatty is not None and isatty())

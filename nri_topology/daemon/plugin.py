@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -711,10 +712,11 @@ class TopologyPlugin(Plugin):
     def _after_reply(
         self, decision: Decision, what: str, name: str, pod_name: str, why: str
     ) -> None:
-        fields = logs.decision_fields(decision, name, pod_name)
-        if why:
-            fields["why"] = why
-        _log.info(f"container {what}", **fields)
+        if logs.enabled(logging.INFO):
+            fields = logs.decision_fields(decision, name, pod_name)
+            if why:
+                fields["why"] = why
+            _log.info(f"container {what}", **fields)
         cid = decision.container_id
         if cid in self._containers:  # not released meanwhile
             # Without the other containers' updates, which explain nothing about this one.

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import logging
 import os
 import random
 import re
@@ -65,8 +66,15 @@ class EncodedUpdates(tuple[api_pb2.ContainerUpdate, ...]):
 
     def __new__(cls, pairs: Iterable[tuple[api_pb2.ContainerUpdate, bytes]]) -> EncodedUpdates:
         pairs = list(pairs)
-        self = super().__new__(cls, [message for message, _ in pairs])
-        self.delimited = tuple(data for _, data in pairs)
+        return cls.of([message for message, _ in pairs], [data for _, data in pairs])
+
+    @classmethod
+    def of(
+        cls, messages: Iterable[api_pb2.ContainerUpdate], encoded: Iterable[bytes]
+    ) -> EncodedUpdates:
+        """From the messages and their `delimited` forms, in the same order."""
+        self = super().__new__(cls, messages)
+        self.delimited = tuple(encoded)
         return self
 
 
@@ -520,8 +528,21 @@ def _socket_from_env(value: str) -> socket.socket:
         raise StubError(f"{SOCKET_ENV}={fd} is not a usable socket: {exc}") from exc
 
 
+def _debug_enabled() -> bool:
+    """Whether structlog passes debug lines on. Asked of the configured wrapper class: the
+    module logger is a lazy proxy that binds a new logger for every call, a visible share of a
+    short request's time for a line that is filtered out in production."""
+    check = getattr(structlog.get_config()["wrapper_class"], "is_enabled_for", None)
+    try:
+        return check is None or bool(check(None, logging.DEBUG))
+    except Exception:  # a wrapper class whose check needs an instance: let the logger decide
+        return True
+
+
 def _log_event(method: str, pod: Any, ctr: Any = None) -> None:
     """One debug line per event the runtime sends, whatever the plugin does with it."""
+    if not _debug_enabled():
+        return
     if ctr is None:
         log.debug("NRI event", method=method, pod=f"{pod.namespace}/{pod.name}")
     else:

@@ -243,6 +243,10 @@ def _first_holder(
             n = (k.mask & free).bit_count()
             if n >= need and (k.mask & whole).bit_count() >= whole_need:
                 ranked.append((n, k.order, k))
+        if not ranked:
+            continue
+        if u.depth == depth - 1:  # every one is a hit: the first in order is the answer
+            return min(ranked, key=_count_order)[2]
         ranked.sort(key=_count_order)
         stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
     return None
