@@ -45,6 +45,12 @@ def cpus_text(ids: frozenset[int]) -> str:
     return text
 
 
+def _plain(field: Mapping[str, str]) -> dict[str, str]:
+    """A protobuf map field as a dict: through `items()`, several times cheaper than `dict()`
+    on the map (which goes through the Mapping ABC), and nothing for an empty one."""
+    return dict(field.items()) if field else {}
+
+
 def _optional(message: Any, name: str) -> int | None:
     """The value of an NRI Optional* wrapper field, or None when the wrapper is absent."""
     return getattr(message, name).value if message.HasField(name) else None
@@ -69,8 +75,8 @@ def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:
         name=pod.name,
         namespace=pod.namespace,
         uid=pod.uid,
-        labels=dict(pod.labels),
-        annotations=dict(pod.annotations),
+        labels=_plain(pod.labels),
+        annotations=_plain(pod.annotations),
         cgroup_parent=pod.linux.cgroup_parent,
     )
 
@@ -84,8 +90,8 @@ def container_info(
         pod_id=ctr.pod_sandbox_id,
         name=ctr.name,
         resources=resources(ctr.linux.resources if linux is None else linux),
-        labels=dict(ctr.labels),
-        annotations=dict(ctr.annotations),
+        labels=_plain(ctr.labels),
+        annotations=_plain(ctr.annotations),
         oom_score_adj=_optional(ctr.linux, "oom_score_adj"),
         created_at=ctr.created_at,
     )

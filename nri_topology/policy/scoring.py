@@ -95,8 +95,9 @@ class Candidate(NamedTuple):
 def sort_key(c: Candidate) -> tuple[object, ...]:
     """The documented sort key of a candidate (see the module docstring)."""
     load = (0, -c.free_shared) if c.exclusive else (c.colocated, -c.free_shared)
+    affinity = c.affinity
     return (
-        -round(c.affinity, 9),
+        -round(affinity, 9) if affinity else -affinity,  # most requests have none
         c.hint_miss,
         int(c.tier_miss),
         int(c.relaxed),
