@@ -720,5 +720,5 @@ class TopologyPlugin(Plugin):
         cid = decision.container_id
         if cid in self._containers:  # not released meanwhile
             # Without the other containers' updates, which explain nothing about this one.
-            kept = dataclasses.replace(decision, updates=())
+            kept = dataclasses.replace(decision, updates=()) if decision.updates else decision
             self.decisions[cid] = Explained(what, self._now_ns(), kept)
