@@ -42,13 +42,18 @@ SEED = 1
 DECISION_P99_MS = 1.0  # at 1000 containers on 256 CPUs
 ROUNDTRIP_ABOVE_FLOOR_MS = 1.0  # p99
 RSS_MB = 60.0
+# Targets of issue 14: a light node (no live containers) against the no-op plugin, and a 2-CPU
+# exclusive create with 1000 live containers on the 144-CPU 4-socket machine.
+LIGHT_RATIO = 1.5  # round trip p50, ours / no-op's
+EXCLUSIVE_P50_MS = 0.6
+EXCLUSIVE_P99_MS = 2.0
 
 
 @dataclass(frozen=True)
 class Sizes:
     live: tuple[int, ...]
     decision_samples: int
-    roundtrip: tuple[tuple[str, int], ...]  # (machine, live containers)
+    roundtrip: tuple[tuple[str, int, str], ...]  # (machine, live containers, probe)
     roundtrip_samples: int
     sync_containers: int
     rss_containers: int
@@ -61,7 +66,12 @@ class Sizes:
 FULL = Sizes(
     live=(0, 100, 500, 1000),
     decision_samples=1500,
-    roundtrip=(("server", 100), ("synthetic-256", 1000)),
+    roundtrip=(
+        ("4-socket", 0, "mix"),
+        ("4-socket", 1000, "exclusive-2"),
+        ("server", 100, "mix"),
+        ("synthetic-256", 1000, "mix"),
+    ),
     roundtrip_samples=1000,
     sync_containers=1000,
     rss_containers=1000,
@@ -73,7 +83,7 @@ FULL = Sizes(
 QUICK = Sizes(
     live=(0, 20),
     decision_samples=15,
-    roundtrip=(("server", 5),),
+    roundtrip=(("server", 5, "mix"), ("4-socket", 5, "exclusive-2")),
     roundtrip_samples=10,
     sync_containers=30,
     rss_containers=20,
@@ -118,12 +128,14 @@ def measure(sizes: Sizes, machines: Sequence[str]) -> dict[str, Any]:
     out["decision_latency"] = rows
 
     rows = []
-    for name, live in sizes.roundtrip:
+    for name, live, probe in sizes.roundtrip:
         if name in loaded:
-            _log(f"round trip: {name}, {live} containers")
+            _log(f"round trip: {name}, {live} containers, {probe}")
             rows.append(
                 {"machine": name}
-                | socket_path.roundtrip(loaded[name], live, sizes.roundtrip_samples)
+                | socket_path.roundtrip(
+                    loaded[name], live, sizes.roundtrip_samples, probe=probe
+                )
             )
     out["roundtrip"] = rows
 
@@ -185,6 +197,17 @@ def targets_met(out: dict[str, Any]) -> list[dict[str, Any]]:
                 ROUNDTRIP_ABOVE_FLOOR_MS,
             )
         )
+        if r["machine"] == "4-socket" and r["live_containers"] == 0 and r["probe"] == "mix":
+            rows.append(
+                _target(
+                    "round trip p50 / no-op's, 4-socket, 0 live", r["p50_ratio"], "x", LIGHT_RATIO
+                )
+            )
+        if r["machine"] == "4-socket" and r["probe"] == "exclusive-2":
+            name = f"2-CPU exclusive round trip, 4-socket, {r['live_containers']} live"
+            p50, p99 = r["policy"]["p50_ms"], r["policy"]["p99_ms"]
+            rows.append(_target(f"{name}: p50", p50, "ms", EXCLUSIVE_P50_MS))
+            rows.append(_target(f"{name}: p99", p99, "ms", EXCLUSIVE_P99_MS))
     rss = out["rss"]
     rows.append(_target("RSS after startup", rss["after_startup_mb"], "MB", RSS_MB))
     rows.append(
@@ -260,16 +283,31 @@ def markdown(out: dict[str, Any]) -> str:
     )
     lines += ["**CreateContainer round trip through the NRI socket**", ""]
     lines += _table(
-        ("machine", "live", "ours p50/p99 ms", "no-op p50/p99 ms", "above floor p50/p99 ms"),
+        (
+            "machine",
+            "live",
+            "probe",
+            "ours p50/p99 ms",
+            "no-op p50/p99 ms",
+            "p50 ratio",
+            "above floor p50/p99 ms",
+            "plugin's share p50/p99 ms (CPU p50)",
+            "reply bytes",
+        ),
         [
             (
                 r["machine"],
                 r["live_containers"],
+                r["probe"],
                 f"{r['policy']['p50_ms']} / {r['policy']['p99_ms']}",
                 f"{r['noop']['p50_ms']} / {r['noop']['p99_ms']}",
+                r["p50_ratio"],
                 f"{r['p50_above_floor_ms']} / {r['p99_above_floor_ms']}",
+                f"{side['p50_ms']} / {side['p99_ms']} ({side['cpu_p50_ms']})",
+                side["reply_bytes_p50"],
             )
             for r in out["roundtrip"]
+            for side in [r["plugin_side"]["policy"]]
         ],
     )
     s = out["synchronize"]

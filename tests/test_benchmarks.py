@@ -29,7 +29,7 @@ def test_quick_run_writes_json_and_markdown(tmp_path: Path) -> None:
         assert heading in md
 
 
-def _results(p99: float, rss: float, local: float) -> dict:
+def _results(p99: float, rss: float, local: float, ratio: float = 1.2, x2: float = 0.5) -> dict:
     quality = {
         "placer": "x",
         "local_share": local,
@@ -39,7 +39,23 @@ def _results(p99: float, rss: float, local: float) -> dict:
     }
     return {
         "decision_latency": [{"cpus": 256, "live": 1000, "p99_ms": p99}],
-        "roundtrip": [{"machine": "m", "live_containers": 1, "p99_above_floor_ms": 0.5}],
+        "roundtrip": [
+            {"machine": "m", "live_containers": 1, "probe": "mix", "p99_above_floor_ms": 0.5},
+            {
+                "machine": "4-socket",
+                "live_containers": 0,
+                "probe": "mix",
+                "p99_above_floor_ms": 0.5,
+                "p50_ratio": ratio,
+            },
+            {
+                "machine": "4-socket",
+                "live_containers": 1000,
+                "probe": "exclusive-2",
+                "p99_above_floor_ms": 0.5,
+                "policy": {"p50_ms": x2, "p99_ms": 4 * x2},
+            },
+        ],
         "rss": {"after_startup_mb": rss, "with_containers_mb": rss, "containers": 1},
         "quality": {
             "m": {"nri-topology": quality, "kubelet-static": {**quality, "local_share": 0.5}}
@@ -50,16 +66,21 @@ def _results(p99: float, rss: float, local: float) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("p99", "rss", "local", "missed"),
+    ("p99", "rss", "local", "ratio", "x2", "missed"),
     [
-        (0.5, 40.0, 0.9, []),
-        (1.5, 40.0, 0.9, ["decision p99"]),
-        (0.5, 61.0, 0.9, ["RSS after startup", "RSS with"]),
-        (0.5, 40.0, 0.4, ["quality m: local share"]),
+        (0.5, 40.0, 0.9, 1.2, 0.5, []),
+        (1.5, 40.0, 0.9, 1.2, 0.5, ["decision p99"]),
+        (0.5, 61.0, 0.9, 1.2, 0.5, ["RSS after startup", "RSS with"]),
+        (0.5, 40.0, 0.4, 1.2, 0.5, ["quality m: local share"]),
+        (0.5, 40.0, 0.9, 3.0, 0.5, ["round trip p50 / no-op's"]),
+        (0.5, 40.0, 0.9, 1.2, 0.55, ["2-CPU exclusive round trip, 4-socket, 1000 live: p99"]),
+        (0.5, 40.0, 0.9, 1.2, 0.9, ["2-CPU exclusive", "2-CPU exclusive"]),
     ],
 )
-def test_targets_flag_exactly_the_misses(p99: float, rss: float, local: float, missed) -> None:
-    rows = run.targets_met(_results(p99, rss, local))
+def test_targets_flag_exactly_the_misses(
+    p99: float, rss: float, local: float, ratio: float, x2: float, missed
+) -> None:
+    rows = run.targets_met(_results(p99, rss, local, ratio, x2))
     misses = [r["target"] for r in rows if not r["met"]]
     assert len(misses) == len(missed)
     for prefix, target in zip(missed, misses, strict=True):
