@@ -53,6 +53,7 @@ class Shaper:
         self.ledger = ledger
         self.book = book
         self.post = post  # per pool: its subtree, children before parents
+        self._leaves = tuple(p for p in pools if not p.children and p.cpu_nodes)
 
     def spans(self, req: Request) -> bool:
         """Whether pools are scored by the node set the exclusive CPUs would span."""
@@ -260,11 +261,7 @@ class Shaper:
         if relaxed:
             return zone, relaxed
         nodes = {self.machine.cpus[c].node for c in excl} - {-1}
-        leaves = [
-            p
-            for p in self.pools
-            if not p.children and p.cpu_nodes and p.cpu_nodes <= nodes and p.cpus & excl
-        ]
+        leaves = [p for p in self._leaves if p.cpu_nodes <= nodes and p.cpus & excl]
         narrow = frozenset().union(*(p.nodes_of(tiers) for p in leaves)) & zone
         if narrow and narrow != zone and self.book.fits(narrow, size):
             return narrow, False
