@@ -85,3 +85,30 @@ def test_nothing_granted_leaves_no_winner() -> None:
     c = choice.choose([option(LEAF_A)], [], None, grant_unless({LEAF_A.name}), ORDER)
     assert c.grant is None and c.runner_up is None
     assert verdicts(c) == {LEAF_A.name: "grant failed: cannot slice"}
+
+
+_WINNER = (-0.0, 0, 0, 0, 0, 0, (1, 10.0), 0, -1, (0, -5000), 1)
+
+
+@pytest.mark.parametrize(
+    ("changed", "value", "criterion"),
+    [
+        (0, -1.0, "affinity"),
+        (6, (2, 15.0), "numa"),
+        (8, 0, "depth"),
+        (9, (1, -5000), "load"),
+        (10, 2, "index"),
+        (None, None, "index"),  # the same key: only the index could tell them apart
+    ],
+)
+def test_losing_criterion_names_the_first_difference(changed, value, criterion) -> None:
+    key = list(_WINNER)
+    if changed is not None:
+        key[changed] = value
+        key[-1] = 7  # a later difference never wins over the first
+    assert scoring.losing_criterion(tuple(key), _WINNER) == criterion
+
+
+def test_losing_criterion_refuses_keys_of_another_shape() -> None:
+    with pytest.raises(ValueError, match="sort keys"):
+        scoring.losing_criterion(_WINNER[:-1], _WINNER)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Generic, NamedTuple, TypeVar
 
 from nri_topology.policy import scoring
@@ -113,6 +114,9 @@ def not_single_numa(pool: Pool, relaxed: bool) -> str | None:
     return None
 
 
+_by_key = itemgetter(0)  # Option.key
+
+
 def choose(
     options: Sequence[Option],
     unfit: Sequence[PoolScore],
@@ -123,7 +127,7 @@ def choose(
     """Try the options best first (the hinted pool before all), `attempt` raising `GrantFailed`
     when a pool cannot make the grant; `unfit` are the pools filtered out before scoring and
     `order` gives each pool's place in the trace."""
-    ranked = sorted(options, key=lambda o: o.key)
+    ranked = sorted(options, key=_by_key)
     if hint is not None:
         ranked.sort(key=lambda o: o.candidate.pool.index != hint)
     scores = list(unfit)

@@ -52,6 +52,8 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from itertools import compress
+from operator import ne
 from typing import NamedTuple
 
 from nri_topology.policy.pools import Pool
@@ -140,10 +142,10 @@ def labelled(key: tuple[object, ...]) -> dict[str, object]:
 
 def losing_criterion(key: tuple[object, ...], winner: tuple[object, ...]) -> str:
     """Name of the first criterion on which `key` is worse than the winner's key."""
-    for name, mine, theirs in zip(CRITERIA, key, winner, strict=True):
-        if mine != theirs:
-            return name
-    return "index"
+    if not len(key) == len(winner) == len(CRITERIA):
+        raise ValueError(f"sort keys of {len(key)} and {len(winner)} values, not {len(CRITERIA)}")
+    # compress/map run the comparison loop in C: this is done for every losing pool.
+    return next(compress(CRITERIA, map(ne, key, winner)), "index")
 
 
 def affinity_scores(pools: Sequence[Pool], weights: Mapping[int, float]) -> list[float]:
