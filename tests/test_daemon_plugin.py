@@ -491,6 +491,7 @@ async def test_config_reload_good_then_bad_keeps_the_good_one(tmp_path: Path) ->
     assert counter(plugin.metrics, "nri_topology_config_reloads_total", result="rejected") == 5
 
 
+@pytest.mark.looptime
 async def test_sighup_reloads(tmp_path: Path) -> None:
     applied: list[Options] = []
 
@@ -541,6 +542,7 @@ async def test_failed_checkpoint_is_retried_without_a_new_change(tmp_path: Path)
         assert body is not None and body["policy"] == {"cpus": {"a": 0}}
 
 
+@pytest.mark.looptime
 async def test_shutdown_answers_the_request_in_flight_first(tmp_path: Path) -> None:
     plugin = make_plugin(tmp_path)
     async with connected(plugin) as (peer, stub):

@@ -144,14 +144,12 @@ class Daemon:
         log_stream: IO[str] | None = None,
         policy_factory: PolicyFactory = _default_policy,
         environ: dict[str, str] | None = None,
-        reload_interval: float = 2.0,
     ) -> None:
         self.config_path = config_path
         self.overrides = overrides
         self._log_stream = log_stream
         self._policy_factory = policy_factory
         self._environ = environ
-        self._reload_interval = reload_interval
         self.config = Config()
         self.plugin: TopologyPlugin | None = None
         self.machine: Machine | None = None
@@ -391,7 +389,6 @@ class Daemon:
             self.apply,
             (ConfigError, PolicyError),
             self.plugin.metrics,
-            interval=self._reload_interval,
             max_bytes=MAX_CONFIG_BYTES,
         )
 
