@@ -26,6 +26,8 @@ from typing import Any
 
 import structlog
 
+from nri_topology.bounded_read import TooLarge, read_bounded
+
 FORMAT = "nri-topology-checkpoint"
 VERSION = 1
 MAX_BYTES = 64 << 20  # about 200 bytes per container: room for hundreds of thousands
@@ -231,8 +233,9 @@ class Checkpoint:
         No file at all is what a fresh install has: said at info level, as nothing is wrong.
         """
         try:
-            with self.path.open("rb") as f:
-                data = f.read(MAX_BYTES + 1)  # a larger file is refused unread past the limit
+            data = read_bounded(self.path, MAX_BYTES)
+        except TooLarge as exc:
+            loaded = decode(exc.head)  # refused there, with the size
         except FileNotFoundError:
             _log.info("no checkpoint yet, building the state from the runtime", path=str(self.path))
             return Loaded(None, "no checkpoint file")
