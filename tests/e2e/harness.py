@@ -30,6 +30,7 @@ from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.types import QoS
 from nri_topology.testing import cri_pb2 as cri
+from nri_topology.testing import ociimage
 from nri_topology.topology.cpuset import parse as parse_cpus
 
 HERE = Path(__file__).resolve().parent
@@ -656,15 +657,32 @@ class Run:
         return out
 
 
+def write_image(tools: Tools, out: Path) -> Path:
+    """The test image (busybox sleeping) as an OCI archive at `out`."""
+    layer = ociimage.layer(ociimage.busybox_entries(tools.busybox))
+    out.write_bytes(ociimage.image_archive(IMAGE, [layer], cmd=SLEEP))
+    return out
+
+
 @contextlib.contextmanager
-def running(tools: Tools, base: Path, image: Path, **kwargs) -> Iterator[Run]:
+def running(
+    tools: Tools, base: Path, image: Path, *, show_logs: bool = False, **kwargs
+) -> Iterator[Run]:
+    """A run with containerd started and `image` imported; on exit everything it made is removed,
+    and must be (SetupError when containerd cannot be had). `show_logs` prints the logs' tails
+    first (pytest shows them when the test failed)."""
     run = Run(tools, base, **kwargs)
     try:
         run.start_containerd()
         run.import_image(image)
         yield run
     finally:
+        if show_logs:
+            print(f"--- containerd log:\n{run.containerd_log_tail(80)}")
+            print(f"--- plugin log:\n{run.plugin_log_tail(40)}")
         run.cleanup()
+        left = run.leftovers()
+        assert not left, f"cleanup left {left}"
 
 
 def online_cpus() -> set[int]:
