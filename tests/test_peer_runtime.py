@@ -66,11 +66,16 @@ async def test_updates_during_more_chunks_are_fatal(monkeypatch: pytest.MonkeyPa
     assert peer.plugin is None
 
 
+@pytest.mark.looptime
 async def test_silent_plugin_times_out_registration() -> None:
-    peer = RuntimePeer(registration_timeout=0.1)
+    """On the loop's virtual clock, at the runtime's default registration timeout (5 s)."""
+    peer = RuntimePeer()
+    loop = asyncio.get_running_loop()
     runtime_end, plugin_end = socket.socketpair()
+    start = loop.time()
     with pytest.raises(PluginError, match="registration timed out"):
         await peer.attach(runtime_end)
+    assert 5.0 <= loop.time() - start < 5.1
     assert plugin_end.recv(16) == b""  # the runtime hung up
     plugin_end.close()
 
