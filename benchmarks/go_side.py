@@ -13,10 +13,12 @@ after each sample (not timed): `guaranteed-2cpu` takes 2 exclusive CPUs (on a fi
 re-pins the shared containers of its pool; the time includes the adaptation merging those
 updates), `burstable` is a 250m/1000m container in the shared pool. Rounds alternate the two
 plugins (which goes first alternates too); the figures are the medians over rounds of each
-run's p50 and p99.
+run's p50 and p99. Runs with a fill also restart the plugin before timing and report its
+registration and Synchronize with every fill container running (ours reads its checkpoint and
+must move none).
 
-    .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 5]
-        [--samples 300] [--out benchmarks/results/go_side.json]
+    .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
+        [--samples 500] [--out benchmarks/results/go_side.json]
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ def run_once(
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
-        cmd += [f"-fill={fill}"] if fill else []
+        cmd += [f"-fill={fill}", "-restart"] if fill else []
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_command(plugin, tools, sock, sysfs)]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
@@ -132,6 +134,23 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
     return rows
 
 
+def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per live count and plugin: median restart-to-synchronized time, most containers moved."""
+    out = []
+    for (live, plugin), reports in sorted(runs.items()):
+        each = [r["restart"] for r in reports if r.get("restart")]
+        if each:
+            out.append(
+                {
+                    "live": live,
+                    "plugin": plugin,
+                    "synchronize_ms": round(statistics.median(e["synchronize_ms"] for e in each)),
+                    "moved": max(e["moved"] for e in each),
+                }
+            )
+    return out
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| live | probe | ours p50 / p99 ms | Go no-op p50 / p99 ms | ratio p50 / p99 |"
@@ -151,8 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--machine", choices=MACHINES, default="4-socket")
     parser.add_argument("--live", type=int, nargs="+", default=[0, 1000])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--samples", type=int, default=300, help="timed creates per probe and run")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--samples", type=int, default=500, help="timed creates per probe and run")
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "go_side.json"
     )
@@ -201,10 +220,16 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": round((time.monotonic() - started) / 60, 1),
         "load": load,
         "rows": rows,
+        "restarts": restarts(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
+    for r in out["restarts"]:
+        print(
+            f"restart of {r['plugin']} with {r['live']} running: process start to synchronized "
+            f"{r['synchronize_ms']} ms (median), containers moved {r['moved']}"
+        )
     print(
         f"\nmachine {args.machine}; containerd/nri {out['nri']}; {args.rounds} rounds x "
         f"{args.samples} samples; load (1 min) {load['loadavg_1m_before']} before, "

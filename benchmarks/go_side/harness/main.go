@@ -120,11 +120,80 @@ type result struct {
 	Updates  int     `json:"updates"`  // median updates of other containers per reply
 }
 
+// restarted is a plugin restart with the fill running: process start to synchronized, and how
+// many containers the updates of its Synchronize reply touched.
+type restarted struct {
+	SynchronizeMs float64 `json:"synchronize_ms"`
+	Moved         int     `json:"moved"`
+}
+
 type report struct {
 	Live          int               `json:"live"`
-	SynchronizeMs float64           `json:"synchronize_ms"`
+	SynchronizeMs float64           `json:"synchronize_ms"` // process start to synchronized
 	FillMs        float64           `json:"fill_ms"`
+	Restart       *restarted        `json:"restart,omitempty"`
 	Cases         map[string]result `json:"cases"`
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// process is the plugin's process, started again for a restart.
+type process struct {
+	argv []string
+	out  *os.File
+	log  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// start runs the plugin and waits until the adaptation synchronized it; returns the time from
+// process start to synchronized and how many containers its Synchronize reply updated.
+func (p *process) start(synced <-chan int) (time.Duration, int, error) {
+	p.cmd = exec.Command(p.argv[0], p.argv[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	started := time.Now()
+	if err := p.cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	p.done = make(chan error, 1)
+	go func(cmd *exec.Cmd, done chan<- error) { done <- cmd.Wait() }(p.cmd, p.done)
+	select {
+	case n := <-synced:
+		// The adaptation adds the plugin to its list just after synchronizing it.
+		took := time.Since(started)
+		time.Sleep(100 * time.Millisecond)
+		return took, n, nil
+	case err := <-p.done:
+		p.cmd = nil
+		return 0, 0, fmt.Errorf("plugin exited before it synchronized: %v (see %s)", err, p.log)
+	case <-time.After(120 * time.Second):
+		return 0, 0, fmt.Errorf("plugin did not register within 120 s (see %s)", p.log)
+	}
+}
+
+func (p *process) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the plugin with SIGTERM, as a DaemonSet pod is stopped.
+func (p *process) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
 }
 
 func main() {
@@ -141,6 +210,8 @@ func run() error {
 	samples := flag.Int("samples", 300, "timed creates per probe")
 	warmup := flag.Int("warmup", 50, "untimed creates before timing")
 	pluginLog := flag.String("plugin-log", os.DevNull, "file for the plugin's output")
+	restart := flag.Bool("restart", false, "after the fill, restart the plugin and time its "+
+		"registration and Synchronize with every fill container running")
 	flag.Parse()
 	if *socket == "" || *probeFile == "" || flag.NArg() == 0 {
 		return errors.New("usage: harness -socket PATH -probes FILE [-fill FILE] -- PLUGIN ARGS...")
@@ -159,7 +230,7 @@ func run() error {
 	}
 
 	rt := &runtime{pods: map[string]*api.PodSandbox{}, containers: map[string]*api.Container{}}
-	synced := make(chan time.Time, 1)
+	synced := make(chan int, 1)
 	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
 		pods, ctrs := rt.snapshot()
 		updates, err := cb(ctx, pods, ctrs)
@@ -167,7 +238,11 @@ func run() error {
 			return err
 		}
 		rt.apply(updates)
-		synced <- time.Now()
+		moved := map[string]bool{}
+		for _, u := range updates {
+			moved[u.ContainerId] = true
+		}
+		synced <- len(moved)
 		return nil
 	}
 	updateFn := func(_ context.Context, u []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
@@ -186,40 +261,20 @@ func run() error {
 	}
 	defer nri.Stop()
 
-	out, err := os.Create(*pluginLog)
+	out, err := os.OpenFile(*pluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer out.Close()
-	cmd := exec.Command(flag.Arg(0), flag.Args()[1:]...)
-	cmd.Stdout, cmd.Stderr = out, out
-	started := time.Now()
-	if err := cmd.Start(); err != nil {
+	p := &process{argv: flag.Args(), out: out, log: *pluginLog}
+	took, _, err := p.start(synced)
+	if err != nil {
 		return err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-		}
-	}()
-	var syncedAt time.Time
-	select {
-	case syncedAt = <-synced:
-	case err := <-exited:
-		return fmt.Errorf("plugin exited before it synchronized: %v (see %s)", err, *pluginLog)
-	case <-time.After(120 * time.Second):
-		return fmt.Errorf("plugin did not register within 120 s (see %s)", *pluginLog)
-	}
-	// The adaptation adds the plugin to its list just after synchronizing it.
-	time.Sleep(100 * time.Millisecond)
+	defer p.stop()
 
 	ctx := context.Background()
-	rep := report{Live: len(fill), SynchronizeMs: float64(syncedAt.Sub(started).Microseconds()) / 1e3}
+	rep := report{Live: len(fill), SynchronizeMs: ms(took)}
 	fillStart := time.Now()
 	for _, req := range fill {
 		if err := rt.runPod(ctx, nri, req.Pod); err != nil {
@@ -232,7 +287,15 @@ func run() error {
 			return err
 		}
 	}
-	rep.FillMs = float64(time.Since(fillStart).Microseconds()) / 1e3
+	rep.FillMs = ms(time.Since(fillStart))
+	if *restart {
+		p.stop()
+		took, moved, err := p.start(synced)
+		if err != nil {
+			return fmt.Errorf("restarting the plugin: %w", err)
+		}
+		rep.Restart = &restarted{SynchronizeMs: ms(took), Moved: moved}
+	}
 	for _, req := range probes {
 		if err := rt.runPod(ctx, nri, req.Pod); err != nil {
 			return err
@@ -262,10 +325,8 @@ func run() error {
 		if err := rt.stopRemove(ctx, nri, req); err != nil {
 			return err
 		}
-		select {
-		case err := <-exited:
-			return fmt.Errorf("plugin exited during the run: %v (see %s)", err, *pluginLog)
-		default:
+		if p.exited() {
+			return fmt.Errorf("plugin exited during the run (see %s)", *pluginLog)
 		}
 	}
 	rep.Cases = map[string]result{}
