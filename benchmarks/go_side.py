@@ -43,12 +43,20 @@ from nri_topology.nri import api_pb2
 from nri_topology.policy.types import QoS
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("NRI_TOPOLOGY_GO_CACHE") or ROOT / ".cache" / "go-side")
 MI = 1 << 20
 PROBES = {
     "guaranteed-2cpu": Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI),
     "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
 }
 PLUGINS = ("ours", "noop")
+
+
+def toolchain_cached() -> bool:
+    """Whether build.sh has its Go toolchain and containerd/nri already (builds offline)."""
+    root = CACHE / "debian" / "root"
+    nri = root / "usr/share/gocode/src/github.com/containerd/nri/pkg/adaptation"
+    return nri.is_dir() and any(root.glob("usr/lib/go-1.*/bin/go"))
 
 
 def build() -> dict[str, str]:
@@ -58,6 +66,7 @@ def build() -> dict[str, str]:
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "NRI_TOPOLOGY_GO_CACHE": str(CACHE)},
     )
     if proc.returncode:
         raise SystemExit(f"go_side/build.sh failed:\n{proc.stderr[-3000:]}")
