@@ -41,10 +41,11 @@ type runtime struct {
 	mu         sync.Mutex
 	pods       map[string]*api.PodSandbox
 	containers map[string]*api.Container
-	updated    int // container updates applied, all paths
 }
 
-func (r *runtime) apply(updates []*api.ContainerUpdate) []*api.ContainerUpdate {
+// apply merges updates into the containers they name; unknown ids are skipped, as containerd
+// does.
+func (r *runtime) apply(updates []*api.ContainerUpdate) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, u := range updates {
@@ -53,9 +54,7 @@ func (r *runtime) apply(updates []*api.ContainerUpdate) []*api.ContainerUpdate {
 			continue
 		}
 		proto.Merge(resources(c), u.Linux.Resources)
-		r.updated++
 	}
-	return nil
 }
 
 func resources(c *api.Container) *api.LinuxResources {
@@ -246,7 +245,8 @@ func run() error {
 		return nil
 	}
 	updateFn := func(_ context.Context, u []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
-		return rt.apply(u), nil
+		rt.apply(u)
+		return nil, nil // none failed
 	}
 	dir := filepath.Dir(*socket)
 	nri, err := adaptation.New("go-side-harness", "0", syncFn, updateFn,
@@ -280,7 +280,7 @@ func run() error {
 		if err := rt.runPod(ctx, nri, req.Pod); err != nil {
 			return err
 		}
-		if _, err := rt.create(ctx, nri, req); err != nil {
+		if err := rt.create(ctx, nri, req); err != nil {
 			return err
 		}
 		if err := rt.start(ctx, nri, req); err != nil {
@@ -356,13 +356,13 @@ func (r *runtime) runPod(ctx context.Context, nri *adaptation.Adaptation, pod *a
 	return nil
 }
 
-func (r *runtime) create(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) (*api.CreateContainerResponse, error) {
+func (r *runtime) create(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
 	rpl, err := nri.CreateContainer(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
+		return fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
 	}
 	r.created(req.Container, rpl)
-	return rpl, nil
+	return nil
 }
 
 // created records the container with its adjustment, then applies the updates to others.
@@ -402,4 +402,3 @@ func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, re
 	}
 	return nil
 }
-
