@@ -68,6 +68,7 @@ from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
+from nri_topology.policy.request import milli_to_shares
 from nri_topology.policy.shaping import GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
@@ -88,18 +89,9 @@ from nri_topology.policy.types import (
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
-MIN_SHARES = 2
-MAX_SHARES = 262144
-
-
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
-
-
-def milli_to_shares(milli: int) -> int:
-    """CPU shares for a milli-CPU request, as kubelet computes them (clamped to 2..262144)."""
-    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
 
 
 def memory_size(req: Request) -> int:
@@ -1177,12 +1169,14 @@ class Engine:
         )
         self._check_fits(g)
         g.reason = "adopted as found"
-        if not isolated and exclusive & self.isolated:
-            g.degraded = (Degradation.ISOLATED_MIXED,)
-        if g.memory < size:
-            g.degraded += (Degradation.MEMORY_CHARGE,)
-        if g.kind is CpuKind.SHARED and g.shared < req.shared:
-            g.degraded += (Degradation.SHARED_OVERCOMMIT,)
+        g.degraded = admission.degradations(
+            kind,
+            kind,
+            tier_widened=False,
+            isolated_mixed=not isolated and bool(exclusive & self.isolated),
+            memory_cut=g.memory < size,
+            cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
+        )
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (

@@ -164,6 +164,15 @@ def qos_of(pod: PodInfo) -> QoS:
     return QoS.GUARANTEED
 
 
+MIN_SHARES = 2
+MAX_SHARES = 262144  # the kubelet's cap: shares say nothing about requests beyond 256 CPUs
+
+
+def milli_to_shares(milli: int) -> int:
+    """CPU shares for a milli-CPU request, as kubelet computes them (clamped to 2..262144)."""
+    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
+
+
 def shares_to_milli(shares: int | None) -> int:
     """CPU request from cgroup shares; 2 (the minimum) means no request.
 
@@ -393,8 +402,6 @@ def _estimated_amounts(
             mem_req = estimate
     return cpu_req, cpu_limit, mem_req, mem_limit
 
-
-MAX_SHARES = 262144  # the kubelet's cap: shares say nothing about requests beyond 256 CPUs
 
 _Amounts = tuple[int, int | None, int, int | None]  # cpu request, cpu limit, memory req., limit
 
