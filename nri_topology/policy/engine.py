@@ -53,7 +53,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from nri_topology.policy import (
     admission,
@@ -189,9 +188,9 @@ class Engine:
         self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self.book = MemoryBook(machine)
         self.shaper = Shaper(machine, options, self.pools, self.ledger, self.book, self._post)
-        # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry);
-        # owned by `state.snapshot`, kept here because they live as long as the grants.
-        self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
+        # Containers whose grant was committed, undone or ended its cold start since the last
+        # `take_changed`: their checkpoint entries (`state.entry`) may differ.
+        self._changed: set[str] = set()
 
     # ----------------------------------------------------------------------------------------
     # Set-up
@@ -912,6 +911,7 @@ class Engine:
     def _commit(self, g: Grant, op: _Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
         cid = g.request.container_id
+        self._changed.add(cid)
         if g.exclusive:
             self.taken |= g.exclusive
             iso = g.exclusive & self.isolated  # all of them, or part (ISOLATED_MIXED)
@@ -939,6 +939,7 @@ class Engine:
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
+        self._changed.add(cid)
         del self.grants[cid]
         self.by_attribute.remove(cid)
         if g.exclusive:
@@ -1090,6 +1091,7 @@ class Engine:
         if g is None or g.cold_start is None:
             return ()
         g.cold_start = None
+        self._changed.add(container_id)
         mems = self._mems(g)
         if mems is None or mems == g.mems:
             return ()
@@ -1202,6 +1204,12 @@ class Engine:
         for a in self._chain[g.pool]:
             if len(self.ledger.shared_cpus[a]) - k < self.ledger.need_cpus(a, extra, users):
                 raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
+
+    def take_changed(self) -> set[str]:
+        """The containers whose grant changed since the last call (placed, moved, resized,
+        released, cold start ended); each is named once, to the one reader (`Policy.changes`)."""
+        changed, self._changed = self._changed, set()
+        return changed
 
     def decision_of(self, container_id: str) -> Decision:
         """The current placement of a container as a decision without trace or updates."""

@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from nri_topology.policy import restore as restoring
+from nri_topology.policy import state
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.request import build_request
-from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
@@ -45,7 +45,10 @@ class Policy:
         self._machine = machine
         self._options = options
         self._engine = Engine(machine, options)
+        # Which containers are placed, with their pod: the one record of it (the daemon asks
+        # `container`); the engine's grants hold the same ids, for the accounting.
         self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+        self._changed: set[str] = set()  # containers of engines replaced since `changes`
 
     @property
     def options(self) -> Options:
@@ -82,7 +85,7 @@ class Policy:
         engine = Engine(self._machine, self._options)
         found, failed, infos = self._found(pods, containers, self._options)
         report = restoring.restore(engine, found, saved)
-        self._engine = engine
+        self._replace(engine)
         self._infos = {cid: infos[cid] for cid in engine.grants}
         return replace(report, failed={**failed, **report.failed})
 
@@ -109,13 +112,38 @@ class Policy:
             infos[c.id] = (pod, c)
         return found, failed, infos
 
+    def container(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
+        """The pod and container data a placed container was last placed with, None when it is
+        not placed."""
+        return self._infos.get(container_id)
+
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         """Widen a cold-started container's memory to DRAM; the update is for itself."""
         return self._engine.finish_cold_start(container_id)
 
-    def snapshot(self) -> dict[str, Any]:
-        """JSON-able state for the checkpoint, to be given back to `restore`."""
-        return snapshot(self._engine)
+    def snapshot(self, entries: bool = True) -> dict[str, Any]:
+        """JSON-able state for the checkpoint, to be given back to `restore`; without the
+        containers' entries (an empty map at `state.ENTRIES`) when not `entries`."""
+        return state.snapshot(self._engine, entries)
+
+    def changes(self, everything: bool = False) -> dict[str, dict[str, Any] | None]:
+        """The snapshot entries of the containers whose placement changed since the last call
+        (None: it holds nothing now), of all containers when `everything`.
+
+        Each change is reported once: the checkpoint writer is the one reader, keeping the
+        entries of the others from earlier calls.
+        """
+        e = self._engine
+        changed = e.take_changed() | self._changed
+        self._changed = set()
+        if everything:
+            return {cid: state.entry(e, cid) for cid in sorted(e.grants)}
+        return {cid: state.entry(e, cid) for cid in sorted(changed)}
+
+    def _replace(self, engine: Engine) -> None:
+        """Take a new engine; the old one's containers are reported changed (`changes`)."""
+        self._changed |= self._engine.take_changed() | self._engine.grants.keys()
+        self._engine = engine
 
     def reconfigure(self, options: Options) -> RestoreReport:
         """Switch options, keeping every placement that is still valid under the new ones.
@@ -137,12 +165,12 @@ class Policy:
             )
             containers.append(replace(ctr, resources=current))
         found, failed, _ = self._found(pods, containers, options)
-        report = restoring.restore(engine, found, snapshot(old))
+        report = restoring.restore(engine, found, state.snapshot(old))
         failed.update(report.failed)
         if failed:
             lines = "; ".join(f"{cid}: {why}" for cid, why in sorted(failed.items()))
             raise PolicyError(f"new options cannot hold every container: {lines}")
-        self._engine = engine
+        self._replace(engine)
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
         return report
