@@ -53,6 +53,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 from nri_topology.policy import (
     admission,
@@ -60,7 +61,6 @@ from nri_topology.policy import (
     choice,
     consolidate,
     cpuallocator,
-    numasets,
     scoring,
 )
 from nri_topology.policy.ledger import Ledger
@@ -76,14 +76,11 @@ from nri_topology.policy.types import (
     CpuKind,
     Decision,
     Degradation,
-    Outcome,
     Placement,
     PolicyError,
     PoolScore,
-    QoS,
     Request,
     Update,
-    Verdict,
 )
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
@@ -127,6 +124,21 @@ class Grant:
         return self.kind is CpuKind.ISOLATED and self.shared > 0
 
 
+@dataclass(frozen=True, slots=True)
+class Accounts:
+    """The engine's accounting at one moment (`Engine.accounts`); per pool index where a tuple."""
+
+    shared_cpus: tuple[frozenset[int], ...]
+    free_isolated: tuple[frozenset[int], ...]
+    sub_shared: tuple[int, ...]  # milli-CPU granted from shared CPUs in the subtree
+    sub_users: tuple[int, ...]  # shared containers in the subtree
+    exclusive: frozenset[int]  # CPUs granted exclusively
+    reserved_capacity: int  # milli-CPU
+    reserved_granted: int
+    memory_requested: int  # the grants' known memory requests
+    memory: Mapping[frozenset[int], int]  # bytes charged per zone
+
+
 @dataclass(slots=True)
 class _Op:
     """Pools whose free CPUs changed during one operation, for the update diff."""
@@ -141,35 +153,35 @@ class Engine:
         self.machine = machine
         self.options = options
         self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
-        self.allowed = self._allowed_cpus()
-        self.isolated = machine.isolated & self.allowed
+        self._allowed = self._allowed_cpus()
+        self._isolated = machine.isolated & self._allowed
         reserved, partial, partial_reserved, capacity = self._reserve()
-        self.reserved_all = reserved  # every reserved CPU, the partly reserved one included
-        self.partial = partial  # the partly reserved CPU, if any (stays shared)
-        self.partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
-        self.reserved_capacity = capacity  # milli-CPU
-        self.isolated -= reserved
+        self._reserved_all = reserved  # every reserved CPU, the partly reserved one included
+        self._partial = partial  # the partly reserved CPU, if any (stays shared)
+        self._partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
+        self._reserved_capacity = capacity  # milli-CPU
+        self._isolated -= reserved
         try:
-            self.pools: tuple[Pool, ...] = build_pools(
-                machine, self.allowed, self.isolated, reserved - partial
+            self._pools: tuple[Pool, ...] = build_pools(
+                machine, self._allowed, self._isolated, reserved - partial
             )
         except ValueError as e:
             raise PolicyError(str(e)) from None
-        self.by_name = {p.name: p.index for p in self.pools}
-        n = len(self.pools)
-        self._chain = tuple((i, *ancestors(self.pools, i)) for i in range(n))
-        self._subtree = tuple(subtree(self.pools, i) for i in range(n))
+        self._by_name = {p.name: p.index for p in self._pools}
+        n = len(self._pools)
+        self._chain = tuple((i, *ancestors(self._pools, i)) for i in range(n))
+        self._subtree = tuple(subtree(self._pools, i) for i in range(n))
         self._post = tuple(tuple(reversed(s)) for s in self._subtree)
         self._pools_of_cpu: dict[int, tuple[int, ...]] = {}
-        for p in self.pools:
+        for p in self._pools:
             for c in p.cpus:
                 self._pools_of_cpu.setdefault(c, ())
                 self._pools_of_cpu[c] += (p.index,)
         self._partial_reserved_in = tuple(
-            partial_reserved if partial & p.cpus else 0 for p in self.pools
+            partial_reserved if partial & p.cpus else 0 for p in self._pools
         )
-        self._numa = tuple(self._numa_measure(p) for p in self.pools)
-        self._pool_tiers = tuple(p.tiers for p in self.pools)
+        self._numa = tuple(self._numa_measure(p) for p in self._pools)
+        self._pool_tiers = tuple(p.tiers for p in self._pools)
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
         # Per tier set: with normal memory ensured; per zone: its tiers (few of each, asked for
         # by every decision).
@@ -180,17 +192,76 @@ class Engine:
         # and cached by identity. Per set: its Placement and the Update of each container.
         self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
 
-        self.ledger = Ledger(self.pools, self._chain, partial, self._partial_reserved_in)
-        self.taken: frozenset[int] = frozenset()
-        self.reserved_granted = 0
-        self.memory_requested = 0  # the grants' known memory requests (`_squeeze`)
-        self.grants: dict[str, Grant] = {}
-        self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
-        self.book = MemoryBook(machine)
-        self.shaper = Shaper(machine, options, self.pools, self.ledger, self.book, self._post)
+        self._ledger = Ledger(self._pools, self._chain, partial, self._partial_reserved_in)
+        self._taken: frozenset[int] = frozenset()
+        self._reserved_granted = 0
+        self._memory_requested = 0  # the grants' known memory requests (`_squeeze`)
+        self._grants: dict[str, Grant] = {}
+        self._grants_view = MappingProxyType(self._grants)
+        self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
+        self._book = MemoryBook(machine)
+        self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
+        self._board = choice.Board(
+            machine,
+            self._pools,
+            self._ledger,
+            self._shaper,
+            self._numa,
+            self._pool_tiers,
+            pack=options.shared_placement == "pack",
+        )
         # Containers whose grant was committed, undone or ended its cold start since the last
         # `take_changed`: their checkpoint entries (`state.entry`) may differ.
         self._changed: set[str] = set()
+
+    # ----------------------------------------------------------------------------------------
+    # Read-only views: nothing outside the engine reads or changes its fields
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        """The pool tree, root first; a grant's `pool` indexes it."""
+        return self._pools
+
+    @property
+    def grants(self) -> Mapping[str, Grant]:
+        """What each placed container holds (read-only: the grants change only through the
+        engine's operations)."""
+        return self._grants_view
+
+    @property
+    def allowed(self) -> frozenset[int]:
+        """The online CPUs containers may be placed on (`available_resources`)."""
+        return self._allowed
+
+    @property
+    def isolated(self) -> frozenset[int]:
+        """The allowed kernel-isolated CPUs that are not reserved."""
+        return self._isolated
+
+    @property
+    def reserved_cpus(self) -> frozenset[int]:
+        """Every reserved CPU, the partly reserved one included."""
+        return self._reserved_all
+
+    @property
+    def exclusive_cpus(self) -> frozenset[int]:
+        """The CPUs granted exclusively."""
+        return self._taken
+
+    def accounts(self) -> Accounts:
+        """The accounting as it stands, for checks of its invariants."""
+        ledger = self._ledger
+        return Accounts(
+            shared_cpus=tuple(ledger.shared_cpus),
+            free_isolated=tuple(ledger.free_iso),
+            sub_shared=tuple(ledger.sub_shared),
+            sub_users=tuple(ledger.sub_users),
+            exclusive=self._taken,
+            reserved_capacity=self._reserved_capacity,
+            reserved_granted=self._reserved_granted,
+            memory_requested=self._memory_requested,
+            memory=dict(self._book.zones()),
+        )
 
     # ----------------------------------------------------------------------------------------
     # Set-up
@@ -219,15 +290,15 @@ class Engine:
         if amount.cpus is not None or amount.exclude is not None:
             if amount.cpus is not None:
                 cpus = amount.cpus
-                outside = cpus - self.allowed
+                outside = cpus - self._allowed
                 if outside:
                     raise PolicyError(
                         f"reserved_resources: CPUs {cpuset.format(outside)} are not among the "
-                        f"available online CPUs {cpuset.format(self.allowed)}"
+                        f"available online CPUs {cpuset.format(self._allowed)}"
                     )
             else:
-                cpus = self.allowed - (amount.exclude or frozenset())
-            if cpus == self.allowed:
+                cpus = self._allowed - (amount.exclude or frozenset())
+            if cpus == self._allowed:
                 raise PolicyError("reserved_resources reserves every available CPU")
             return cpus, frozenset(), 0, 1000 * len(cpus)
         milli = amount.milli or 0
@@ -236,7 +307,7 @@ class Engine:
         if milli == 0:
             return frozenset(), frozenset(), 0, 0
         count = -(-milli // 1000)
-        pool = self.allowed - self.isolated
+        pool = self._allowed - self._isolated
         if count >= len(pool):
             raise PolicyError(
                 f"reserved_resources: {milli}m needs {count} CPUs but only {len(pool)} "
@@ -263,54 +334,58 @@ class Engine:
 
     def capacity(self, p: int) -> int:
         """Shared milli-CPU the pool's shared CPUs hold."""
-        return self.ledger.capacity(p)
+        return self._ledger.capacity(p)
 
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
-        return self.ledger.allocatable(p)
+        return self._ledger.allocatable(p)
 
     def shared_cpus(self, p: int) -> frozenset[int]:
         """The pool's shared cpuset: its sharable CPUs no container holds exclusively."""
-        return self.ledger.shared_cpus[p]
+        return self._ledger.shared_cpus[p]
+
+    def sliceable(self, p: int) -> frozenset[int]:
+        """The pool's shared CPUs that may become exclusive: the partly reserved one never does."""
+        return self._ledger.shared_cpus[p] - self._partial
 
     def sharable_capacity(self, p: int) -> int:
         """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
-        return 1000 * len(self.pools[p].sharable) - self._partial_reserved_in[p]
+        return 1000 * len(self._pools[p].sharable) - self._partial_reserved_in[p]
 
     def shared_users(self, p: int) -> Mapping[str, Grant]:
         """The shared containers placed directly in the pool."""
-        return self.ledger.users[p]
+        return self._ledger.users[p]
 
     def shared_assigned(self, p: int) -> int:
         """Milli-CPU granted from shared CPUs to containers in the pool's subtree."""
-        return self.ledger.sub_shared[p]
+        return self._ledger.sub_shared[p]
 
     def reserved_milli(self, cpus: frozenset[int]) -> int:
         """Milli-CPU the reservation holds among `cpus`."""
-        whole = len(cpus & (self.reserved_all - self.partial))
-        return 1000 * whole + (self.partial_reserved if self.partial & cpus else 0)
+        whole = len(cpus & (self._reserved_all - self._partial))
+        return 1000 * whole + (self._partial_reserved if self._partial & cpus else 0)
 
     def memory_charged(self) -> Mapping[frozenset[int], int]:
         """Bytes charged per memory zone."""
-        return self.book.zones()
+        return self._book.zones()
 
     def memory_capacity(self, nodes: frozenset[int]) -> int:
         """Bytes of memory the nodes hold."""
-        return self.book.capacity(nodes)
+        return self._book.capacity(nodes)
 
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
         if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
             return None
         if g.kind is CpuKind.RESERVED:
-            cpus = self.reserved_all
+            cpus = self._reserved_all
         elif g.uses_shared:
             # No exclusive part: the pool's shared set itself, so that every such container of
             # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
             cpus = (
-                g.exclusive | self.ledger.shared_cpus[g.pool]
+                g.exclusive | self._ledger.shared_cpus[g.pool]
                 if g.exclusive
-                else self.ledger.shared_cpus[g.pool]
+                else self._ledger.shared_cpus[g.pool]
             )
         else:
             cpus = g.exclusive
@@ -373,7 +448,7 @@ class Engine:
         key = (p, tiers)
         nodes = self._nodes_cache.get(key)
         if nodes is None:
-            nodes = self._nodes_cache[key] = self.pools[p].nodes_of(tiers)
+            nodes = self._nodes_cache[key] = self._pools[p].nodes_of(tiers)
         return nodes
 
     def _zone(
@@ -419,12 +494,12 @@ class Engine:
             if not zone or zone == last:
                 continue
             last = zone
-            if self.book.fits(zone, size):
+            if self._book.fits(zone, size):
                 return zone, not first
             first = False
         if not last:
             raise LookupError("no memory of the requested tiers")
-        raise LookupError(f"{size} bytes do not fit, {max(self.book.free(last), 0)} bytes free")
+        raise LookupError(f"{size} bytes do not fit, {max(self._book.free(last), 0)} bytes free")
 
     # ----------------------------------------------------------------------------------------
     # Placing
@@ -433,7 +508,7 @@ class Engine:
         self, req: Request, *, hint: int | None = None, keep: frozenset[int] = frozenset()
     ) -> Decision:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
-        if req.container_id in self.grants:
+        if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
@@ -474,7 +549,7 @@ class Engine:
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
-            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), CHOSEN),), {}
+            return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in EXCLUSIVE_KINDS:
             shared = admission.as_kind(req, CpuKind.SHARED)
             try:
@@ -486,7 +561,7 @@ class Engine:
                 if last.kind is CpuKind.SHARED:
                     last.reason = f"{req.exclusive} exclusive CPUs fit nowhere; {last.reason}"
                 self._note_degradation(last, req)
-                return last, (PoolScore(self.pools[last.pool].name, (), CHOSEN),), {}
+                return last, (PoolScore(self._pools[last.pool].name, (), CHOSEN),), {}
             g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
             self._note_degradation(g, req)
             return g, trace, moved
@@ -498,7 +573,7 @@ class Engine:
         if g is None:
             raise refusal
         self._note_degradation(g, req)
-        return g, (PoolScore(self.pools[g.pool].name, (), CHOSEN),), {}
+        return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
     def try_moves(
         self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
@@ -508,7 +583,7 @@ class Engine:
         Returns the committed grant, its trace and the movers' old grants, or None with the
         state exactly as before.
         """
-        olds = {cid: self.grants[cid] for cid in movers}
+        olds = {cid: self._grants[cid] for cid in movers}
         pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
         trial = _Op()
         for old in olds.values():
@@ -553,7 +628,7 @@ class Engine:
         The kubelet hands isolated CPUs out like any other; this policy keeps them for the
         containers that prefer them, and gives them to others only instead of a degradation.
         """
-        if req.kind not in (CpuKind.EXCLUSIVE, CpuKind.MIXED) or not self.isolated:
+        if req.kind not in (CpuKind.EXCLUSIVE, CpuKind.MIXED) or not self._isolated:
             return None
         try:
             g, _ = self._choose(replace(req, kind=CpuKind.ISOLATED), None, frozenset())
@@ -572,18 +647,18 @@ class Engine:
         isolated CPUs as allocatable, would assign them. As many ordinary CPUs as can be sliced
         without starving a shared container, the rest isolated.
         """
-        if req.kind not in EXCLUSIVE_KINDS or not self.isolated:
+        if req.kind not in EXCLUSIVE_KINDS or not self._isolated:
             return None
         kind = req.kind
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
         mixed = replace(req, kind=kind)
         root = 0
-        free_iso = self.ledger.free_iso[root]
+        free_iso = self._ledger.free_iso[root]
         k = req.exclusive
         try:
             zone, relaxed, size = self._degraded_root_zone(mixed)
-            sliceable = self.shaper.sliceable(
+            sliceable = self._shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
         except (LookupError, PolicyError, choice.GrantFailed):
@@ -620,8 +695,8 @@ class Engine:
     def _kubelet_admits(self, req: Request) -> bool:
         """Whether the kubelet would admit the container next to those placed: CPU requests
         within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
-        allocatable = 1000 * len(self.allowed) - self.reserved_capacity
-        requested = sum(g.request.cpu_request for g in self.grants.values())
+        allocatable = 1000 * len(self._allowed) - self._reserved_capacity
+        requested = sum(g.request.cpu_request for g in self._grants.values())
         if requested + req.cpu_request > allocatable:
             return False
         return req.exclusive * 1000 <= allocatable
@@ -630,16 +705,16 @@ class Engine:
         """Whether the kubelet would admit the container's memory next to those placed: the
         memory requests known (a Burstable container's may be unknown, 0 here, while its limit
         is charged) within the machine's memory."""
-        total = self.memory_requested + req.memory_request
-        return total <= self.book.capacity(frozenset(self.machine.nodes))
+        total = self._memory_requested + req.memory_request
+        return total <= self._book.capacity(frozenset(self.machine.nodes))
 
     def _on_reserved(self, req: Request) -> Grant | None:
         """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
-        if self.options.strict_reserved_cpus or not self.reserved_all:
+        if self.options.strict_reserved_cpus or not self._reserved_all:
             return None
         if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
             return None
-        if req.cpu_request > self.reserved_capacity - self.reserved_granted:
+        if req.cpu_request > self._reserved_capacity - self._reserved_granted:
             return None  # the reserved CPUs are never over-committed
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
@@ -665,20 +740,20 @@ class Engine:
         if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
             return None
         root = 0
-        if not self.ledger.shared_cpus[root]:
+        if not self._ledger.shared_cpus[root]:
             return None
         req = admission.as_kind(req, CpuKind.SHARED)
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
-        charge = max(0, min(req.shared, self.ledger.allocatable(root)))
+        charge = max(0, min(req.shared, self._ledger.allocatable(root)))
         g = self._grant(
             req,
             GrantShape(root, CpuKind.SHARED, shared=charge, zone=zone, relaxed=relaxed, size=size),
         )
         g.reason = (
-            f"no pool holds {req.shared}m of shared CPU: shared CPUs of {self.pools[root].name} "
+            f"no pool holds {req.shared}m of shared CPU: shared CPUs of {self._pools[root].name} "
             f"over-committed, {charge}m charged, the kubelet's shared pool admits it"
         )
         self._commit(g, op)
@@ -690,7 +765,7 @@ class Engine:
             zone_tiers = frozenset(self.machine.nodes[n].tier for n in g.zone)
             self._zone_tiers[g.zone] = zone_tiers
         widened = not zone_tiers <= self._tiers(g.request)
-        iso_mixed = not g.isolated and bool(g.exclusive & self.isolated)
+        iso_mixed = not g.isolated and bool(g.exclusive & self._isolated)
         cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
         if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
@@ -712,7 +787,7 @@ class Engine:
             return diff
         updates = {u.container_id: u for u in diff}
         for mid, old in moved.items():
-            new = self.grants[mid]
+            new = self._grants[mid]
             cpus = new.cpus if new.cpus != old.cpus else None
             mems = new.mems if new.mems != old.mems else None
             if cpus is not None or mems is not None:
@@ -745,10 +820,10 @@ class Engine:
                 req, GrantShape(root, CpuKind.PRESERVE, zone=zone, relaxed=relaxed, size=size)
             )
             g.reason = "CPU pinning preserved; accounted at the root"
-            return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
+            return g, (PoolScore(self._pools[root].name, (), CHOSEN),)
         if req.kind is CpuKind.RESERVED:
-            free = self.reserved_capacity - self.reserved_granted
-            if self.reserved_all and req.shared <= free:
+            free = self._reserved_capacity - self._reserved_granted
+            if self._reserved_all and req.shared <= free:
                 zone, relaxed = self._root_zone(req, tiers, size)
                 g = self._grant(
                     req,
@@ -762,10 +837,10 @@ class Engine:
                     ),
                 )
                 g.reason = f"reserved CPUs ({req.shared}m of {free}m free reserved capacity)"
-                return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
+                return g, (PoolScore(self._pools[root].name, (), CHOSEN),)
             why = (
                 "no CPUs are reserved"
-                if not self.reserved_all
+                if not self._reserved_all
                 else f"reserved capacity exhausted ({free}m free, {req.shared}m requested)"
             )
             req = replace(req, kind=CpuKind.SHARED)
@@ -773,70 +848,20 @@ class Engine:
         else:
             fallback = ""
 
-        uses_exclusive = req.kind in EXCLUSIVE_KINDS
-        spans = self.shaper.spans(req)
-        preferred = self.shaper.preferred(req) if uses_exclusive else frozenset()
-        options: list[choice.Option] = []
-        unfit: list[PoolScore] = []
-        weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
-        squeeze = widen and self._squeeze(req)
-        pack = self.options.shared_placement == "pack"
-        ledger = self.ledger
-        strict_hints = req.strict_hints and bool(req.hint_nodes)
-        for p in self.pools:
-            reason = choice.unfit(req, p, ledger, uses_exclusive)
-            if reason is None and strict_hints:
-                reason = choice.hints_problem(req, p)
-            if reason is None:
-                try:
-                    zone, relaxed = self._zone(p.index, tiers, size, widen, squeeze)
-                except LookupError as e:
-                    reason = f"memory: {e}"
-                else:
-                    if relaxed and strict_hints:
-                        reason = "strict topology hints: memory would widen beyond the pool"
-            if reason is None and req.single_numa:
-                reason = choice.not_single_numa(p, relaxed)
-            if reason is not None:
-                unfit.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
-                continue
-            iso_short = (
-                req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p.index]) < req.exclusive
-            )
-            span = self.shaper.span(req, p) if spans else ()
-            n_nodes, dist = self._numa[p.index]
-            k = req.exclusive
-            if span:
-                n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
-            alloc = ledger.allocatable(p.index)
-            cand = scoring.Candidate(
-                pool=p,
-                affinity=weights[p.index],
-                hint_miss=len(req.hint_nodes - p.cpu_nodes - p.nodes) if req.hint_nodes else 0,
-                tier_miss=not tiers <= self._pool_tiers[p.index],
-                relaxed=relaxed,
-                burst_short=(
-                    req.qos is QoS.BURSTABLE
-                    and req.cpu_limit is not None
-                    and not uses_exclusive
-                    and alloc < req.cpu_limit
-                ),
-                isolated_short=iso_short,
-                numa_nodes=n_nodes,
-                numa_distance=dist,
-                cores_short=bool(preferred) and len(ledger.shared_cpus[p.index] & preferred) < k,
-                exclusive=uses_exclusive,
-                # packing: pools already hosting shared containers first, whole pools stay free
-                colocated=int(not ledger.sub_users[p.index])
-                if pack
-                else len(ledger.users[p.index]),
-                free_shared=alloc,
-            )
-            options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
+        options, unfit = choice.options(
+            req,
+            self._board,
+            tiers,
+            size,
+            self._affinity(req),
+            self._zone,
+            widen=widen,
+            squeeze=widen and self._squeeze(req),
+        )
 
         def attempt(o: choice.Option) -> Grant:
-            shape = self.shaper.shape(
+            shape = self._shaper.shape(
                 req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
             g = self._grant(req, shape)
@@ -845,11 +870,13 @@ class Engine:
                 g.reason += "; " + _hinted(req, o.candidate.hint_miss)
             return g
 
-        chosen = choice.choose(options, unfit, hint, attempt, self.by_name)
+        chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
-                choice.refusal(req, size, tiers, chosen.trace, self.pools, self.ledger, self.book)
+                choice.refusal(
+                    req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
+                )
             )
         if chosen.runner_up is not None:
             g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
@@ -866,14 +893,14 @@ class Engine:
 
     def _affinity(self, req: Request) -> list[float]:
         if not req.affinities:
-            return [0.0] * len(self.pools)
-        weights = self.by_attribute.weights(req)
+            return [0.0] * len(self._pools)
+        weights = self._by_attribute.weights(req)
         per_pool: dict[int, float] = {}
         for cid, w in weights.items():
-            g = self.grants.get(cid)
+            g = self._grants.get(cid)
             if g is not None:
                 per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
-        return scoring.affinity_scores(self.pools, per_pool)
+        return scoring.affinity_scores(self._pools, per_pool)
 
     def _grant(self, req: Request, shape: GrantShape) -> Grant:
         """The grant of `shape` to `req`, with the cold start its memory zone allows."""
@@ -904,8 +931,8 @@ class Engine:
         (`Degradation.MEMORY_CHARGE`; only a degradable request gets such a zone)."""
         if not zone:
             return 0
-        if size > 0 and not self.book.fits(zone, size):
-            return min(size, self.book.room(zone))
+        if size > 0 and not self._book.fits(zone, size):
+            return min(size, self._book.room(zone))
         return size
 
     def _commit(self, g: Grant, op: _Op) -> None:
@@ -913,56 +940,56 @@ class Engine:
         cid = g.request.container_id
         self._changed.add(cid)
         if g.exclusive:
-            self.taken |= g.exclusive
-            iso = g.exclusive & self.isolated  # all of them, or part (ISOLATED_MIXED)
+            self._taken |= g.exclusive
+            iso = g.exclusive & self._isolated  # all of them, or part (ISOLATED_MIXED)
             for x in self._pools_touching(g.exclusive):
                 if iso:
-                    self.ledger.free_iso[x] -= iso
+                    self._ledger.free_iso[x] -= iso
                 if iso != g.exclusive:
-                    self.ledger.shared_cpus[x] = self._interned(
-                        self.ledger.shared_cpus[x] - g.exclusive
+                    self._ledger.shared_cpus[x] = self._interned(
+                        self._ledger.shared_cpus[x] - g.exclusive
                     )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
-            self.reserved_granted += g.shared
+            self._reserved_granted += g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.ledger.sub_shared[a] += g.shared
-                self.ledger.sub_users[a] += 1
-            self.ledger.users[g.pool][cid] = g
-        self.book.charge(g.zone, g.memory)
-        self.memory_requested += g.request.memory_request
-        self.grants[cid] = g
-        self.by_attribute.add(g.request)
+                self._ledger.sub_shared[a] += g.shared
+                self._ledger.sub_users[a] += 1
+            self._ledger.users[g.pool][cid] = g
+        self._book.charge(g.zone, g.memory)
+        self._memory_requested += g.request.memory_request
+        self._grants[cid] = g
+        self._by_attribute.add(g.request)
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
         self._changed.add(cid)
-        del self.grants[cid]
-        self.by_attribute.remove(cid)
+        del self._grants[cid]
+        self._by_attribute.remove(cid)
         if g.exclusive:
-            self.taken -= g.exclusive
-            iso = g.exclusive & self.isolated
+            self._taken -= g.exclusive
+            iso = g.exclusive & self._isolated
             for x in self._pools_touching(g.exclusive):
-                pool = self.pools[x]
+                pool = self._pools[x]
                 if iso:
-                    self.ledger.free_iso[x] |= iso & pool.isolated
+                    self._ledger.free_iso[x] |= iso & pool.isolated
                 if iso != g.exclusive:
-                    self.ledger.shared_cpus[x] = self._interned(
-                        self.ledger.shared_cpus[x] | g.exclusive & pool.sharable
+                    self._ledger.shared_cpus[x] = self._interned(
+                        self._ledger.shared_cpus[x] | g.exclusive & pool.sharable
                     )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
-            self.reserved_granted -= g.shared
+            self._reserved_granted -= g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.ledger.sub_shared[a] -= g.shared
-                self.ledger.sub_users[a] -= 1
-            del self.ledger.users[g.pool][cid]
-        self.book.refund(g.zone, g.memory)
-        self.memory_requested -= g.request.memory_request
+                self._ledger.sub_shared[a] -= g.shared
+                self._ledger.sub_users[a] -= 1
+            del self._ledger.users[g.pool][cid]
+        self._book.refund(g.zone, g.memory)
+        self._memory_requested -= g.request.memory_request
 
     def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
         """The one object kept for a shared set of this value (bounded: forgotten in bulk)."""
@@ -993,10 +1020,10 @@ class Engine:
         plain_ok = self.options.pin_cpu
         shared_kind = CpuKind.SHARED
         for x in op.touched:
-            users = self.ledger.users[x]
+            users = self._ledger.users[x]
             if not users:
                 continue
-            shared = self.ledger.shared_cpus[x]
+            shared = self._ledger.shared_cpus[x]
             kept: tuple[Placement, dict[str, Update]] | None = None
             for cid, g in users.items():
                 if cid == skip:
@@ -1030,7 +1057,7 @@ class Engine:
     ) -> Decision:
         return Decision(
             container_id=g.request.container_id,
-            pool=self.pools[g.pool].name,
+            pool=self._pools[g.pool].name,
             kind=g.kind,
             placement=self.placement(g),
             exclusive=g.exclusive,
@@ -1052,7 +1079,7 @@ class Engine:
     # Releasing, resizing, cold start, adopting
 
     def release(self, container_id: str) -> tuple[Update, ...]:
-        g = self.grants.get(container_id)
+        g = self._grants.get(container_id)
         if g is None:
             return ()
         op = _Op()
@@ -1062,13 +1089,13 @@ class Engine:
     def resize(self, req: Request) -> Decision:
         """Re-place a running container with a new request: in its pool when it fits."""
         cid = req.container_id
-        old = self.grants.get(cid)
+        old = self._grants.get(cid)
         if old is None:
             return self.place(req)
         if _same_amounts(old.request, req):
-            self.memory_requested += req.memory_request - old.request.memory_request
+            self._memory_requested += req.memory_request - old.request.memory_request
             old.request = req  # pinning details (hyperthreads, memory) may still change
-            self.by_attribute.add(req)
+            self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
         req = admission.kubelet_request(req, self.options)
@@ -1087,7 +1114,7 @@ class Engine:
         return self._decision(g, trace, self._updates(op, cid, others), tuple(sorted(others)))
 
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
-        g = self.grants.get(container_id)
+        g = self._grants.get(container_id)
         if g is None or g.cold_start is None:
             return ()
         g.cold_start = None
@@ -1115,7 +1142,7 @@ class Engine:
         diff tells whether it needs an update. A cold start ends at once when `cold_start_over`
         (saved state says so) or when the container already runs on the widened memory nodes.
         """
-        if req.container_id in self.grants:
+        if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
@@ -1123,9 +1150,9 @@ class Engine:
         if kind is CpuKind.ISOLATED and not isolated:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
         pool_cpus = (
-            self.ledger.free_iso[pool]
+            self._ledger.free_iso[pool]
             if isolated  # else ordinary CPUs, or next to isolated ones (ISOLATED_MIXED)
-            else self.ledger.shared_cpus[pool] - self.partial | self.ledger.free_iso[pool]
+            else self._ledger.shared_cpus[pool] - self._partial | self._ledger.free_iso[pool]
         )
         if kind in EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
@@ -1135,7 +1162,7 @@ class Engine:
             if not exclusive <= pool_cpus:
                 raise PolicyError(
                     f"CPUs {cpuset.format(exclusive - pool_cpus)} are not free in "
-                    f"{self.pools[pool].name}"
+                    f"{self._pools[pool].name}"
                 )
             if self.options.full_pcpus_only and any(
                 not self.machine.cpus[c].threads <= exclusive for c in exclusive
@@ -1155,17 +1182,17 @@ class Engine:
             if unknown:
                 raise PolicyError(f"unknown memory nodes {cpuset.format(unknown)}")
             squeeze = admission.may_degrade(req, self.options) and self._squeeze(req)
-            if not self.book.fits(zone, size) and not squeeze:
+            if not self._book.fits(zone, size) and not squeeze:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
         if (
             kind is CpuKind.SHARED
-            and shared > self.ledger.allocatable(pool)
+            and shared > self._ledger.allocatable(pool)
             and admission.may_degrade(req, self.options)
             and self._kubelet_admits(req)
         ):
-            shared = max(0, self.ledger.allocatable(pool))  # placed over-committed
+            shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
             req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
         )
@@ -1175,7 +1202,7 @@ class Engine:
             kind,
             kind,
             tier_widened=False,
-            isolated_mixed=not isolated and bool(exclusive & self.isolated),
+            isolated_mixed=not isolated and bool(exclusive & self._isolated),
             memory_cut=g.memory < size,
             cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
         )
@@ -1190,20 +1217,20 @@ class Engine:
     def _check_fits(self, g: Grant) -> None:
         """Whether a grant given from outside (adoption) keeps the accounting valid."""
         if g.kind is CpuKind.RESERVED:
-            if g.shared > self.reserved_capacity - self.reserved_granted:
+            if g.shared > self._reserved_capacity - self._reserved_granted:
                 raise PolicyError("reserved capacity exhausted")
             return
-        k = len(g.exclusive - self.isolated)
+        k = len(g.exclusive - self._isolated)
         extra = g.shared if g.uses_shared else 0
         users = int(g.uses_shared)
         for x in self._pools_touching(g.exclusive) if k else ():
             if x in self._chain[g.pool]:
                 continue
-            if len(self.ledger.shared_cpus[x] - g.exclusive) < self.ledger.need_cpus(x):
-                raise PolicyError(f"would starve the shared containers of {self.pools[x].name}")
+            if len(self._ledger.shared_cpus[x] - g.exclusive) < self._ledger.need_cpus(x):
+                raise PolicyError(f"would starve the shared containers of {self._pools[x].name}")
         for a in self._chain[g.pool]:
-            if len(self.ledger.shared_cpus[a]) - k < self.ledger.need_cpus(a, extra, users):
-                raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
+            if len(self._ledger.shared_cpus[a]) - k < self._ledger.need_cpus(a, extra, users):
+                raise PolicyError(f"not enough shared capacity in {self._pools[a].name}")
 
     def take_changed(self) -> set[str]:
         """The containers whose grant changed since the last call (placed, moved, resized,
@@ -1213,17 +1240,17 @@ class Engine:
 
     def decision_of(self, container_id: str) -> Decision:
         """The current placement of a container as a decision without trace or updates."""
-        return self._decision(self.grants[container_id], (), ())
+        return self._decision(self._grants[container_id], (), ())
 
     def pool_index(self, name: str) -> int | None:
         """The index of the pool named `name`, None when this tree has no such pool."""
-        return self.by_name.get(name)
+        return self._by_name.get(name)
 
     def running(
         self, container_id: str, cpus: frozenset[int] | None, mems: frozenset[int] | None
     ) -> None:
         """Note what the runtime reports a placed container runs on, for `refresh` to diff."""
-        g = self.grants.get(container_id)
+        g = self._grants.get(container_id)
         if g is not None:
             g.cpus = cpus if cpus is not None else frozenset()
             g.mems = mems if mems is not None else frozenset()
@@ -1231,8 +1258,8 @@ class Engine:
     def refresh(self) -> tuple[Update, ...]:
         """Updates for every container whose pinning differs from what the accounting says."""
         updates: list[Update] = []
-        for cid in sorted(self.grants):
-            g = self.grants[cid]
+        for cid in sorted(self._grants):
+            g = self._grants[cid]
             cpus = self.pin(g)
             mems = self._mems(g)
             changed_cpus = cpus is not None and cpus != g.cpus

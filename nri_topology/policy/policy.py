@@ -237,7 +237,7 @@ class Policy:
                     parent=e.pools[p.parent].name if p.parent is not None else None,
                     cpus=p.cpus,
                     isolated=p.isolated,
-                    reserved=e.reserved_all & p.cpus,
+                    reserved=e.reserved_cpus & p.cpus,
                     shared=e.shared_cpus(p.index),
                     capacity_milli=e.sharable_capacity(p.index),
                     assigned_milli=e.shared_assigned(p.index),
@@ -278,7 +278,7 @@ class Policy:
             node = m.nodes[n]
             cpus = node.cpus & e.allowed
             allocatable = 1000 * len(cpus) - e.reserved_milli(cpus)
-            used = 1000 * len(e.taken & cpus) + round(shared_used.get(n, 0.0))
+            used = 1000 * len(e.exclusive_cpus & cpus) + round(shared_used.get(n, 0.0))
             out.append(
                 NodeCapacity(
                     node=n,
