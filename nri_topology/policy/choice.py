@@ -140,7 +140,7 @@ class Board:
 
 
 # The memory zone of a pool for (pool, tiers, bytes, widen, squeeze): (zone, relaxed), or
-# LookupError when none holds it (`Engine._zone`).
+# LookupError when none holds it (`Zones.zone`).
 ZoneOf = Callable[[int, frozenset[MemoryTier], int, bool, bool], tuple[frozenset[int], bool]]
 
 

@@ -3,8 +3,9 @@
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
 as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
-format is `state`'s, the CPU accounts are the `ledger`'s, the pool choice is `choice`'s and the
-CPUs and memory a grant takes in its pool are `shaping`'s.
+format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zones`', the pool
+choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
+the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
 Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
@@ -82,6 +83,7 @@ from nri_topology.policy.types import (
     Request,
     Update,
 )
+from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -152,7 +154,6 @@ class Engine:
     def __init__(self, machine: Machine, options: Options) -> None:
         self.machine = machine
         self.options = options
-        self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
         self._allowed = self._allowed_cpus()
         self._isolated = machine.isolated & self._allowed
         reserved, partial, partial_reserved, capacity = self._reserve()
@@ -182,11 +183,6 @@ class Engine:
         )
         self._numa = tuple(self._numa_measure(p) for p in self._pools)
         self._pool_tiers = tuple(p.tiers for p in self._pools)
-        self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
-        # Per tier set: with normal memory ensured; per zone: its tiers (few of each, asked for
-        # by every decision).
-        self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
-        self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
         # Shared sets seen lately, one object per value: a pool's shared set returns to an
         # earlier value when a container leaves, and its containers and updates are compared
         # and cached by identity. Per set: its Placement and the Update of each container.
@@ -200,6 +196,7 @@ class Engine:
         self._grants_view = MappingProxyType(self._grants)
         self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self._book = MemoryBook(machine)
+        self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
         self._board = choice.Board(
             machine,
@@ -410,98 +407,6 @@ class Engine:
         return milli_to_shares(g.request.cpu_request)
 
     # ----------------------------------------------------------------------------------------
-    # Memory
-
-    def _tiers(self, req: Request) -> frozenset[MemoryTier]:
-        tiers = req.memory_tiers & self._tiers_on_machine
-        if not tiers:
-            wanted = ",".join(sorted(req.memory_tiers))
-            have = ",".join(sorted(self._tiers_on_machine))
-            raise PolicyError(
-                f"{req.who}: memory tiers {wanted or 'none'} requested, the machine has {have}"
-            )
-        if req.cold_start_ns > 0:
-            tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
-        return self._with_normal_memory(tiers)
-
-    def _with_normal_memory(self, tiers: frozenset[MemoryTier]) -> frozenset[MemoryTier]:
-        """The tiers, with the first tier holding normal memory added when they hold none.
-
-        Movable-only memory (not in has_normal_memory) cannot serve the kernel's allocations for
-        the container; the pool's nodes of the added tier are the closest normal memory.
-        """
-        hit = self._normal_cache.get(tiers)
-        if hit is not None:
-            return hit
-        out = tiers
-        nodes = self.machine.nodes.values()
-        if not any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
-            for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
-                if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
-                    out = tiers | {tier}
-                    break
-        self._normal_cache[tiers] = out
-        return out
-
-    def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
-        """The pool's memory nodes of the tiers, kept: every decision asks for every pool."""
-        key = (p, tiers)
-        nodes = self._nodes_cache.get(key)
-        if nodes is None:
-            nodes = self._nodes_cache[key] = self._pools[p].nodes_of(tiers)
-        return nodes
-
-    def _zone(
-        self,
-        p: int,
-        tiers: frozenset[MemoryTier],
-        size: int,
-        widen: bool = False,
-        squeeze: bool = False,
-    ) -> tuple[frozenset[int], bool]:
-        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
-        when `widen`, into the next tiers (`admission.TIER_ORDER`), again from the pool up.
-
-        Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it,
-        unless `widen` and `squeeze`: then the root's nodes of every tier tried, which `_grant`
-        charges what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
-        """
-        try:
-            return self._zone_in(p, tiers, size)
-        except LookupError:
-            wider: frozenset[MemoryTier] | None = tiers
-            widest = tiers
-            while widen and wider is not None:
-                wider = admission.widen_tiers(wider, self._tiers_on_machine)
-                if wider is not None:
-                    widest = wider
-                    try:
-                        return self._zone_in(p, wider, size)
-                    except LookupError:
-                        continue
-            zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
-            if not zone:
-                raise
-            return zone, True
-
-    def _zone_in(
-        self, p: int, tiers: frozenset[MemoryTier], size: int
-    ) -> tuple[frozenset[int], bool]:
-        first = True
-        last: frozenset[int] = frozenset()
-        for a in self._chain[p]:
-            zone = self._nodes_of(a, tiers)
-            if not zone or zone == last:
-                continue
-            last = zone
-            if self._book.fits(zone, size):
-                return zone, not first
-            first = False
-        if not last:
-            raise LookupError("no memory of the requested tiers")
-        raise LookupError(f"{size} bytes do not fit, {max(self._book.free(last), 0)} bytes free")
-
-    # ----------------------------------------------------------------------------------------
     # Placing
 
     def place(
@@ -689,7 +594,7 @@ class Engine:
         """The root's memory zone of a degradable request (widened across tiers), whether it was
         relaxed, and the bytes to charge; LookupError when even that cannot hold it."""
         size = _charged_size(req)
-        zone, relaxed = self._zone(0, self._tiers(req), size, True, self._squeeze(req))
+        zone, relaxed = self._zones.zone(0, self._zones.tiers(req), size, True, self._squeeze(req))
         return zone, relaxed, size
 
     def _kubelet_admits(self, req: Request) -> bool:
@@ -760,11 +665,8 @@ class Engine:
         return g
 
     def _note_degradation(self, g: Grant, asked: Request) -> None:
-        zone_tiers = self._zone_tiers.get(g.zone)
-        if zone_tiers is None:
-            zone_tiers = frozenset(self.machine.nodes[n].tier for n in g.zone)
-            self._zone_tiers[g.zone] = zone_tiers
-        widened = not zone_tiers <= self._tiers(g.request)
+        zone_tiers = self._zones.tiers_of(g.zone)
+        widened = not zone_tiers <= self._zones.tiers(g.request)
         iso_mixed = not g.isolated and bool(g.exclusive & self._isolated)
         cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
@@ -812,7 +714,7 @@ class Engine:
         self, req: Request, hint: int | None, keep: frozenset[int]
     ) -> tuple[Grant, tuple[PoolScore, ...]]:
         size = _charged_size(req)
-        tiers = self._tiers(req)
+        tiers = self._zones.tiers(req)
         root = 0
         if req.kind is CpuKind.PRESERVE:
             zone, relaxed = self._root_zone(req, tiers, size)
@@ -855,7 +757,7 @@ class Engine:
             tiers,
             size,
             self._affinity(req),
-            self._zone,
+            self._zones.zone,
             widen=widen,
             squeeze=widen and self._squeeze(req),
         )
@@ -887,7 +789,7 @@ class Engine:
     ) -> tuple[frozenset[int], bool]:
         try:
             widen = admission.may_degrade(req, self.options)
-            return self._zone(0, tiers, size, widen, widen and self._squeeze(req))
+            return self._zones.zone(0, tiers, size, widen, widen and self._squeeze(req))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
 
@@ -1171,10 +1073,10 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
-        tiers = self._tiers(req)
+        tiers = self._zones.tiers(req)
         if zone is None or not zone:
             try:
-                zone, relaxed = self._zone(pool, tiers, size)
+                zone, relaxed = self._zones.zone(pool, tiers, size)
             except LookupError as e:
                 raise PolicyError(f"memory: {e}") from None
         else:

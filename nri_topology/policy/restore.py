@@ -317,7 +317,7 @@ def restore(
         cid = f.request.container_id
         req = f.request
         if req.cold_start_ns and _warm(engine, f, trusted.get(cid)):
-            # the memory it had once warm: the cold-start tiers with DRAM (as `Engine._tiers`)
+            # the memory it had once warm: the cold-start tiers with DRAM (as `Zones.tiers`)
             tiers = req.memory_tiers | {MemoryTier.DRAM}
             req = dataclasses.replace(req, cold_start_ns=0, memory_tiers=tiers)
         try:
