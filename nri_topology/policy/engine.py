@@ -62,6 +62,7 @@ from nri_topology.policy import (
     choice,
     consolidate,
     cpuallocator,
+    reservation,
     scoring,
 )
 from nri_topology.policy.ledger import Ledger
@@ -154,14 +155,15 @@ class Engine:
     def __init__(self, machine: Machine, options: Options) -> None:
         self.machine = machine
         self.options = options
-        self._allowed = self._allowed_cpus()
-        self._isolated = machine.isolated & self._allowed
-        reserved, partial, partial_reserved, capacity = self._reserve()
+        self._allowed = reservation.allowed_cpus(machine, options)
+        isolated = machine.isolated & self._allowed
+        r = reservation.reserve(machine, options, self._allowed, isolated)
+        reserved, partial, partial_reserved = r.cpus, r.partial, r.partial_reserved
         self._reserved_all = reserved  # every reserved CPU, the partly reserved one included
         self._partial = partial  # the partly reserved CPU, if any (stays shared)
         self._partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
-        self._reserved_capacity = capacity  # milli-CPU
-        self._isolated -= reserved
+        self._reserved_capacity = r.capacity  # milli-CPU
+        self._isolated = isolated - reserved
         try:
             self._pools: tuple[Pool, ...] = build_pools(
                 machine, self._allowed, self._isolated, reserved - partial
@@ -262,62 +264,6 @@ class Engine:
 
     # ----------------------------------------------------------------------------------------
     # Set-up
-
-    def _allowed_cpus(self) -> frozenset[int]:
-        online = self.machine.all_cpus
-        amount = self.options.available_resources
-        if amount is None:
-            return online
-        if amount.milli is not None:
-            raise PolicyError(
-                "available_resources: a CPU quantity cannot say which CPUs to use; give a CPU "
-                "list (cpuset:) or the CPUs to leave out (exclude-cpuset:)"
-            )
-        if amount.cpus is not None:
-            allowed = amount.cpus & online
-        else:
-            allowed = online - (amount.exclude or frozenset())
-        if not allowed:
-            raise PolicyError("available_resources leaves no online CPU to place containers on")
-        return allowed
-
-    def _reserve(self) -> tuple[frozenset[int], frozenset[int], int, int]:
-        """(reserved CPUs, partly reserved CPU, its reserved milli, reserved capacity milli)."""
-        amount = self.options.reserved_resources
-        if amount.cpus is not None or amount.exclude is not None:
-            if amount.cpus is not None:
-                cpus = amount.cpus
-                outside = cpus - self._allowed
-                if outside:
-                    raise PolicyError(
-                        f"reserved_resources: CPUs {cpuset.format(outside)} are not among the "
-                        f"available online CPUs {cpuset.format(self._allowed)}"
-                    )
-            else:
-                cpus = self._allowed - (amount.exclude or frozenset())
-            if cpus == self._allowed:
-                raise PolicyError("reserved_resources reserves every available CPU")
-            return cpus, frozenset(), 0, 1000 * len(cpus)
-        milli = amount.milli or 0
-        if milli < 0:
-            raise PolicyError(f"reserved_resources: negative CPU quantity {milli}m")
-        if milli == 0:
-            return frozenset(), frozenset(), 0, 0
-        count = -(-milli // 1000)
-        pool = self._allowed - self._isolated
-        if count >= len(pool):
-            raise PolicyError(
-                f"reserved_resources: {milli}m needs {count} CPUs but only {len(pool)} "
-                "non-isolated CPUs are available"
-            )
-        try:
-            cpus = cpuallocator.take_cpus(self.machine, pool, count)
-        except cpuallocator.AllocationError as e:
-            raise PolicyError(f"reserved_resources: cannot pick {count} CPUs: {e}") from None
-        rem = milli % 1000
-        if rem == 0:
-            return cpus, frozenset(), 0, milli
-        return cpus, frozenset({max(cpus)}), rem, milli
 
     def _numa_measure(self, pool: Pool) -> tuple[int, float]:
         nodes = sorted(pool.cpu_nodes)
