@@ -38,7 +38,7 @@ from nri_topology.policy.types import (
     Resources,
     Update,
 )
-from nri_topology.policy.views import Assignment, PoolView, TierMemory
+from nri_topology.policy.views import Assignment, Changes, PoolView, TierMemory
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.topology.model import MemoryTier
@@ -169,8 +169,8 @@ class ScriptedPolicy:
         # its state is all outside the per-container map, which the daemon splices in
         return {"cpus": dict(self.cpus), **({"cold": cold} if cold else {}), "containers": {}}
 
-    def changes(self, everything: bool = False) -> dict[str, Any]:
-        return {}
+    def changes(self, everything: bool = False) -> Changes:
+        return Changes({}, complete=True)
 
     def pools(self) -> list[PoolView]:
         used = len(self.cpus)

@@ -5,15 +5,18 @@ reconfigurations."""
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_topology.policy import engine as engine_module
 from nri_topology.policy import state
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import CpuKind, PolicyError
+from nri_topology.policy.views import Changes
 from nri_topology.topology.model import MemoryTier
 from tests import machines
 from tests.test_policy_engine import GiB, req
@@ -23,9 +26,11 @@ MACHINE = machines.load("server")
 PMEM_FIRST = frozenset({MemoryTier.PMEM})
 
 
-def kept_up(kept: dict[str, Any], changed: dict[str, Any]) -> None:
+def kept_up(kept: dict[str, Any], changes: Changes) -> None:
     """Apply reported changes as the checkpoint writer does."""
-    for cid, entry in changed.items():
+    if changes.complete:
+        kept.clear()
+    for cid, entry in changes.entries.items():
         if entry is None:
             kept.pop(cid, None)
         else:
@@ -63,9 +68,11 @@ def test_entries_of_the_changed_containers_keep_a_copy_equal_to_a_fresh_snapshot
                 e.resize(req(cid, shared=100 * slot))
         except PolicyError:
             pass
-        kept_up(kept, {cid: state.entry(e, cid) for cid in e.take_changed()})
+        named = e.take_changed()
+        assert named is not None
+        kept_up(kept, Changes({cid: state.entry(e, cid) for cid in named}))
         assert kept == state.snapshot(e)["containers"]
-        assert not e.take_changed()  # each change is reported once
+        assert e.take_changed() == set()  # each change is reported once
 
 
 def test_a_restore_and_a_reconfiguration_report_the_containers_gone_and_those_placed() -> None:
@@ -78,11 +85,27 @@ def test_a_restore_and_a_reconfiguration_report_the_containers_gone_and_those_pl
     gone = sorted(rt.ctrs)[0]
     del rt.ctrs[gone]
     policy.restore(list(rt.pods.values()), list(rt.ctrs.values()), policy.snapshot())
-    changed = policy.changes()
-    assert changed[gone] is None
-    kept_up(kept, changed)
+    changes = policy.changes()
+    assert changes.complete and gone not in changes.entries
+    kept_up(kept, changes)
     assert kept == policy.snapshot()["containers"] and len(kept) == 5
+    rt.create(policy, *workload(9, "b", 700))
+    changes = policy.changes()
+    assert not changes.complete and list(changes.entries) == ["c9"]
     policy.reconfigure(Options(reserved_resources=CpuAmount(milli=4000)))
     kept_up(kept, policy.changes())
     assert kept == policy.snapshot()["containers"]
-    assert policy.changes() == {}
+    assert policy.changes() == Changes({})
+
+
+def test_too_many_changes_to_name_report_every_container() -> None:
+    e = Engine(MACHINE, Options())
+    with mock.patch.object(engine_module, "_CHANGES_NAMED", 3):
+        for i in range(3):
+            e.place(req(f"c{i}", shared=100))
+        assert e.take_changed() == {"c0", "c1", "c2"}
+        for i in range(3, 7):
+            e.place(req(f"c{i}", shared=100))
+        assert e.take_changed() is None
+        e.release("c3")
+        assert e.take_changed() == {"c3"}

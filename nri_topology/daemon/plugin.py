@@ -483,14 +483,14 @@ class TopologyPlugin(Plugin):
 
     def _snapshot(self, whole: bool) -> Snapshot:
         """The checkpoint body for the writer: the policy's entries changed since the last one,
-        or all of them when `whole`."""
-        changed = self.policy.changes(everything=whole)
+        or all of them (when `whole`, or the policy has no list of changes)."""
+        changes = self.policy.changes(everything=whole)
         policy = self.policy.snapshot(entries=False)
         body = {"policy": policy, "cold_starts": self._timers.to_json()}
-        if whole:
-            policy[ENTRIES] = changed
+        if changes.complete:
+            policy[ENTRIES] = changes.entries
             return Snapshot(body)
-        return Snapshot(body, changed)
+        return Snapshot(body, changes.entries)
 
     def _placed(self, container_id: str) -> bool:
         return self.policy.container(container_id) is not None

@@ -88,6 +88,10 @@ from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
+# Containers named changed (`take_changed`) before the engine stops naming them and reports all:
+# more than change between two checkpoint writes, and a bound when nobody asks.
+_CHANGES_NAMED = 4096
+
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
@@ -210,8 +214,9 @@ class Engine:
             pack=options.shared_placement == "pack",
         )
         # Containers whose grant was committed, undone or ended its cold start since the last
-        # `take_changed`: their checkpoint entries (`state.entry`) may differ.
-        self._changed: set[str] = set()
+        # `take_changed`: their checkpoint entries (`state.entry`) may differ. None: too many
+        # to name (`_CHANGES_NAMED`), any may have changed.
+        self._changed: set[str] | None = set()
 
     # ----------------------------------------------------------------------------------------
     # Read-only views: nothing outside the engine reads or changes its fields
@@ -786,7 +791,7 @@ class Engine:
     def _commit(self, g: Grant, op: _Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
         cid = g.request.container_id
-        self._changed.add(cid)
+        self._note_changed(cid)
         if g.exclusive:
             self._taken |= g.exclusive
             iso = g.exclusive & self._isolated  # all of them, or part (ISOLATED_MIXED)
@@ -814,7 +819,7 @@ class Engine:
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
-        self._changed.add(cid)
+        self._note_changed(cid)
         del self._grants[cid]
         self._by_attribute.remove(cid)
         if g.exclusive:
@@ -966,7 +971,7 @@ class Engine:
         if g is None or g.cold_start is None:
             return ()
         g.cold_start = None
-        self._changed.add(container_id)
+        self._note_changed(container_id)
         mems = self._mems(g)
         if mems is None or mems == g.mems:
             return ()
@@ -1080,11 +1085,19 @@ class Engine:
             if len(self._ledger.shared_cpus[a]) - k < self._ledger.need_cpus(a, extra, users):
                 raise PolicyError(f"not enough shared capacity in {self._pools[a].name}")
 
-    def take_changed(self) -> set[str]:
+    def take_changed(self) -> set[str] | None:
         """The containers whose grant changed since the last call (placed, moved, resized,
-        released, cold start ended); each is named once, to the one reader (`Policy.changes`)."""
+        released, cold start ended), None when there were too many to name: then any may have.
+        Each is named once, to the one reader (`Policy.changes`)."""
         changed, self._changed = self._changed, set()
         return changed
+
+    def _note_changed(self, container_id: str) -> None:
+        changed = self._changed
+        if changed is not None:
+            changed.add(container_id)
+            if len(changed) > _CHANGES_NAMED:
+                self._changed = None
 
     def decision_of(self, container_id: str) -> Decision:
         """The current placement of a container as a decision without trace or updates."""

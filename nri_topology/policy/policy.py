@@ -29,6 +29,7 @@ from nri_topology.policy.types import (
 )
 from nri_topology.policy.views import (
     Assignment,
+    Changes,
     NodeCapacity,
     PoolView,
     RestoreReport,
@@ -48,7 +49,7 @@ class Policy:
         # Which containers are placed, with their pod: the one record of it (the daemon asks
         # `container`); the engine's grants hold the same ids, for the accounting.
         self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
-        self._changed: set[str] = set()  # containers of engines replaced since `changes`
+        self._replaced = False  # the engine was replaced since the last `changes`
 
     @property
     def options(self) -> Options:
@@ -126,24 +127,25 @@ class Policy:
         containers' entries (an empty map at `state.ENTRIES`) when not `entries`."""
         return state.snapshot(self._engine, entries)
 
-    def changes(self, everything: bool = False) -> dict[str, dict[str, Any] | None]:
-        """The snapshot entries of the containers whose placement changed since the last call
-        (None: it holds nothing now), of all containers when `everything`.
+    def changes(self, everything: bool = False) -> Changes:
+        """The snapshot entries of the containers whose placement changed since the last call;
+        of all containers (`complete`) when `everything`, after a restore or reconfiguration,
+        or when too many changed to name.
 
         Each change is reported once: the checkpoint writer is the one reader, keeping the
         entries of the others from earlier calls.
         """
         e = self._engine
-        changed = e.take_changed() | self._changed
-        self._changed = set()
-        if everything:
-            return {cid: state.entry(e, cid) for cid in sorted(e.grants)}
-        return {cid: state.entry(e, cid) for cid in sorted(changed)}
+        named = e.take_changed()
+        if everything or self._replaced or named is None:
+            self._replaced = False
+            return Changes({cid: state.entry(e, cid) for cid in sorted(e.grants)}, complete=True)
+        return Changes({cid: state.entry(e, cid) for cid in sorted(named)})
 
     def _replace(self, engine: Engine) -> None:
-        """Take a new engine; the old one's containers are reported changed (`changes`)."""
-        self._changed |= self._engine.take_changed() | self._engine.grants.keys()
+        """Take a new engine; the next `changes` reports every container."""
         self._engine = engine
+        self._replaced = True
 
     def reconfigure(self, options: Options) -> RestoreReport:
         """Switch options, keeping every placement that is still valid under the new ones.
