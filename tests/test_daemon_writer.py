@@ -203,9 +203,7 @@ async def test_a_failing_snapshot_is_counted_and_retried(tmp_path: Path) -> None
         return state.body(whole)
 
     checkpoint = Recording(tmp_path / "state.json")
-    w = CheckpointWriter(
-        checkpoint, snapshot, state.lock, state.failed, entries_at=("containers",)
-    )
+    w = CheckpointWriter(checkpoint, snapshot, state.lock, state.failed, entries_at=("containers",))
     state.n = 2
     w.changed()
     await w.flush()
