@@ -329,7 +329,7 @@ class Engine:
             cpus = self._reserved_all
         elif g.uses_shared:
             # No exclusive part: the pool's shared set itself, so that every such container of
-            # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
+            # the pool holds one object (hashed once; `_diff` compares by identity).
             cpus = (
                 g.exclusive | self._ledger.shared_cpus[g.pool]
                 if g.exclusive
