@@ -546,12 +546,14 @@ class TopologyPlugin(Plugin):
 
     def _report_keys(self, pod: PodInfo, info: ContainerInfo) -> None:
         """Warn once per pod about keys of our domains that the policy does not act on."""
-        reported = self._keys_reported.setdefault(pod.id, set())
+        reported = self._keys_reported.get(pod.id, ())
         keys = [
             k for k in (*pod.annotations, *info.annotations) if in_domains(k) and k not in reported
         ]
+        if not keys:
+            return  # nothing new; most pods have none, and keep no empty set
+        self._keys_reported.setdefault(pod.id, set()).update(keys)
         problems = key_problems(keys)
-        reported.update(keys)
         if not problems:
             return
         for problem in problems:
