@@ -86,7 +86,7 @@ from nri_topology.policy.types import (
     Verdict,
 )
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
 MIN_SHARES = 2
 MAX_SHARES = 262144
@@ -1041,7 +1041,7 @@ class Engine:
             kind=g.kind,
             placement=self.placement(g),
             exclusive=g.exclusive,
-            memory_tiers=frozenset(self.machine.nodes[n].tier for n in g.zone),
+            memory_tiers=tier_set(self.machine.nodes[n].tier for n in g.zone),
             updates=updates,
             reason=g.reason,
             trace=trace,
