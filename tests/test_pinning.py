@@ -10,6 +10,7 @@ from nri_topology.policy.pinning import (
     PLACEMENTS,
     Conflict,
     Form,
+    apply_replies,
     apply_updates,
     merge_updates,
     merged,
@@ -71,11 +72,13 @@ class _U:
     may_fail: bool = False
 
 
-_ROWS: Form[_U, None] = Form(
+_ROWS: Form[_U, _U, None] = Form(
     target=lambda u: u.cid,
+    change=lambda u: u,
+    over=lambda state, u: state,
+    in_place=False,
     fields=lambda u: u.fields,
     may_fail=lambda u: u.may_fail,
-    over=lambda state, u: state,
     combine=lambda a, b: _U(a.cid, (*a.fields, *b.fields), a.may_fail and b.may_fail),
     blank=lambda u: _U(u.cid, (), u.may_fail),
 )
@@ -160,3 +163,58 @@ def test_policy_updates_set_the_fields_they_do_not_leave_at_none() -> None:
         [("p", [Update("a", _p({1}, None)), Update("a", _p(None, {0}, 2))])], PLACEMENTS
     )
     assert entry == Update("a", _p({1}, {0}, 2))
+
+
+# A form that changes its state in place, as the test runtime's does: a dict per container.
+_IN_PLACE: Form[tuple[str, dict[str, int]], dict[str, int], dict[str, int]] = Form(
+    target=lambda u: u[0],
+    change=lambda u: u[1],
+    over=dict.update,
+    in_place=True,
+    fields=lambda u: list(u[1]),
+    may_fail=lambda u: False,
+    combine=lambda a, b: (a[0], {**a[1], **b[1]}),
+    blank=lambda u: (u[0], {}),
+)
+
+
+@pytest.mark.parametrize(
+    ("updates", "want", "unknown"),
+    [
+        (
+            [("a", {"cpus": 1}), ("b", {"mems": 1})],
+            {"a": {"cpus": 1, "mems": 0}, "b": {"cpus": 0, "mems": 1}},
+            (),
+        ),
+        ([("a", {"cpus": 1}), ("x", {"cpus": 2})], {"a": {"cpus": 1, "mems": 0}}, ("x",)),
+        (
+            [("a", {"cpus": 1}), ("a", {"mems": 2}), ("a", {"cpus": 3})],
+            {"a": {"cpus": 3, "mems": 2}},
+            (),
+        ),
+    ],
+)
+def test_in_place_states_are_changed_and_named(
+    updates: list[tuple[str, dict[str, int]]],
+    want: dict[str, dict[str, int]],
+    unknown: tuple[str, ...],
+) -> None:
+    """Each container once and all known, or not: both ways give what applying in order gives."""
+    node = {"a": {"cpus": 0, "mems": 0}, "b": {"cpus": 0, "mems": 0}}
+    applied = apply_updates(node, updates, _IN_PLACE)
+    assert applied.placements == want and applied.unknown == unknown
+    assert all(applied.placements[cid] is node[cid] for cid in want)  # the node's own states
+    assert [u for u in updates if u[0] not in unknown] == list(applied.applied)
+
+
+def test_replies_are_merged_before_anything_is_applied() -> None:
+    node = {"a": {"cpus": 0}, "b": {"cpus": 0}}
+    with pytest.raises(Conflict):
+        apply_replies(
+            node, [("p", [("b", {"cpus": 1}), ("a", {"cpus": 1}), ("a", {"cpus": 2})])], _IN_PLACE
+        )
+    assert node == {"a": {"cpus": 0}, "b": {"cpus": 0}}
+    applied = apply_replies(
+        node, [("p", [("a", {"cpus": 1})]), ("q", [("a", {"mems": 1})])], _IN_PLACE
+    )
+    assert node["a"] == {"cpus": 1, "mems": 1} and len(applied.applied) == 1

@@ -35,7 +35,7 @@ from nri_topology.nri.mux import (
 )
 from nri_topology.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, STATE_CHANGE_EVENTS
 from nri_topology.nri.versions import OLD_VALID_EVENTS, VALID_EVENTS, event_bit, parse_version
-from nri_topology.policy.pinning import Conflict, Form, apply_updates, merge_updates
+from nri_topology.policy.pinning import Conflict, Form, apply_replies, apply_updates, merge_updates
 from nri_topology.testing.go_reader import GoConnReader, GoReadError
 from nri_topology.ttrpc.client import TtrpcClient
 from nri_topology.ttrpc.codec import MAX_DATA, Code, TtrpcError, encode_request
@@ -63,14 +63,6 @@ def _resource_fields(update: api_pb2.ContainerUpdate) -> Iterator[str]:
             yield field.name
 
 
-def _overlaid(
-    resources: api_pb2.LinuxResources, update: api_pb2.ContainerUpdate
-) -> api_pb2.LinuxResources:
-    """A container's resources with the update's over them, in place: the runtime's own state."""
-    resources.MergeFrom(update.linux.resources)
-    return resources
-
-
 def _combined(
     first: api_pb2.ContainerUpdate, second: api_pb2.ContainerUpdate
 ) -> api_pb2.ContainerUpdate:
@@ -81,11 +73,13 @@ def _combined(
     return out
 
 
-NRI_UPDATES: Form[api_pb2.ContainerUpdate, api_pb2.LinuxResources] = Form(
+NRI_UPDATES: Form[api_pb2.ContainerUpdate, api_pb2.LinuxResources, api_pb2.LinuxResources] = Form(
     target=attrgetter("container_id"),
+    change=attrgetter("linux.resources"),
+    over=api_pb2.LinuxResources.MergeFrom,  # into the container's own message
+    in_place=True,
     fields=_resource_fields,
     may_fail=attrgetter("ignore_failure"),
-    over=_overlaid,
     combine=_combined,
     blank=lambda u: api_pb2.ContainerUpdate(
         container_id=u.container_id, ignore_failure=u.ignore_failure
@@ -292,7 +286,8 @@ class PluginConnection:
     async def _update_containers(self, payload: bytes, ctx: CallContext) -> bytes:
         req = api_pb2.UpdateContainersRequest.FromString(payload)
         async with self.peer.lock:
-            self.peer.unsolicited_updates.extend(req.update)
+            if self.peer.record:
+                self.peer.unsolicited_updates.extend(req.update)
             failed = self.peer._apply_updates(req.update)
         if failed:
             raise TtrpcError(Code.UNKNOWN, "NRI update of some containers failed")
@@ -398,7 +393,8 @@ class PluginConnection:
     ) -> Any:
         """Call the plugin; fatal failures close it and raise PluginError, like the runtime."""
         call = Call(method, req)
-        self.peer.calls.append(call)
+        if self.peer.record:
+            self.peer.calls.append(call)
         try:
             payload = await self.client.call(
                 PLUGIN_SERVICE,
@@ -450,6 +446,8 @@ class RuntimePeer:
     `configure_before_register_reply` holds the RegisterPlugin reply until Configure has been
     answered, which makes the legal Configure-overtakes-reply ordering deterministic.
     `sync_message_limit` below 4 MiB forces Synchronize chunking with smaller data.
+    `record=False` keeps no `calls`, `applied_updates` nor `unsolicited_updates`, which tests
+    read: a benchmark of many requests would otherwise hold every request, reply and update.
     """
 
     def __init__(
@@ -467,6 +465,7 @@ class RuntimePeer:
         pods: Sequence[api_pb2.PodSandbox] = (),
         containers: Sequence[api_pb2.Container] = (),
         failing_containers: Sequence[str] = (),
+        record: bool = True,
     ) -> None:
         self.runtime_name = runtime_name
         self.runtime_version = runtime_version
@@ -488,6 +487,7 @@ class RuntimePeer:
         """Each known container's resources message, the one its entry in `containers` holds,
         that updates overlay in place: reached once, not through two sub-messages per update."""
         self.failing_containers = set(failing_containers)
+        self.record = record
         """Container ids whose updates fail (to exercise error replies)."""
         self.calls: list[Call] = []
         self.registrations: list[api_pb2.RegisterPluginRequest] = []
@@ -585,6 +585,25 @@ class RuntimePeer:
         except Conflict as exc:
             raise PluginError(str(exc)) from exc
 
+    def _apply_reply(
+        self,
+        conn: PluginConnection,
+        updates: Sequence[api_pb2.ContainerUpdate],
+        creating: str | None = None,
+    ) -> None:
+        """The updates of a reply to CreateContainer or StopContainer merged and applied, as the
+        runtime does with them (it ignores their failures)."""
+        if self.failing_containers:  # the two steps, to leave the failing ones out
+            self._apply_updates(self._merged(conn, updates, creating))
+            return
+        try:
+            reply = [(conn.full_name, updates)]
+            applied = apply_replies(self._resources, reply, NRI_UPDATES, creating)
+        except Conflict as exc:
+            raise PluginError(str(exc)) from exc
+        if self.record:
+            self.applied_updates.extend(applied.applied)
+
     def _apply_updates(self, updates: Sequence[api_pb2.ContainerUpdate]) -> list[str]:
         """Apply updates to known containers (unknown ids are skipped, as containerd does); the
         ids of those that failed without `ignore_failure`."""
@@ -600,7 +619,8 @@ class RuntimePeer:
             ]
             updates = [u for u in updates if u.container_id not in failing]
         applied = apply_updates(self._resources, updates, NRI_UPDATES)
-        self.applied_updates.extend(applied.applied)
+        if self.record:
+            self.applied_updates.extend(applied.applied)
         return failed
 
     # -- events ------------------------------------------------------------------------------
@@ -698,11 +718,10 @@ class RuntimePeer:
         if conn is not None:
             req = api_pb2.CreateContainerRequest(pod=pod, container=ctr)
             reply = await self._relay(conn, "CreateContainer", req, api_pb2.CreateContainerResponse)
-            updates = self._merged(conn, reply.update, creating=ctr.id)
+            self._apply_reply(conn, reply.update, creating=ctr.id)
             created.annotations.update(reply.adjust.annotations)
             created.linux.resources.MergeFrom(reply.adjust.linux.resources)
             created.mounts.extend(reply.adjust.mounts)
-            self._apply_updates(updates)
         self.containers[created.id] = created
         self._resources[created.id] = created.linux.resources
         return reply
@@ -791,7 +810,7 @@ class RuntimePeer:
         if conn is not None:
             req = api_pb2.StopContainerRequest(pod=pod, container=ctr)
             reply = await self._relay(conn, "StopContainer", req, api_pb2.StopContainerResponse)
-            self._apply_updates(self._merged(conn, reply.update))
+            self._apply_reply(conn, reply.update)
         return reply
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
