@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from nri_topology.policy.pinning import apply_updates, merged
 from nri_topology.policy.port import PolicyPort
@@ -23,16 +23,10 @@ from nri_topology.policy.types import (
     Update,
 )
 from nri_topology.policy.views import PoolView
-from nri_topology.simulate.workload import (
-    RunningContainer,
-    Step,
-    Workload,
-    container_id,
-    create_containers,
-    pod_id,
-    resized,
-)
 from nri_topology.topology.model import Machine, MemoryTier
+
+if TYPE_CHECKING:
+    from nri_topology.simulate.workload import RunningContainer, Step, Workload
 
 
 class NodeState(Protocol):
@@ -157,6 +151,10 @@ class Runner:
         return tuple(self.step(n, s) for n, s in enumerate(workload.steps, start=1))
 
     def step(self, number: int, step: Step) -> StepResult:
+        # Loaded here, not with the module: the daemon's status pages import this module for the
+        # node picture and need no workload schema (its pydantic models take about 1 MB).
+        from nri_topology.simulate.workload import container_id, create_containers, pod_id, resized
+
         base = StepResult(number, step.action, step.target, step.note, step.expect_error)
         if step.create is not None:
             made = create_containers(step.create, step=number, memory_capacity=self._capacity)
