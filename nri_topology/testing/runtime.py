@@ -4,8 +4,9 @@ It plays containerd's part of docs/protocol.md §6 over a real unix socket (or a
 for launched plugins) and reads frames exactly as a Go peer would (`go_reader`), so a plugin that
 frames wrongly, answers Synchronize chunks wrongly, subscribes to unknown events or is too slow
 fails here the way it would fail on a node. Everything the plugin is asked and answers is
-recorded in `calls`; container state is kept and updated from adjustments and updates, the
-updates by the node's one model of them (`policy.pinning`, with NRI messages as its form).
+recorded in `calls` (unless `record=False`); container state is kept and updated from
+adjustments and updates, the updates by the node's one model of them (`policy.pinning`, with NRI
+messages as its form).
 
 Only one plugin is active at a time: the most recently synchronized connection gets the events.
 """
@@ -487,8 +488,8 @@ class RuntimePeer:
         """Each known container's resources message, the one its entry in `containers` holds,
         that updates overlay in place: reached once, not through two sub-messages per update."""
         self.failing_containers = set(failing_containers)
-        self.record = record
         """Container ids whose updates fail (to exercise error replies)."""
+        self.record = record
         self.calls: list[Call] = []
         self.registrations: list[api_pb2.RegisterPluginRequest] = []
         self.sync_chunks: list[tuple[int, int, bool]] = []
