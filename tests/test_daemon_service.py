@@ -22,7 +22,7 @@ from nri_topology.daemon.service import Daemon, Overrides, StartupError, effecti
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine
 from tests import machines
-from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod
+from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod, scripted_state
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -118,7 +118,7 @@ async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Pat
     assert 'container_id="a"' in body and 'kind="exclusive"' in body
     await daemon.plugin.flush()  # type: ignore[union-attr]
     state = Checkpoint(tmp_path / "state" / "state.json").load().body
-    assert state is not None and state["policy"] == {"cpus": {"a": 0}}
+    assert state is not None and state["policy"] == scripted_state({"a": 0})
 
 
 async def test_config_file_change_reconfigures_and_bad_change_is_refused(running, tmp_path):
