@@ -62,7 +62,7 @@ def _quantiles(samples: list[float]) -> dict[str, float]:
 async def fill(machine: Machine, state: Path, containers: int) -> dict[str, object]:
     plugin = TopologyPlugin(Policy(machine, Options()), checkpoint=Checkpoint(state))
     latencies: list[float] = []
-    async with connected(plugin, RuntimePeer(request_timeout=30)) as (peer, _):
+    async with connected(plugin, RuntimePeer(request_timeout=30, record=False)) as (peer, _):
         for i in range(containers):
             pod, ctr = _pod_and_container(i)
             await peer.run_pod_sandbox(pod)

@@ -5,7 +5,8 @@
   with `live` containers already running; the same requests to the no-op plugin of
   `bench_roundtrip.py` give the protocol floor. Probe containers are stopped and removed between
   samples (not timed), so every sample sees the same fill. The time includes the test peer
-  applying the updates of other containers that ride on the reply, as a runtime must.
+  merging and applying the updates of other containers that ride on the reply, as a runtime
+  must; it keeps no record of requests and replies, which no runtime keeps.
 * Synchronize: a plugin (re)starting with 1000 running containers, from registration to ready,
   with and without its checkpoint; counts the containers whose pinning it changed.
 * Resident memory: the real `nri-topology run` process, read from /proc/PID/status after it
@@ -63,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 async def _roundtrips(
     plugin: Plugin, machine: Machine, live: int, samples: int, blocks: int
 ) -> list[list[int]]:
-    peer = RuntimePeer(request_timeout=30)
+    peer = RuntimePeer(request_timeout=30, record=False)
     measured: list[list[int]] = [[] for _ in range(blocks)]
     async with connected(plugin, peer) as (peer, _):
         for i in range(live):

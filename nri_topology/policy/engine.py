@@ -86,7 +86,7 @@ from nri_topology.policy.types import (
 )
 from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
 # Containers named changed (`take_changed`) before the engine stops naming them and reports all:
 # more than change between two checkpoint writes, and a bound when nobody asks.
@@ -914,7 +914,7 @@ class Engine:
             kind=g.kind,
             placement=self.placement(g),
             exclusive=g.exclusive,
-            memory_tiers=frozenset(self.machine.nodes[n].tier for n in g.zone),
+            memory_tiers=tier_set(self.machine.nodes[n].tier for n in g.zone),
             updates=updates,
             reason=g.reason,
             trace=trace,

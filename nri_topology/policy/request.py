@@ -94,7 +94,7 @@ from nri_topology.quantity import (
     cpu_milli,
     memory_bytes,
 )
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
 # ---------------------------------------------------------------------------------------------
 # Go values: booleans (strconv.ParseBool) and durations (time.ParseDuration)
@@ -577,6 +577,9 @@ def hint_sources(pod: PodInfo, container: ContainerInfo, options: Options) -> fr
         return frozenset()
 
 
+_NO_NODES: frozenset[int] = frozenset()  # kept by most requests: one object, not one each
+
+
 def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[int]:
     """NUMA nodes of the hints; a hint with CPUs but no nodes counts the nodes of its CPUs."""
     nodes: set[int] = set()
@@ -584,7 +587,7 @@ def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[i
         nodes |= h.nodes
         if not h.nodes:
             nodes |= {machine.cpus[c].node for c in h.cpus if c in machine.cpus}
-    return frozenset(n for n in nodes if n in machine.nodes)
+    return frozenset(n for n in nodes if n in machine.nodes) or _NO_NODES
 
 
 _NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
@@ -669,7 +672,7 @@ def build_request(
     if cold_start_ns and not asked:
         # A cold start means "start on PMEM, add DRAM later", whatever the default tiers are.
         wanted |= {MemoryTier.PMEM}
-    tiers = wanted & _machine_tiers(machine) or frozenset({MemoryTier.DRAM})
+    tiers = tier_set(wanted & _machine_tiers(machine) or {MemoryTier.DRAM})
     if memory_preserve:
         cold_start_ns = 0
     elif cold_start_ns:
