@@ -62,7 +62,7 @@ def _quantiles(samples: list[float]) -> dict[str, float]:
 async def fill(machine: Machine, state: Path, containers: int) -> dict[str, object]:
     plugin = TopologyPlugin(Policy(machine, Options()), checkpoint=Checkpoint(state))
     latencies: list[float] = []
-    async with connected(plugin, RuntimePeer(request_timeout=30)) as (peer, _):
+    async with connected(plugin, RuntimePeer(request_timeout=30, record=False)) as (peer, _):
         for i in range(containers):
             pod, ctr = _pod_and_container(i)
             await peer.run_pod_sandbox(pod)
@@ -71,9 +71,10 @@ async def fill(machine: Machine, state: Path, containers: int) -> dict[str, obje
             latencies.append(time.perf_counter() - start)
         writes, incremental = [], []
         body = {"policy": plugin.policy.snapshot(), "cold_starts": {}}
-        encoder = Encoder()
+        encoder = Encoder(("policy", "containers"))
         encoder.encode(body)
         entries = body["policy"]["containers"]
+        head = {"policy": plugin.policy.snapshot(entries=False), "cold_starts": {}}
         for n in range(20):
             start = time.perf_counter()
             Checkpoint(state).save(body)
@@ -81,7 +82,8 @@ async def fill(machine: Machine, state: Path, containers: int) -> dict[str, obje
             changed = next(iter(entries))
             entries[changed] = {**entries[changed], "memory": n}  # one container changed
             start = time.perf_counter()
-            Checkpoint(state).save_encoded(encoder.encode(body))
+            data = encoder.encode(head, {changed: entries[changed]})
+            Checkpoint(state).save_encoded(data)
             incremental.append(time.perf_counter() - start)
         pods, ctrs = list(peer.pods.values()), list(peer.containers.values())
     return {

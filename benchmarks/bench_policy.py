@@ -22,9 +22,11 @@ import sys
 import time
 from pathlib import Path
 
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.types import ContainerInfo, PodInfo, Resources
+from nri_topology.policy.types import ContainerInfo, PodInfo
 from nri_topology.simulate.machine_spec import load_bundled
 
 CGROUPS = {"g": "kubepods", "b": "kubepods-burstable", "be": "kubepods-besteffort"}
@@ -41,12 +43,9 @@ def workload(i: int) -> tuple[PodInfo, ContainerInfo]:
     else:
         qos, milli = "b", 100
     pod = PodInfo(id=f"p{i}", name=f"p{i}", namespace="bench", cgroup_parent=CGROUPS[qos])
-    res = Resources(
-        cpu_shares=milli * 1024 // 1000 if milli else 2,
-        cpu_quota=milli * 100 if qos == "g" else None,
-        cpu_period=100_000,
-        memory_limit=256 << 20,
-    )
+    memory = 0 if qos == "be" else 256 << 20
+    amounts = Amounts(milli, milli if qos == "g" else 0, memory, memory)
+    res = kubelet.resources(amounts)
     return pod, ContainerInfo(id=f"c{i}", pod_id=pod.id, name="main", resources=res)
 
 

@@ -23,7 +23,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from nri_topology.testing import cri_pb2 as cri
-from nri_topology.testing import ociimage
 from tests.e2e import harness
 
 
@@ -52,9 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     with tempfile.TemporaryDirectory(prefix="nri-e2e-", dir="/tmp") as d:
         base = Path(d)
-        image = base / "busybox.tar"
-        layer = ociimage.layer(ociimage.busybox_entries(tools.busybox))
-        image.write_bytes(ociimage.image_archive(harness.IMAGE, [layer], cmd=harness.SLEEP))
+        image = harness.write_image(tools, base / "busybox.tar")
         samples: dict[str, list[float]] = {"without plugin": [], "with plugin": []}
         for _ in range(args.rounds):
             for mode, times in samples.items():

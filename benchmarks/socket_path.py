@@ -5,7 +5,8 @@
   with `live` containers already running; the same requests to the no-op plugin of
   `bench_roundtrip.py` give the protocol floor. Probe containers are stopped and removed between
   samples (not timed), so every sample sees the same fill. The time includes the test peer
-  applying the updates of other containers that ride on the reply, as a runtime must.
+  merging and applying the updates of other containers that ride on the reply, as a runtime
+  must; it keeps no record of requests and replies, which no runtime keeps.
 * Synchronize: a plugin (re)starting with 1000 running containers, from registration to ready,
   with and without its checkpoint; counts the containers whose pinning it changed.
 * Resident memory: the real `nri-topology run` process, read from /proc/PID/status after it
@@ -161,7 +162,7 @@ async def _alternating(
         for name, plugin in plugins.items():
             with _timed_servers() as made:
                 peer, _ = await stack.enter_async_context(
-                    connected(plugin, RuntimePeer(request_timeout=30))
+                    connected(plugin, RuntimePeer(request_timeout=30, record=False))
                 )
             peers[name], servers[name] = peer, made[-1]
             await _fill(peer, live)

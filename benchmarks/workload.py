@@ -2,8 +2,10 @@
 
 One `Spec` describes a container the way a pod manifest would (QoS class, CPU request and limit,
 memory, memory type); `policy_pair` and `nri_pair` turn it into what the policy facade and the
-runtime peer take, with the Linux resources a kubelet would set. Traces are seeded, so two runs
-(and ours and the baseline within one run) see exactly the same arrivals and departures.
+runtime peer take, with the Linux resources a kubelet would set (`kubelet.linux_resources`). The
+oom_score_adj is left out: a Burstable spec's memory request is its limit, which the policy
+charges when it has no estimate. Traces are seeded, so two runs (and ours and the baseline within
+one run) see exactly the same arrivals and departures.
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.nri import api_pb2
 from nri_topology.policy.annotations import DOMAIN
 from nri_topology.policy.types import ContainerInfo, PodInfo, QoS, Resources
 from nri_topology.topology.model import Machine
 
-PERIOD = 100_000  # CFS period the kubelet uses, µs
 MI = 1 << 20
 
 # The two shared dumps of the issue and the synthetic 256-CPU, 8-NUMA machine.
@@ -33,8 +36,14 @@ class Spec:
     qos: QoS
     cpu: int = 0  # request, milli-CPU
     cpu_limit: int = 0  # milli-CPU, 0 = none
-    memory: int = 0  # limit in bytes (= request for Guaranteed), 0 = none
+    memory: int = 0  # limit in bytes and the request (left out, so it is the limit), 0 = none
     memory_type: str = ""  # value of the memory-type annotation, "" = none
+
+    def amounts(self) -> Amounts:
+        """Requests and limits as the API server stores them (a memory request is the limit)."""
+        if self.qos is QoS.GUARANTEED:
+            return Amounts(self.cpu, self.cpu, self.memory, self.memory)
+        return Amounts(self.cpu, self.cpu_limit, self.memory, self.memory)
 
     @property
     def whole_cpus(self) -> int:
@@ -44,20 +53,7 @@ class Spec:
 
 def resources(spec: Spec) -> Resources:
     """The Linux resources a kubelet gives the container."""
-    shares = max(2, spec.cpu * 1024 // 1000)
-    limit = spec.cpu if spec.qos is QoS.GUARANTEED else spec.cpu_limit
-    quota = limit * PERIOD // 1000 if limit else None
-    return Resources(
-        cpu_shares=shares,
-        cpu_quota=quota,
-        cpu_period=PERIOD if quota else None,
-        memory_limit=spec.memory or None,
-    )
-
-
-def _cgroup_parent(qos: QoS, uid: str) -> str:
-    cls = {QoS.GUARANTEED: "", QoS.BURSTABLE: "burstable/", QoS.BEST_EFFORT: "besteffort/"}[qos]
-    return f"/kubepods/{cls}pod{uid}"
+    return kubelet.resources(spec.amounts())
 
 
 def _annotations(spec: Spec) -> dict[str, str]:
@@ -72,7 +68,7 @@ def policy_pair(cid: str, spec: Spec) -> tuple[PodInfo, ContainerInfo]:
         namespace="bench",
         uid=f"uid-{cid}",
         annotations=_annotations(spec),
-        cgroup_parent=_cgroup_parent(spec.qos, f"uid-{cid}"),
+        cgroup_parent=kubelet.cgroup_parent(spec.qos, f"uid-{cid}"),
     )
     ctr = ContainerInfo(id=cid, pod_id=pod.id, name="app", resources=resources(spec))
     return pod, ctr
@@ -84,16 +80,16 @@ def nri_pair(cid: str, spec: Spec) -> tuple[api_pb2.PodSandbox, api_pb2.Containe
         id=f"pod-{cid}", name=f"pod-{cid}", namespace="bench", uid=f"uid-{cid}"
     )
     pod.annotations.update(_annotations(spec))
-    pod.linux.cgroup_parent = _cgroup_parent(spec.qos, f"uid-{cid}")
+    pod.linux.cgroup_parent = kubelet.cgroup_parent(spec.qos, f"uid-{cid}")
     ctr = api_pb2.Container(
         id=cid, pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_RUNNING
     )
     r = resources(spec)
     res = ctr.linux.resources
     res.cpu.shares.value = r.cpu_shares or 2
+    res.cpu.period.value = r.cpu_period or kubelet.PERIOD_US
     if r.cpu_quota:
         res.cpu.quota.value = r.cpu_quota
-        res.cpu.period.value = PERIOD
     if r.memory_limit:
         res.memory.limit.value = r.memory_limit
     return pod, ctr

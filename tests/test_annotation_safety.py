@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.annotations import DOMAIN, RESOURCES_KEY, key_problems
 from nri_topology.policy.options import AnnotationLimits, Options, Trust
 from nri_topology.policy.policy import Policy
@@ -18,18 +20,12 @@ from nri_topology.policy.types import (
     CpuKind,
     PodInfo,
     QoS,
-    Resources,
 )
 from nri_topology.testing import hostile
 from nri_topology.topology.model import Machine
 from tests import machines
 
 GiB = 1 << 30
-CGROUP = {
-    QoS.GUARANTEED: "/kubepods/pod{uid}",
-    QoS.BURSTABLE: "/kubepods/burstable/pod{uid}",
-    QoS.BEST_EFFORT: "/kubepods/besteffort/pod{uid}",
-}
 
 
 @pytest.fixture(scope="module")
@@ -58,16 +54,13 @@ def pair(
         name=f"pod{n}",
         namespace=namespace,
         annotations=annotations or {},
-        cgroup_parent=CGROUP[qos].format(uid=n),
+        cgroup_parent=kubelet.cgroup_parent(qos, str(n)),
     )
     if qos is QoS.GUARANTEED:
         limit = milli
-    res = Resources(
-        cpu_shares=2 if qos is QoS.BEST_EFFORT else max(2, milli * 1024 // 1000),
-        cpu_quota=limit * 100 if limit else None,
-        cpu_period=100_000 if limit else None,
-        memory_limit=memory,
-    )
+    elif qos is QoS.BEST_EFFORT:
+        milli = 0
+    res = kubelet.resources(Amounts(milli, limit or 0, 0, memory or 0))
     return pod, ContainerInfo(
         id=f"c{n}", pod_id=pod.id, name="app", resources=res, oom_score_adj=oom
     )

@@ -216,7 +216,7 @@ def test_warnings_are_logged_counted_and_in_the_decision(machine):
                 await peer.create_container(pod, second)  # same pod: keys not warned again
                 with pytest.raises(PluginError):
                     await peer.create_container(*nri_pair(2, hostile.CASES["alias bomb"]))
-                await asyncio.sleep(0.01)
+                # Decisions are logged just after their reply is sent: before the peer reads it.
             await plugin.settle()
         return logged, _counters(plugin)
 

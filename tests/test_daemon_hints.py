@@ -104,7 +104,8 @@ async def test_pod_resources_hints_and_a_stuck_kubelet_never_hold_the_reply(
     machine: Machine, sock: Path
 ) -> None:
     kubelet = Kubelet([pod_resources("ml", "train", {"main": [("nvidia.com/gpu", ["0"], [2])]})])
-    finder = HintFinder(None, PodResourcesClient(str(sock), timeout_s=30), budget_s=0.05)
+    # A budget no busy machine exhausts while the kubelet answers, then a short one it does not.
+    finder = HintFinder(None, PodResourcesClient(str(sock), timeout_s=30), budget_s=30)
     plugin = TopologyPlugin(Policy(machine, OPTS), hints=finder)
     async with serve(sock, kubelet):
         p = pod()
@@ -113,6 +114,7 @@ async def test_pod_resources_hints_and_a_stuck_kubelet_never_hold_the_reply(
         assert nodes_of(machine, adjust) == {2}
         # a kubelet that never answers: the container is placed without hints, in time
         kubelet.gate = asyncio.Event()
+        finder.budget_s = 0.05
         stuck = pod("stuck")
         await plugin.run_pod_sandbox(stuck)
         with structlog.testing.capture_logs() as logged:

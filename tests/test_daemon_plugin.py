@@ -38,7 +38,7 @@ from nri_topology.policy.types import (
     Resources,
     Update,
 )
-from nri_topology.policy.views import Assignment, PoolView, TierMemory
+from nri_topology.policy.views import Assignment, Changes, PoolView, TierMemory
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.topology.model import MemoryTier
@@ -55,6 +55,11 @@ class Report:
     dropped: dict[str, str] = field(default_factory=dict)
 
 
+def scripted_state(cpus: dict[str, int]) -> dict[str, Any]:
+    """What a ScriptedPolicy with these CPUs and no cold start saves."""
+    return {"cpus": cpus, "containers": {}}
+
+
 class ScriptedPolicy:
     """One CPU per container, in order; annotations script refusals, side effects, cold starts."""
 
@@ -63,6 +68,7 @@ class ScriptedPolicy:
         self.cold: dict[str, ColdStart] = {}
         self.options = Options()
         self.calls: list[str] = []
+        self.infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
 
     def _free(self) -> int:
         return min(set(range(64)) - set(self.cpus.values()))
@@ -87,12 +93,14 @@ class ScriptedPolicy:
         )
         if cold is not None:
             self.cold[container.id] = cold
+        self.infos[container.id] = (pod, container)
         return self._decision(container.id, updates=updates, cold_start=cold)
 
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
         self.calls.append(f"resize {container.id}")
         if resources.cpu_shares == 13:
             raise PolicyError("cannot resize to 13 shares")
+        self.infos[container.id] = (pod, replace(container, resources=resources))
         d = self._decision(container.id)
         return replace(d, placement=replace(d.placement, cpu_shares=resources.cpu_shares))
 
@@ -100,6 +108,7 @@ class ScriptedPolicy:
         self.calls.append(f"release {container_id}")
         del self.cpus[container_id]
         self.cold.pop(container_id, None)
+        self.infos.pop(container_id, None)
         return tuple(Update(o, Placement(frozenset({41}), None)) for o in self.cpus)
 
     def restore(
@@ -129,7 +138,12 @@ class ScriptedPolicy:
                 d = self._decision(c.id)
                 report.decisions[c.id] = d
                 report.updates.append(Update(c.id, d.placement))
+        by_id = {p.id: p for p in pods}
+        self.infos = {c.id: (by_id[c.pod_id], c) for c in containers if c.pod_id in by_id}
         return report
+
+    def container(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
+        return self.infos.get(container_id)
 
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         self.calls.append(f"cold {container_id}")
@@ -150,9 +164,13 @@ class ScriptedPolicy:
             report.updates.append(Update(c, d.placement))
         return report
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self, entries: bool = True) -> dict[str, Any]:
         cold = {c: x.delay_ns for c, x in self.cold.items()}
-        return {"cpus": dict(self.cpus), **({"cold": cold} if cold else {})}
+        # its state is all outside the per-container map, which the daemon splices in
+        return {"cpus": dict(self.cpus), **({"cold": cold} if cold else {}), "containers": {}}
+
+    def changes(self, everything: bool = False) -> Changes:
+        return Changes({}, complete=True)
 
     def pools(self) -> list[PoolView]:
         used = len(self.cpus)
@@ -340,10 +358,10 @@ async def test_checkpoint_follows_every_change(tmp_path: Path) -> None:
         await peer.create_container(p, ctr("a"))
         await peer.create_container(p, ctr("b"))
         await plugin.flush()
-        assert cp.load().body["policy"] == {"cpus": {"a": 0, "b": 1}}  # type: ignore[index]
+        assert cp.load().body["policy"] == scripted_state({"a": 0, "b": 1})  # type: ignore[index]
         await peer.stop_container(p, ctr("a"))
         await plugin.flush()
-        assert cp.load().body["policy"] == {"cpus": {"b": 1}}  # type: ignore[index]
+        assert cp.load().body["policy"] == scripted_state({"b": 1})  # type: ignore[index]
 
 
 async def test_restart_adopts_checkpointed_placements(tmp_path: Path) -> None:
@@ -402,7 +420,7 @@ async def test_unwritable_state_keeps_serving_and_recovers(tmp_path: Path) -> No
         await peer.create_container(pod(), ctr("b"))
         await plugin.flush()
         body = Checkpoint(blocker / "state.json").load().body
-        assert body is not None and body["policy"] == {"cpus": {"a": 0, "b": 1}}
+        assert body is not None and body["policy"] == scripted_state({"a": 0, "b": 1})
 
 
 async def test_reconfigure_sends_updates_through_update_containers(tmp_path: Path) -> None:
@@ -491,6 +509,7 @@ async def test_config_reload_good_then_bad_keeps_the_good_one(tmp_path: Path) ->
     assert counter(plugin.metrics, "nri_topology_config_reloads_total", result="rejected") == 5
 
 
+@pytest.mark.looptime
 async def test_sighup_reloads(tmp_path: Path) -> None:
     applied: list[Options] = []
 
@@ -538,9 +557,10 @@ async def test_failed_checkpoint_is_retried_without_a_new_change(tmp_path: Path)
         await asyncio.sleep(1)
         await plugin.flush()
         body = saved.load().body
-        assert body is not None and body["policy"] == {"cpus": {"a": 0}}
+        assert body is not None and body["policy"] == scripted_state({"a": 0})
 
 
+@pytest.mark.looptime
 async def test_shutdown_answers_the_request_in_flight_first(tmp_path: Path) -> None:
     plugin = make_plugin(tmp_path)
     async with connected(plugin) as (peer, stub):
@@ -555,7 +575,7 @@ async def test_shutdown_answers_the_request_in_flight_first(tmp_path: Path) -> N
         await asyncio.wait_for(stopping, 5)
         assert reply.adjust.linux.resources.cpu.cpus == "0"
     body = Checkpoint(tmp_path / "state.json").load().body
-    assert body is not None and body["policy"] == {"cpus": {"a": 0}}
+    assert body is not None and body["policy"] == scripted_state({"a": 0})
 
 
 async def test_a_decision_is_logged_after_its_reply_under_the_names_it_had(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
 import structlog.testing
 
 from nri_topology.daemon.checkpoint import Checkpoint, encode
@@ -182,6 +183,7 @@ async def test_restart_mid_cold_start_keeps_the_saved_deadline(tmp_path: Path) -
     assert re_placed(logs) == []
 
 
+@pytest.mark.looptime
 async def test_cold_start_that_ended_while_down_widens_at_once(tmp_path: Path) -> None:
     machine, state = server(), tmp_path / "state.json"
     pods, ctrs, deadline = await cold_started(machine, state, "100s")

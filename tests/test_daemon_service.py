@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import os
@@ -22,7 +23,7 @@ from nri_topology.daemon.service import Daemon, Overrides, StartupError, effecti
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine
 from tests import machines
-from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod
+from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod, scripted_state
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -63,7 +64,6 @@ def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> D
         log_stream=kw.pop("log_stream", io.StringIO()),  # type: ignore[arg-type]
         policy_factory=factory,
         environ={},
-        reload_interval=0.02,
         **kw,  # type: ignore[arg-type]
     )
     daemon.setup()
@@ -87,8 +87,10 @@ def test_start_up_log_names_the_version(tmp_path: Path, short_dir: Path) -> None
     assert starting["version"] == nri_topology.__version__
 
 
-@pytest.fixture
-async def running(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon, RuntimePeer]]:
+@contextlib.asynccontextmanager
+async def serving(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon, RuntimePeer]]:
+    """A daemon connected to a runtime peer; inside the test, so that timers it starts run on
+    the test's clock (a looptime test's virtual one)."""
     sock = short_dir / "nri.sock"
     peer = RuntimePeer()
     await peer.listen(str(sock))
@@ -99,6 +101,26 @@ async def running(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon
     daemon.stop()
     assert await asyncio.wait_for(task, 5) == 0
     await peer.close()
+
+
+@pytest.fixture
+async def running(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon, RuntimePeer]]:
+    async with serving(tmp_path, short_dir) as both:
+        yield both
+
+
+def reloads(daemon: Daemon, result: str) -> float:
+    """How many reloads ended in `result` (applied, rejected): the event the tests wait for."""
+    registry = daemon.plugin.metrics.registry  # type: ignore[union-attr]
+    return registry.get_sample_value("nri_topology_config_reloads_total", {"result": result}) or 0
+
+
+async def next_reload(daemon: Daemon, result: str) -> float:
+    """Wait (on the virtual clock) for the next reload ending in `result`; its loop time."""
+    before = reloads(daemon, result)
+    while reloads(daemon, result) == before:
+        await asyncio.sleep(0.01)
+    return asyncio.get_running_loop().time()
 
 
 async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Path) -> None:
@@ -118,24 +140,28 @@ async def test_serves_placements_status_and_stops_cleanly(running, tmp_path: Pat
     assert 'container_id="a"' in body and 'kind="exclusive"' in body
     await daemon.plugin.flush()  # type: ignore[union-attr]
     state = Checkpoint(tmp_path / "state" / "state.json").load().body
-    assert state is not None and state["policy"] == {"cpus": {"a": 0}}
+    assert state is not None and state["policy"] == scripted_state({"a": 0})
 
 
-async def test_config_file_change_reconfigures_and_bad_change_is_refused(running, tmp_path):
-    daemon, _ = running
-    policy = daemon.plugin.policy  # type: ignore[union-attr]
-    (tmp_path / "config.yaml").write_text("policy:\n  colocate_pods: true\n")
-    async with asyncio.timeout(2):
-        while not policy.options.colocate_pods:
-            await asyncio.sleep(0.01)
-    (tmp_path / "config.yaml").write_text("policy:\n  colocate_podz: true\n")
-    await asyncio.sleep(0.1)
-    assert policy.options.colocate_pods and daemon.config.policy.colocate_pods
-    (tmp_path / "config.yaml").write_text("expose:\n  enabled: false\n")
-    async with asyncio.timeout(2):
-        while daemon.plugin.settings.expose_env:  # type: ignore[union-attr]
-            await asyncio.sleep(0.01)
-    assert not policy.options.colocate_pods  # back to the default
+@pytest.mark.looptime
+async def test_config_file_change_reconfigures_and_bad_change_is_refused(tmp_path, short_dir):
+    """On the loop's virtual clock, at the reloader's real interval (2 s)."""
+    async with serving(tmp_path, short_dir) as (daemon, _):
+        policy = daemon.plugin.policy  # type: ignore[union-attr]
+        loop = asyncio.get_running_loop()
+        (tmp_path / "config.yaml").write_text("policy:\n  colocate_pods: true\n")
+        written = loop.time()
+        assert await next_reload(daemon, "applied") - written <= 2.01  # within one interval
+        assert policy.options.colocate_pods and daemon.config.policy.colocate_pods
+        (tmp_path / "config.yaml").write_text("policy:\n  colocate_podz: true\n")
+        await next_reload(daemon, "rejected")
+        assert policy.options.colocate_pods and daemon.config.policy.colocate_pods
+        await asyncio.sleep(10)  # refused content is not looked at again
+        assert reloads(daemon, "rejected") == 1 and reloads(daemon, "applied") == 1
+        (tmp_path / "config.yaml").write_text("expose:\n  enabled: false\n")
+        await next_reload(daemon, "applied")
+        assert not daemon.plugin.settings.expose_env  # type: ignore[union-attr]
+        assert not policy.options.colocate_pods  # back to the default
 
 
 async def test_sigterm_drains_and_exits_zero(tmp_path: Path, short_dir: Path) -> None:
@@ -155,10 +181,15 @@ async def test_sigterm_drains_and_exits_zero(tmp_path: Path, short_dir: Path) ->
     await peer.close()
 
 
+@pytest.mark.looptime
 async def test_unreachable_runtime_is_retried_until_stopped(tmp_path, short_dir) -> None:
-    daemon = make_daemon(tmp_path, short_dir / "absent.sock")
+    """On the loop's virtual clock: a minute of the stub's real backoff (0.5 s doubling)."""
+    stream = io.StringIO()
+    daemon = make_daemon(tmp_path, short_dir / "absent.sock", log_stream=stream)
     task = asyncio.get_running_loop().create_task(daemon.serve())
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(60)
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert sum(line["event"] == "NRI runtime not reachable" for line in lines) >= 5
     assert daemon.status is not None
     assert await _http(daemon.status.port, "/readyz") == (
         503,
@@ -272,26 +303,20 @@ async def test_failed_final_checkpoint_exits_non_zero(tmp_path: Path, short_dir:
     await peer.close()
 
 
-async def test_hostile_config_files_are_refused_and_the_old_one_kept(running, tmp_path):
-    daemon, peer = running
-    policy = daemon.plugin.policy  # type: ignore[union-attr]
-    registry = daemon.plugin.metrics.registry  # type: ignore[union-attr]
-
-    def refusals() -> float:
-        return registry.get_sample_value("nri_topology_errors_total", {"reason": "config"}) or 0
-
+@pytest.mark.looptime
+async def test_hostile_config_files_are_refused_and_the_old_one_kept(tmp_path, short_dir):
     hostile = [
         "policy: " + "[" * 30_000 + "]" * 30_000,
         "policy:\n  reserved_namespaces: [" + "9" * 5000 + "]\n",
         "a: &a [1]\nb: [*a, *a]\n",
         "# " + "x" * (2 << 20) + "\n",
     ]
-    for text in hostile:
-        before = refusals()
-        (tmp_path / "config.yaml").write_text(text)
-        async with asyncio.timeout(5):
-            while refusals() == before:
-                await asyncio.sleep(0.01)
-        assert not policy.options.colocate_pods and daemon.config.policy.colocate_pods is False
-    reply = await peer.create_container(pod(), ctr("a"))  # still serving
-    assert reply.adjust.linux.resources.cpu.cpus == "0"
+    async with serving(tmp_path, short_dir) as (daemon, peer):
+        policy = daemon.plugin.policy  # type: ignore[union-attr]
+        for text in hostile:
+            (tmp_path / "config.yaml").write_text(text)
+            await next_reload(daemon, "rejected")
+            assert not policy.options.colocate_pods and daemon.config.policy.colocate_pods is False
+        assert reloads(daemon, "applied") == 0
+        reply = await peer.create_container(pod(), ctr("a"))  # still serving
+        assert reply.adjust.linux.resources.cpu.cpus == "0"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from nri_topology.daemon.checkpoint import Checkpoint, decode
-from nri_topology.daemon.writer import CheckpointWriter
+from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 
 pytestmark = pytest.mark.looptime
 
@@ -51,21 +51,34 @@ class Recording(Checkpoint):
 
 
 class State:
-    """What the writer snapshots: a counter the test bumps as the daemon changes its state."""
+    """What the writer snapshots: a counter the test bumps as the daemon changes its state, and
+    one container entry per count, given to the writer as the entries changed since the last
+    snapshot (as the daemon gives the policy's)."""
 
     def __init__(self) -> None:
         self.n = 0
         self.lock = asyncio.Lock()
         self.failures = 0
         self.snapshotted = asyncio.Event()
+        self.reported = 0  # containers the last snapshot held
+        self.asked: list[bool] = []  # `whole` of each snapshot
 
-    def body(self) -> dict[str, Any]:
+    def body(self, whole: bool) -> Snapshot:
         assert self.lock.locked(), "snapshots are taken under the lock"
         self.snapshotted.set()
-        return self.expected()
+        self.asked.append(whole)
+        before, self.reported = self.reported, self.n
+        if whole:
+            return Snapshot(self.expected())
+        changed = {f"c{i}": self.entry(i) for i in range(before, self.n)}
+        changed.update({f"c{i}": None for i in range(self.n, before)})
+        return Snapshot({"n": self.n, "containers": {}}, changed)
+
+    def entry(self, i: int) -> dict[str, Any]:
+        return {"cpus": str(i)}
 
     def expected(self) -> dict[str, Any]:
-        return {"n": self.n, "containers": {f"c{i}": {"cpus": str(i)} for i in range(self.n)}}
+        return {"n": self.n, "containers": {f"c{i}": self.entry(i) for i in range(self.n)}}
 
     def failed(self) -> None:
         self.failures += 1
@@ -73,7 +86,10 @@ class State:
 
 def writer(tmp_path: Path, state: State, **timing: float) -> tuple[CheckpointWriter, Recording]:
     checkpoint = Recording(tmp_path / "state.json")
-    return CheckpointWriter(checkpoint, state.body, state.lock, state.failed, **timing), checkpoint
+    w = CheckpointWriter(
+        checkpoint, state.body, state.lock, state.failed, entries_at=("containers",), **timing
+    )
+    return w, checkpoint
 
 
 async def test_a_burst_of_changes_is_one_write_of_the_last_state(tmp_path: Path) -> None:
@@ -162,7 +178,9 @@ async def test_a_failed_write_is_counted_and_retried_without_a_new_change(tmp_pa
     blocker.write_text("")  # the state directory is a file: every write fails
     state = State()
     checkpoint = Recording(blocker / "state.json")
-    w = CheckpointWriter(checkpoint, state.body, state.lock, state.failed)  # retry_s 10 s
+    w = CheckpointWriter(
+        checkpoint, state.body, state.lock, state.failed, entries_at=("containers",)
+    )  # retry_s 10 s
     state.n = 4
     w.changed()
     await w.flush()
@@ -178,13 +196,14 @@ async def test_a_failing_snapshot_is_counted_and_retried(tmp_path: Path) -> None
     state = State()
     broken = [True]
 
-    def snapshot() -> dict[str, Any]:
+    def snapshot(whole: bool) -> Snapshot:
         if broken[0]:
+            state.body(whole)  # the changes are taken, then the snapshot fails
             raise ValueError("policy bug")
-        return state.body()
+        return state.body(whole)
 
     checkpoint = Recording(tmp_path / "state.json")
-    w = CheckpointWriter(checkpoint, snapshot, state.lock, state.failed)
+    w = CheckpointWriter(checkpoint, snapshot, state.lock, state.failed, entries_at=("containers",))
     state.n = 2
     w.changed()
     await w.flush()
@@ -195,4 +214,20 @@ async def test_a_failing_snapshot_is_counted_and_retried(tmp_path: Path) -> None
     assert checkpoint.written == []
     assert 10.05 <= await checkpoint.wait_written() - failed_at < 10.5
     assert checkpoint.written == [state.expected()]
+    assert state.asked == [True, True]  # after a failed snapshot, a whole one
     w.close()
+
+
+async def test_after_the_first_snapshot_only_changed_entries_are_asked_for(
+    tmp_path: Path,
+) -> None:
+    state = State()
+    w, checkpoint = writer(tmp_path, state)
+    for n in (5, 8, 3, 0, 2):
+        state.n = n
+        w.changed()
+        await w.flush()
+    assert state.asked == [True, False, False, False, False]
+    assert [b["containers"] for b in checkpoint.written] == [
+        {f"c{i}": state.entry(i) for i in range(n)} for n in (5, 8, 3, 0, 2)
+    ]

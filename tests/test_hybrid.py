@@ -219,7 +219,7 @@ def test_preferred_kind_first(desktop: Machine, steps: list[tuple[int, str]]) ->
             continue
         wanted, other = (P_CPUS, E_CPUS) if prio == "high" else (E_CPUS, P_CPUS)
         if got & other:
-            assert not (wanted - e.taken), f"{prio}: {cpuset.format(got)}"
+            assert not (wanted - e.exclusive_cpus), f"{prio}: {cpuset.format(got)}"
 
 
 def test_pools_with_free_preferred_cores_win(tmp_path: Path) -> None:
@@ -234,7 +234,7 @@ def test_pools_with_free_preferred_cores_win(tmp_path: Path) -> None:
     for cid, cpus in held:
         e.adopt(
             req(cid, CpuKind.EXCLUSIVE, exclusive=len(cpus)),
-            e.by_name[f"NUMA node #{m.cpus[min(cpus)].node}"],
+            e.pool_index(f"NUMA node #{m.cpus[min(cpus)].node}"),
             cpus,
             False,
             None,
@@ -256,7 +256,7 @@ def test_cpus_kept_for_shared_containers_are_of_the_other_kind(tmp_path: Path) -
     for prio, kept_kind in (("low", m.performance_cpus), ("high", m.efficiency_cpus)):
         e = Engine(m, OPTS)
         be = test_request.req(0, QoS.BEST_EFFORT, machine=m, options=OPTS)
-        e.place(dataclasses.replace(be, name="be"), hint=e.by_name["NUMA node #0"])
-        assert e.grants[be.container_id].pool == e.by_name["NUMA node #0"]
+        e.place(dataclasses.replace(be, name="be"), hint=e.pool_index("NUMA node #0"))
+        assert e.grants[be.container_id].pool == e.pool_index("NUMA node #0")
         got = e.place(pod(m, "g", 47, {f"prefer-cpu-priority.{D}": prio})).exclusive
         assert m.all_cpus - got <= kept_kind, prio

@@ -59,6 +59,7 @@ class Collect:
         self.lost.append(error)
 
 
+@pytest.mark.looptime
 async def test_attached_receiver_gets_queued_then_pushed_payloads(trunk) -> None:  # type: ignore[no-untyped-def]
     mux, _, peer = trunk
     one, two = mux.open(1), mux.open(2)

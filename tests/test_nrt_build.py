@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.models.meta_v1 import ObjectMeta
 
 from nri_topology.cli import main
-from nri_topology.nrt.build import hugepage_name, node_resource_topology
+from nri_topology.nrt.build import hugepage_name, node_name, node_resource_topology
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources
@@ -184,3 +185,19 @@ def test_shared_containers_charge_the_nodes_of_their_pool(tmp_path: Path) -> Non
     obj = node_resource_topology(machine, policy.node_capacity(), "n")
     available = [_milli(zone(obj, f"node-{n}")["cpu"]["available"]) for n in (0, 1)]
     assert sorted(available) == [2500, 4000]
+
+
+@pytest.mark.parametrize(
+    ("configured", "environ", "expected"),
+    [
+        ("From-Config", {"NODE_NAME": "env"}, "from-config"),
+        (None, {"NODE_NAME": " Worker-1 "}, "worker-1"),
+        (None, {"NODE_NAME": ""}, socket.gethostname().strip().lower()),
+        (None, {}, socket.gethostname().strip().lower()),
+    ],
+)
+def test_node_name_follows_the_kubelet(
+    configured: str | None, environ: dict[str, str], expected: str
+) -> None:
+    """Configured, else $NODE_NAME, else the host name; lower case as node names are."""
+    assert node_name(configured, environ) == expected

@@ -82,6 +82,7 @@ def make(api: ApiServer, tmp_path: Path) -> Callable[..., Publisher]:
     return make
 
 
+@pytest.mark.looptime
 async def test_applies_the_object_owned_by_the_node_and_coalesces_changes(
     api: ApiServer, make: Callable[..., Publisher]
 ) -> None:

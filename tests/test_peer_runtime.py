@@ -66,11 +66,16 @@ async def test_updates_during_more_chunks_are_fatal(monkeypatch: pytest.MonkeyPa
     assert peer.plugin is None
 
 
+@pytest.mark.looptime
 async def test_silent_plugin_times_out_registration() -> None:
-    peer = RuntimePeer(registration_timeout=0.1)
+    """On the loop's virtual clock, at the runtime's default registration timeout (5 s)."""
+    peer = RuntimePeer()
+    loop = asyncio.get_running_loop()
     runtime_end, plugin_end = socket.socketpair()
+    start = loop.time()
     with pytest.raises(PluginError, match="registration timed out"):
         await peer.attach(runtime_end)
+    assert 5.0 <= loop.time() - start < 5.1
     assert plugin_end.recv(16) == b""  # the runtime hung up
     plugin_end.close()
 
@@ -118,3 +123,77 @@ def test_go_reader_never_returns_wrong_messages(sizes: list[int], data: st.DataO
     else:
         assert got == messages
     assert got == messages[: len(got)]
+
+
+def _update(
+    cid: str, cpus: str = "", mems: str = "", may_fail: bool = False
+) -> api_pb2.ContainerUpdate:
+    update = api_pb2.ContainerUpdate(container_id=cid, ignore_failure=may_fail)
+    update.linux.resources.cpu.cpus = cpus
+    update.linux.resources.cpu.mems = mems
+    return update
+
+
+class _Replying(Plugin):
+    """Answers every CreateContainer and StopContainer with the same updates."""
+
+    def __init__(self, updates: list[api_pb2.ContainerUpdate]) -> None:
+        self.updates = updates
+
+    async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+        return None, self.updates
+
+    async def stop_container(self, pod, ctr):  # type: ignore[no-untyped-def]
+        return self.updates
+
+
+def _running() -> list[api_pb2.Container]:
+    """A node with one container, a; the runtime changes it as updates come."""
+    return [api_pb2.Container(id="a", pod_sandbox_id="pod0", name="a")]
+
+
+async def test_a_field_set_twice_in_one_reply_fails_the_request() -> None:
+    """As the Go adaptation: the second update of a's cpuset is a second owner of it."""
+    plugin = _Replying([_update("a", cpus="1"), _update("a", cpus="2")])
+    async with connected(plugin, RuntimePeer(containers=_running())) as (peer, _):
+        new = api_pb2.Container(id="new", pod_sandbox_id="pod0", name="new")
+        with pytest.raises(PluginError, match=r'both tried to set cpu\.cpus of "a"'):
+            await peer.create_container(api_pb2.PodSandbox(id="pod0"), new)
+        with pytest.raises(PluginError, match=r"both tried to set cpu\.cpus"):
+            await peer.stop_container(api_pb2.PodSandbox(id="pod0"), peer.containers["a"])
+        assert "new" not in peer.containers and peer.applied_updates == []
+
+
+async def test_updates_of_one_container_merge_unless_they_clash() -> None:
+    plugin = _Replying(
+        [
+            _update("a", cpus="1"),
+            _update("ghost", cpus="3"),  # not on the node: skipped
+            _update("a", mems="0"),
+            _update("a", cpus="2", may_fail=True),  # clashes, may fail: dropped
+        ]
+    )
+    async with connected(plugin, RuntimePeer(containers=_running())) as (peer, _):
+        new = api_pb2.Container(id="new", pod_sandbox_id="pod0", name="new")
+        await peer.create_container(api_pb2.PodSandbox(id="pod0"), new)
+        cpu = peer.containers["a"].linux.resources.cpu
+        assert (cpu.cpus, cpu.mems) == ("1", "0")
+        assert [u.container_id for u in peer.applied_updates] == ["a"]
+
+
+async def test_an_update_of_the_container_being_created_fails_it() -> None:
+    plugin = _Replying([_update("new", cpus="1")])
+    async with connected(plugin, RuntimePeer(containers=_running())) as (peer, _):
+        new = api_pb2.Container(id="new", pod_sandbox_id="pod0", name="new")
+        with pytest.raises(PluginError, match='asked update of "new" during creation'):
+            await peer.create_container(api_pb2.PodSandbox(id="pod0"), new)
+
+
+async def test_without_records_the_node_still_changes() -> None:
+    plugin = _Replying([_update("a", cpus="1")])
+    peer = RuntimePeer(containers=_running(), record=False)
+    async with connected(plugin, peer) as (peer, _):
+        new = api_pb2.Container(id="new", pod_sandbox_id="pod0", name="new")
+        await peer.create_container(api_pb2.PodSandbox(id="pod0"), new)
+        assert peer.containers["a"].linux.resources.cpu.cpus == "1" and "new" in peer.containers
+        assert peer.calls == [] and peer.applied_updates == []

@@ -41,7 +41,7 @@ def test_guaranteed_then_best_effort_runs_on_the_reserved_cpus(reserved: CpuAmou
     g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
     assert len(g.exclusive) == 19 and not g.degraded
     be = e.place(req("be", qos=QoS.BEST_EFFORT))
-    assert be.kind is CpuKind.RESERVED and be.placement.cpus == e.reserved_all
+    assert be.kind is CpuKind.RESERVED and be.placement.cpus == e.reserved_cpus
     assert be.degraded == (Degradation.RESERVED_CPUS,)
 
 
@@ -54,7 +54,7 @@ def test_best_effort_then_guaranteed_moves_the_best_effort_to_the_reserved_cpus(
     g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
     assert len(g.exclusive) == 19 and g.kind is CpuKind.EXCLUSIVE
     assert g.moved == ("be",)
-    assert [(u.container_id, u.placement.cpus) for u in g.updates] == [("be", e.reserved_all)]
+    assert [(u.container_id, u.placement.cpus) for u in g.updates] == [("be", e.reserved_cpus)]
     assert e.grants["be"].kind is CpuKind.RESERVED
 
 
@@ -69,7 +69,7 @@ def test_strict_reserved_cpus_keeps_them_for_reserved_containers() -> None:
     e.place(req("be", qos=QoS.BEST_EFFORT))
     g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
     assert g.kind is CpuKind.SHARED and g.degraded == (Degradation.SHARED_CPUS,)
-    assert g.placement.cpus is not None and not g.placement.cpus & e.reserved_all
+    assert g.placement.cpus is not None and not g.placement.cpus & e.reserved_cpus
 
 
 def test_on_unfit_refuse_and_required_isolation_refuse_instead_of_degrading() -> None:
@@ -306,22 +306,22 @@ def test_ordinary_and_isolated_cpus_together_when_neither_alone_holds_it(
     allocatable, admits 10 exclusive CPUs; they are granted as the ordinary ones that can be
     sliced (whole cores under full_pcpus_only) plus isolated ones."""
     e = _ordinary_left(Options(full_pcpus_only=whole_cores), 4)
-    sliceable = e.shared_cpus(0) - e.partial
+    sliceable = e.sliceable(0)
     ordinary = len(sliceable) - len(sliceable) % 2 if whole_cores else len(sliceable)
     assert 0 < ordinary < 10 and ordinary + 8 >= 10
     shared_before = [e.shared_cpus(p.index) for p in e.pools]
-    iso_before = list(e.ledger.free_iso)
+    iso_before = e.accounts().free_isolated
     d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=10))
     assert d.kind is CpuKind.EXCLUSIVE and len(d.exclusive) == 10
     assert len(d.exclusive - SERVER.isolated) == ordinary
     assert d.degraded == (Degradation.ISOLATED_MIXED,)
     assert d.placement.cpus == d.exclusive
-    assert len(e.ledger.free_iso[0]) == 8 - (10 - ordinary)
+    assert len(e.accounts().free_isolated[0]) == 8 - (10 - ordinary)
     if whole_cores:
         assert all(SERVER.cpus[c].threads <= d.exclusive for c in d.exclusive)
     e.release("x")
     assert [e.shared_cpus(p.index) for p in e.pools] == shared_before
-    assert e.ledger.free_iso == iso_before
+    assert e.accounts().free_isolated == iso_before
 
 
 def test_isolated_mixed_grant_is_adopted_after_a_restart() -> None:
@@ -374,7 +374,7 @@ def test_memory_limits_that_fit_nowhere_are_charged_what_fits() -> None:
     assert len(g.exclusive) == 2
     for cid in ("a", "b", "g"):
         e.release(cid)
-    assert not e.book.zones() and e.memory_requested == 0
+    assert not e.memory_charged() and e.accounts().memory_requested == 0
 
 
 def test_memory_requests_beyond_the_machine_are_refused() -> None:

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from nri_topology.policy import affinity, scoring
-from nri_topology.policy.engine import Engine, milli_to_shares
+from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.request import milli_to_shares
 from nri_topology.policy.types import CpuKind, Degradation, Outcome, PolicyError, QoS, Request
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
@@ -61,9 +62,9 @@ def cores_of(m: Machine, cpus: frozenset[int]) -> set[frozenset[int]]:
 def test_quantity_reservation_is_exact_to_the_milli_cpu() -> None:
     m = machines.load("desktop")
     e = Engine(m, Options(reserved_resources=CpuAmount(milli=750)))
-    assert e.reserved_capacity == 750
-    (cpu,) = e.reserved_all
-    assert e.partial == {cpu}
+    assert e.accounts().reserved_capacity == 750
+    (cpu,) = e.reserved_cpus
+    assert e.reserved_milli(frozenset({cpu})) == 750  # partly reserved
     # the unreserved 250m of the reserved CPU stay shared capacity
     assert e.capacity(0) == 1000 * 20 - 750
     assert cpu in e.shared_cpus(0)
@@ -77,7 +78,7 @@ def test_quantity_reservation_is_exact_to_the_milli_cpu() -> None:
 def test_reserved_cpu_list_leaves_shared_sets_and_is_never_sliced() -> None:
     m = machines.load("desktop")
     e = Engine(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0, 10}))))
-    assert e.reserved_capacity == 2000
+    assert e.accounts().reserved_capacity == 2000
     shared = e.place(req("s", shared=100))
     assert not shared.placement.cpus & {0, 10}
     big = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=17))
@@ -121,7 +122,7 @@ def test_shared_set_is_pool_minus_exclusive_isolated_and_reserved() -> None:
     m = machines.load("server")
     e = Engine(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0}))))
     d = e.place(req("s", shared=200))
-    pool = e.pools[e.by_name[d.pool]]
+    pool = e.pools[e.pool_index(d.pool)]
     assert d.placement.cpus == pool.cpus - m.isolated - {0}
 
 
@@ -156,7 +157,7 @@ def test_mixed_gets_exclusive_plus_the_pool_shared_cpus() -> None:
     m = machines.load("4-socket")
     e = Engine(m, Options())
     d = e.place(req("m", CpuKind.MIXED, exclusive=2, shared=500, qos=QoS.GUARANTEED))
-    pool = e.by_name[d.pool]
+    pool = e.pool_index(d.pool)
     assert d.placement.cpus == d.exclusive | e.shared_cpus(pool)
     assert d.placement.cpu_shares == milli_to_shares(2500)
 
@@ -356,10 +357,10 @@ def test_resize_in_place_keeps_cpus_and_failure_changes_nothing() -> None:
     assert shrunk.exclusive <= grown.exclusive
     moved = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
     assert moved.pool == "root" and moved.reason.startswith("moved")
-    before = (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.taken)
+    before = (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.exclusive_cpus)
     with pytest.raises(PolicyError):
         e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=400))
-    assert (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.taken) == before
+    assert (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.exclusive_cpus) == before
     same = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
     assert same.exclusive == moved.exclusive and same.updates == ()
 
@@ -416,7 +417,7 @@ def test_reference_worked_example_three_cpus_on_server() -> None:
     # reference section 2.6: 750m reserved on CPU 0; NUMA node #2 has the most sliceable CPUs
     # (with the reference's default tiers, DRAM and PMEM)
     e = Engine(machines.load("server"), Options())
-    assert e.reserved_all == {0}
+    assert e.reserved_cpus == {0}
     d = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=3, memory_tiers=frozenset({DRAM, PMEM})))
     assert d.pool == "NUMA node #2"
     assert d.placement.mems == {2, 5}

@@ -94,7 +94,7 @@ def test_kep3545_four_nodes_prefers_the_closest_pair_over_lower_ids() -> None:
 def test_kep3545_eight_nodes_fewest_then_closest() -> None:
     m = eight_nodes()
     e = Engine(m, Options(reserved_resources=NO_RESERVE))
-    pools = e.by_name
+    pools = {p.name: p.index for p in e.pools}
     for cid, node in (("a", 0), ("b", 2)):
         e.adopt(
             req(cid, CpuKind.EXCLUSIVE, exclusive=2),

@@ -21,7 +21,9 @@ _MEMBERS = sorted(
 def test_the_port_lists_the_calls_its_drivers_make() -> None:
     assert _MEMBERS == [
         "assignments",
+        "changes",
         "cold_start_done",
+        "container",
         "create",
         "node_capacity",
         "placements",

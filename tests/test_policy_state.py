@@ -34,16 +34,7 @@ GiB = 1 << 30
 
 def accounting(e: Engine) -> tuple[Any, ...]:
     """Everything the engine counts, for before/after comparisons."""
-    return (
-        tuple(e.shared_cpus(p.index) for p in e.pools),
-        tuple(e.ledger.free_iso),
-        tuple(e.shared_assigned(p.index) for p in e.pools),
-        tuple(e.ledger.sub_users),
-        e.taken,
-        e.reserved_granted,
-        dict(e.memory_charged()),
-        tuple(sorted(e.grants)),
-    )
+    return (e.accounts(), tuple(sorted(e.grants)))
 
 
 def check(
@@ -54,23 +45,25 @@ def check(
     for g in e.grants.values():
         assert not g.exclusive & seen, "CPU granted exclusively twice"
         seen |= g.exclusive
-    assert seen == e.taken
+    assert seen == e.exclusive_cpus
     for cid, g in e.grants.items():
         cpus = e.pin(g)
         assert runtime[cid][0] == cpus == g.cpus, f"{cid}: runtime view differs"
         if cpus is not None:
-            assert not cpus & (e.taken - g.exclusive), "exclusive CPU in another cpuset"
+            assert not cpus & (e.exclusive_cpus - g.exclusive), "exclusive CPU in another cpuset"
             if g.uses_shared or g.kind is CpuKind.RESERVED:
                 assert cpus, f"{cid}: empty shared cpuset"
         assert runtime[cid][1] == g.mems
+    accounts = e.accounts()
     for p in e.pools:
         i = p.index
         assert e.shared_assigned(i) <= e.capacity(i), f"{p.name}: shared capacity exceeded"
-        if e.ledger.sub_users[i]:
+        if accounts.sub_users[i]:
             assert e.shared_cpus(i), f"{p.name}: hosts shared containers without a shared CPU"
-    assert e.reserved_granted <= e.reserved_capacity
-    for zone in e.book.zones():
-        assert e.book.used(zone) <= e.book.capacity(zone), f"memory zone {sorted(zone)} over"
+    assert accounts.reserved_granted <= accounts.reserved_capacity
+    for zone in accounts.memory:
+        used = sum(charged for z, charged in accounts.memory.items() if z <= zone)
+        assert used <= e.memory_capacity(zone), f"memory zone {sorted(zone)} over"
 
 
 def apply(runtime: dict, updates: tuple[Update, ...]) -> None:

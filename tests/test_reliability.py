@@ -26,10 +26,9 @@ from nri_topology.daemon import checkpoint as checkpoint_module
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri.stub import Stub
-from nri_topology.policy.engine import milli_to_shares
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.request import shares_to_milli
+from nri_topology.policy.request import milli_to_shares, shares_to_milli
 from nri_topology.policy.types import QoS
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
@@ -162,3 +161,35 @@ async def test_full_disk_keeps_serving_and_recovers(
         saved = Checkpoint(state).load().body
         assert saved is not None and saved["policy"] == plugin.policy.snapshot()
         assert len(saved["policy"]) > 0 and not plugin.checkpoint.failing
+
+
+async def test_the_file_is_the_policys_whole_snapshot_after_each_kind_of_change(
+    machine: Machine, tmp_path: Path
+) -> None:
+    """The checkpoint writer gets only the entries the policy reports changed: placements,
+    releases (moving shared containers) and a resize each reach the file that way."""
+    path = tmp_path / "state.json"
+    plugin = _plugin(machine, path)
+
+    async def saved_is_whole() -> None:
+        await plugin.flush()
+        body = Checkpoint(path).load().body
+        assert body is not None and body["policy"] == plugin.policy.snapshot()
+
+    async with connected(plugin, RuntimePeer()) as (peer, _):
+        pairs = [nri_pair(f"c{i:02}", spec) for i, spec in enumerate(_specs(40))]
+        for pod, ctr in pairs:
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        await saved_is_whole()
+        for pod, ctr in pairs[::4]:
+            await peer.stop_container(pod, ctr)
+            await peer.remove_container(pod, ctr)
+        await saved_is_whole()
+        pod, ctr = pairs[1]
+        resources = type(ctr.linux.resources)()
+        resources.CopyFrom(ctr.linux.resources)
+        resources.cpu.shares.value = milli_to_shares(2000)
+        await peer.update_container(pod, ctr, resources)
+        await saved_is_whole()
+        assert len(plugin.policy.snapshot()["containers"]) == 30

@@ -6,68 +6,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from nri_topology.policy.types import HintSource, QoS, Resources, TopologyHint
 from nri_topology.simulate.workload import (
     ContainerSpec,
     WorkloadError,
     bundled_workload_names,
-    cgroup_parent,
-    cpu_quota,
-    cpu_shares,
     create_containers,
     load_bundled_workload,
     load_workload,
-    oom_score_adj,
     parse_workload,
     qos_class,
     resized,
 )
-
-
-@pytest.mark.parametrize(
-    ("milli", "shares"),
-    [
-        (None, 2),
-        (0, 2),
-        (1, 2),
-        (100, 102),
-        (250, 256),
-        (1000, 1024),
-        (2500, 2560),
-        (10**6, 262144),
-    ],
-)
-def test_cpu_shares_as_kubelet(milli: int | None, shares: int) -> None:
-    assert cpu_shares(milli) == shares
-
-
-@given(st.integers(3, 256_000))
-def test_shares_give_back_the_request_within_a_milli_cpu(milli: int) -> None:
-    """The policy recovers requests as round(shares*1000/1024); the loss stays under 1m."""
-    assert abs(round(cpu_shares(milli) * 1000 / 1024) - milli) <= 1
-
-
-@pytest.mark.parametrize(("milli", "quota"), [(2000, 200000), (500, 50000), (1, 1000)])
-def test_cpu_quota_as_kubelet(milli: int, quota: int) -> None:
-    assert cpu_quota(milli) == quota
-
-
-@pytest.mark.parametrize(
-    ("qos", "memory_request", "adj"),
-    [
-        (QoS.GUARANTEED, 1 << 30, -997),
-        (QoS.BEST_EFFORT, None, 1000),
-        (QoS.BURSTABLE, None, 1000),
-        (QoS.BURSTABLE, 1 << 30, 1000 - 1000 // 64),
-        (QoS.BURSTABLE, 64 << 30, 3),
-        (QoS.BURSTABLE, 1, 999),
-    ],
-)
-def test_oom_score_adj_as_kubelet(qos: QoS, memory_request: int | None, adj: int) -> None:
-    assert oom_score_adj(qos, memory_request, 64 << 30) == adj
 
 
 @pytest.mark.parametrize(
@@ -88,18 +39,6 @@ def test_oom_score_adj_as_kubelet(qos: QoS, memory_request: int | None, adj: int
 def test_qos_class_as_kubernetes(containers: list[dict[str, Any]], qos: QoS) -> None:
     specs = [ContainerSpec.model_validate({"name": f"c{i}", **c}) for i, c in enumerate(containers)]
     assert qos_class(specs) is qos
-
-
-@pytest.mark.parametrize(
-    ("qos", "parent"),
-    [
-        (QoS.GUARANTEED, "/kubepods/podU"),
-        (QoS.BURSTABLE, "/kubepods/burstable/podU"),
-        (QoS.BEST_EFFORT, "/kubepods/besteffort/podU"),
-    ],
-)
-def test_cgroup_parent_carries_the_qos(qos: QoS, parent: str) -> None:
-    assert cgroup_parent(qos, "U") == parent
 
 
 def _one(steps: list[dict[str, Any]]) -> dict[str, Any]:
@@ -141,8 +80,16 @@ def test_best_effort_has_no_limits() -> None:
     assert wl.steps[0].create is not None
     (rc,) = create_containers(wl.steps[0].create, step=1, memory_capacity=1 << 30)
     assert rc.pod.cgroup_parent.startswith("/kubepods/besteffort/")
-    assert rc.info.resources == Resources(cpu_shares=2)
+    assert rc.info.resources == Resources(cpu_shares=2, cpu_period=100000)  # the kubelet's period
     assert rc.info.oom_score_adj == 1000
+
+
+def test_burstable_without_a_memory_request_ranks_below_best_effort() -> None:
+    step = {"create": {"pod": "b", "containers": [{"name": "c", "requests": {"cpu": "250m"}}]}}
+    wl = parse_workload(_one([step]))
+    assert wl.steps[0].create is not None
+    (rc,) = create_containers(wl.steps[0].create, step=1, memory_capacity=1 << 30)
+    assert rc.qos is QoS.BURSTABLE and rc.info.oom_score_adj == 999
 
 
 def test_resize_replaces_only_the_given_values() -> None:

@@ -167,6 +167,7 @@ async def _until(predicate, timeout: float = 5.0) -> None:  # type: ignore[no-un
             await asyncio.sleep(0.005)
 
 
+@pytest.mark.looptime
 async def test_runtime_rejects_unknown_event_bits() -> None:
     class Greedy(Plugin):
         async def configure(self, req):  # type: ignore[no-untyped-def]
@@ -276,6 +277,7 @@ async def test_go_reader_queue_overflows_on_a_flood_of_tiny_frames(
         assert "failed to queue payload for reading" in peer.errors
 
 
+@pytest.mark.looptime
 async def test_64_concurrent_requests() -> None:
     class Jittery(Plugin):
         async def create_container(self, pod, ctr):  # type: ignore[no-untyped-def]
@@ -362,9 +364,13 @@ async def test_update_containers_while_events_flow() -> None:
         await s.update_containers([cpus_update("ctr0", "1")])
 
 
+@pytest.mark.looptime
 async def test_runtime_restart_reconnects_and_resyncs() -> None:
+    """On the loop's virtual clock, at the stub's real backoff (0.5 s doubling; no jitter here)."""
     plugin = Recorder()
+    loop = asyncio.get_running_loop()
     delays: list[str] = []
+    down: list[float] = []
     first = RuntimePeer(containers=[ctr(0)])
     with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
         path = os.path.join(tmp, "nri.sock")
@@ -375,20 +381,22 @@ async def test_runtime_restart_reconnects_and_resyncs() -> None:
             "42",
             path,
             environ={},
-            backoff_initial=0.02,
             jitter=lambda: 0.0,
             on_connect=lambda: delays.append("up"),
-            on_disconnect=lambda error: delays.append("down"),
+            on_disconnect=lambda error: (delays.append("down"), down.append(loop.time())),
         )
         task = asyncio.create_task(s.run())
         await first.wait_plugin()
-        await first.close()  # runtime goes away; its socket file stays behind
-        await _until(lambda: not s.registered)
-        assert s.backoff(0) == 0.01 and s.backoff(3) == 0.08  # jitter 0: half the base
-        await asyncio.sleep(0.05)  # a few failed connection attempts
+        assert s.backoff(0) == 0.25 and s.backoff(3) == 2.0  # jitter 0: half the base
+        with structlog.testing.capture_logs() as logged:
+            await first.close()  # runtime goes away; its socket file stays behind
+            await asyncio.sleep(3)
+        retries = [e["retry_in"] for e in logged if e["event"] == "NRI runtime not reachable"]
+        assert retries == [0.25, 0.5, 1.0, 2.0]  # tried at 0.25, 0.5, 1 and 2 s after the loss
         second = RuntimePeer(containers=[ctr(0), ctr(1), ctr(2)])
         await second.listen(path)
         await second.wait_plugin()
+        assert 4.0 <= loop.time() - down[0] < 4.1  # the next attempt, 2 s after the last
         assert plugin.synced == [(0, 1), (0, 3)]
         assert len(second.registrations) == 1
         await second.create_container(pod(), ctr(3))

@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from nri_topology.bounded_read import TooLarge, read_bounded
 from nri_topology.config.schema import Config
 
 DEFAULT_PATH = Path("/etc/nri-topology/config.yaml")
@@ -230,7 +231,9 @@ def read_config(path: Path | None = None) -> Loaded:
     """Load `path` (default: DEFAULT_PATH); a missing file is fine only at the default path."""
     path = DEFAULT_PATH if path is None else Path(path)
     try:
-        text = read_bounded(path).decode("utf-8")
+        text = read_bounded(path, MAX_CONFIG_BYTES).decode("utf-8")
+    except TooLarge as e:
+        raise ConfigError([f"{path}: refused: larger than the limit of {e.limit} bytes"]) from None
     except FileNotFoundError:
         if path == DEFAULT_PATH:
             return Loaded(Config(), (f"{path}: no configuration file, using the defaults",))
@@ -242,15 +245,6 @@ def read_config(path: Path | None = None) -> Loaded:
     if not text.strip():
         return Loaded(Config(), (f"{path}: empty, using the defaults",))
     return Loaded(parse_config(text, str(path)))
-
-
-def read_bounded(path: Path, limit: int = MAX_CONFIG_BYTES) -> bytes:
-    """The file's bytes; ConfigError when it holds more than `limit` (the rest is not read)."""
-    with path.open("rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise ConfigError([f"{path}: refused: larger than the limit of {limit} bytes"])
-    return data
 
 
 def load_config(path: Path | None = None) -> Config:

@@ -26,6 +26,8 @@ from typing import Any
 
 import structlog
 
+from nri_topology.bounded_read import TooLarge, read_bounded
+
 FORMAT = "nri-topology-checkpoint"
 VERSION = 1
 MAX_BYTES = 64 << 20  # about 200 bytes per container: room for hundreds of thousands
@@ -68,109 +70,86 @@ def _document(body_text: bytes) -> bytes:
 
 
 _Steps = Generator[None, None, bytes]
-_Walk = Generator[None, None, None]
-_Member = tuple[Any, Any, bytes]  # a value, its shape and the text `"key":value`
-_FRESH_COST = 12  # encoding a value anew takes about as long as reusing a dozen texts
 
 
 class Encoder:
-    """`encode` for a body that changes a little at a time, re-encoding only what changed.
+    """`encode` for a body with one large map (at `path`) whose entries change a few at a time.
 
-    Objects nested less than `depth` deep are walked key by key; each value at `depth` (in the
-    daemon's body, one container's entry) is encoded once and its text reused while an equal
-    value of the same types sits at the same path (Python's equality alone would take 1, 1.0 and
-    True for one value; JSON writes them differently).
+    In the daemon's body the map is the policy's containers. Each entry is encoded when its owner
+    names it changed, and its text kept; the rest of the body, small, is encoded whole each time.
+    Nothing is compared: the owner names every entry it changed (`Policy.changes`), and a caller
+    that lost track (a failed encoding) passes the whole map again.
 
     Encoding the whole body in one call held the GIL long enough at 1000 containers to stall
     CreateContainer replies; `steps` does the work in slices the event loop can interleave.
     """
 
-    def __init__(self, depth: int = 3, batch: int = 100) -> None:
-        self._depth = depth
-        self._batch = batch  # work between two yields: a reused text costs 1, a new one more
-        # For each walked object (by its path): its keys' values and their texts.
-        self._cache: dict[tuple[str, ...], dict[str, _Member]] = {}
-        self._fresh: dict[tuple[str, ...], dict[str, _Member]] = {}
-        self._budget = batch
+    def __init__(self, path: tuple[str, ...] = (), batch: int = 100) -> None:
+        self._path = path
+        self._batch = batch  # entries encoded between two yields
+        self._texts: dict[str, bytes] = {}  # per entry of the map: `"key":value`
 
-    def encode(self, body: Mapping[str, Any]) -> bytes:
-        steps = self.steps(body)
+    def encode(self, body: Mapping[str, Any], changed: Mapping[str, Any] | None = None) -> bytes:
+        steps = self.steps(body, changed)
         while True:
             try:
                 next(steps)
             except StopIteration as done:
                 return done.value
 
-    def steps(self, body: Mapping[str, Any]) -> _Steps:
-        """A generator that yields between slices of work and returns the file content."""
-        self._fresh = {}
-        self._budget = self._batch
-        out: list[bytes] = []
-        if isinstance(body, dict) and _str_keys(body) and self._depth > 0:
-            yield from self._walk(body, (), out)
-        else:
-            out.append(canonical_text(body))
-        yield
-        self._cache, self._fresh = self._fresh, {}  # what left the body leaves the cache
-        yield  # freeing the previous body's values takes a slice of its own
-        return _document(b"".join(out))
+    def steps(self, body: Mapping[str, Any], changed: Mapping[str, Any] | None = None) -> _Steps:
+        """A generator that yields between slices of work and returns the file content.
 
-    def _walk(self, obj: dict[str, Any], path: tuple[str, ...], out: list[bytes]) -> _Walk:
-        """Append the text of `obj`, walking into objects above `depth`, reusing texts below."""
-        old = self._cache.get(path, {})
-        new: dict[str, _Member] = {}
-        self._fresh[path] = new
-        deeper = len(path) + 1 < self._depth
-        members: list[bytes] = []
-        for key in sorted(obj):
-            value = obj[key]
-            if deeper and isinstance(value, dict) and _str_keys(value):
-                inner: list[bytes] = [canonical_text(key), b":"]
-                yield from self._walk(value, (*path, key), inner)
-                members.append(b"".join(inner))
+        `changed` holds the entries changed since the last call, None for one removed; the map at
+        `path` in `body` is then left unread. When `changed` is None, that map is every entry.
+        """
+        if not self._path:
+            yield
+            return encode(body)
+        if changed is None:
+            self._texts = {}
+            changed = _at(body, self._path)
+        texts = self._texts
+        budget = self._batch
+        for key, value in changed.items():
+            if value is None:
+                texts.pop(key, None)
                 continue
-            shape = _shape(value)
-            cached = old.get(key)
-            if cached is not None and cached[0] == value and cached[1] == shape:
-                member = cached[2]
-                self._budget -= 1
-            else:
-                member = canonical_text(key) + b":" + canonical_text(value)
-                self._budget -= _FRESH_COST
-            if self._budget <= 0:
-                self._budget = self._batch
+            texts[key] = canonical_text(key) + b":" + canonical_text(value)
+            budget -= 1
+            if budget <= 0:
+                budget = self._batch
                 yield
-            new[key] = (value, shape, member)
-            members.append(member)
-        out.append(b"{" + b",".join(members) + b"}")
+        entries = b"{" + b",".join([texts[k] for k in sorted(texts)]) + b"}"
+        yield
+        return _document(_spliced(body, self._path, entries))
+
+
+def _at(body: Mapping[str, Any], path: tuple[str, ...]) -> Mapping[str, Any]:
+    value: Any = body
+    for key in path:
+        value = value[key]
+    return value
+
+
+def _spliced(value: Mapping[str, Any], path: tuple[str, ...], text: bytes) -> bytes:
+    """The canonical text of `value` with `text` in place of the value at `path` (added when
+    missing)."""
+    members = []
+    for key in sorted({*value, path[0]}):
+        if key != path[0]:
+            inner = canonical_text(value[key])
+        elif len(path) > 1:
+            inner = _spliced(value.get(key, {}), path[1:], text)
+        else:
+            inner = text
+        members.append(canonical_text(key) + b":" + inner)
+    return b"{" + b",".join(members) + b"}"
 
 
 def canonical_text(value: Any) -> bytes:
     """One value as `canonical` encodes it."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
-
-
-def _shape(value: Any) -> Any:
-    """The keys and types inside `value`, so that values equal to Python but not in JSON
-    (1, 1.0, True) differ. Equal dicts listing their keys in another order differ too: that
-    only costs a text encoded anew, never a wrong one."""
-    kind = type(value)
-    if kind is dict:
-        keys: tuple[Any, ...] = tuple(value)
-        value = value.values()
-    elif kind is list:
-        keys = ()
-    else:
-        return kind
-    types = tuple(map(type, value))
-    if dict in types or list in types:
-        return kind, keys, tuple(map(_shape, value))
-    return kind, keys, types
-
-
-def _str_keys(value: dict[Any, Any]) -> bool:
-    """Only string keys are walked; others go whole to json, which converts and checks them."""
-    return all(type(k) is str for k in value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,8 +210,9 @@ class Checkpoint:
         No file at all is what a fresh install has: said at info level, as nothing is wrong.
         """
         try:
-            with self.path.open("rb") as f:
-                data = f.read(MAX_BYTES + 1)  # a larger file is refused unread past the limit
+            data = read_bounded(self.path, MAX_BYTES)
+        except TooLarge as exc:
+            loaded = decode(exc.head)  # refused there, with the size
         except FileNotFoundError:
             _log.info("no checkpoint yet, building the state from the runtime", path=str(self.path))
             return Loaded(None, "no checkpoint file")

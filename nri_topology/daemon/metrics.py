@@ -33,8 +33,8 @@ PREFIX = "nri_topology"
 
 _log = structlog.get_logger("nri_topology.metrics")
 
-# A decision usually takes tens to hundreds of microseconds, a Synchronize of hundreds of
-# containers tens of milliseconds; the runtime gives up after 2 s.
+# From well under a decision's usual time (benchmarks/README.md) up to a large Synchronize;
+# the runtime gives up after 2 s.
 LATENCY_BUCKETS = (
     0.000025, 0.00005, 0.0001, 0.00025, 0.0005,
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,

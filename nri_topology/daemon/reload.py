@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from nri_topology.bounded_read import TooLarge, read_bounded
 from nri_topology.daemon.metrics import Metrics
 
 T = TypeVar("T")
@@ -62,18 +63,19 @@ class Reloader(Generic[T]):
     async def reload(self, why: str, force: bool = True) -> bool:
         """Re-read and apply the file; False when it was refused or unchanged (unless `force`)."""
         async with self._lock:
+            too_large: TooLarge | None = None
             try:
-                with self.path.open("rb") as f:
-                    data = f.read(self._max_bytes + 1)
+                data = read_bounded(self.path, self._max_bytes)
+            except TooLarge as exc:
+                data, too_large = exc.head, exc
             except OSError as exc:
                 return self._refuse(why, f"cannot read {self.path}: {exc.strerror or exc}")
             digest = hashlib.sha256(data).hexdigest()
             if not force and digest == self._digest:
                 return False
             self._digest = digest
-            if len(data) > self._max_bytes:
-                limit = self._max_bytes
-                return self._refuse(why, f"{self.path}: larger than the limit of {limit} bytes")
+            if too_large is not None:
+                return self._refuse(why, str(too_large))
             return await self._apply_bytes(data, why)
 
     async def _apply_bytes(self, data: bytes, why: str) -> bool:

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import os
 import signal
-import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.daemon.verify import cgroup_root
 from nri_topology.nri.stub import Stub, StubError
-from nri_topology.nrt.build import node_resource_topology
+from nri_topology.nrt.build import node_name, node_resource_topology
 from nri_topology.nrt.cluster import in_cluster, wanted
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import PolicyError
@@ -144,14 +143,12 @@ class Daemon:
         log_stream: IO[str] | None = None,
         policy_factory: PolicyFactory = _default_policy,
         environ: dict[str, str] | None = None,
-        reload_interval: float = 2.0,
     ) -> None:
         self.config_path = config_path
         self.overrides = overrides
         self._log_stream = log_stream
         self._policy_factory = policy_factory
         self._environ = environ
-        self._reload_interval = reload_interval
         self.config = Config()
         self.plugin: TopologyPlugin | None = None
         self.machine: Machine | None = None
@@ -352,7 +349,7 @@ class Daemon:
             raise StartupError(f"cannot publish NodeResourceTopology: {exc}") from None
         plugin = self.plugin
         assert plugin is not None
-        name = nrt.node_name or self.node_name().lower()  # node names are lower case
+        name = self.node_name()
 
         def build() -> dict[str, Any]:
             return node_resource_topology(
@@ -376,9 +373,8 @@ class Daemon:
         return publisher
 
     def node_name(self) -> str:
-        """The Kubernetes node name when the DaemonSet gives it (NODE_NAME), else the host's."""
-        environ = os.environ if self._environ is None else self._environ
-        return environ.get("NODE_NAME") or socket.gethostname()
+        """The Kubernetes node name (`nrt.build.node_name`)."""
+        return node_name(self.config.nrt.node_name, self._environ)
 
     def _reloader(self) -> Reloader[Config] | None:
         path = self.config_path or DEFAULT_PATH  # read_config fell back to it as well
@@ -391,7 +387,6 @@ class Daemon:
             self.apply,
             (ConfigError, PolicyError),
             self.plugin.metrics,
-            interval=self._reload_interval,
             max_bytes=MAX_CONFIG_BYTES,
         )
 

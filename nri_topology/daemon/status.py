@@ -19,7 +19,7 @@ from nri_topology.daemon.plugin import Explained, TopologyPlugin
 from nri_topology.policy.types import qualified_name
 from nri_topology.policy.views import PoolView
 from nri_topology.simulate import render_json, render_svg, render_text
-from nri_topology.simulate.runner import Assignment
+from nri_topology.simulate.runner import NodeAssignment
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -39,20 +39,20 @@ class LiveNode:
 
     machine: Machine
     machine_name: str
-    assignments: Mapping[str, Assignment]  # by namespace/pod/container
+    assignments: Mapping[str, NodeAssignment]  # by namespace/pod/container
     pools: tuple[PoolView, ...]
     container_ids: Mapping[str, str]  # namespace/pod/container -> runtime container id
 
 
 def live_node(machine: Machine, name: str, plugin: TopologyPlugin) -> LiveNode:
-    assignments: dict[str, Assignment] = {}
+    assignments: dict[str, NodeAssignment] = {}
     ids: dict[str, str] = {}
     for a in plugin.policy.assignments().values():
         shown = qualified_name(a.namespace, a.pod_name, a.name)
         if shown in assignments:  # the same name twice (a restart in flight): keep both apart
             shown = f"{shown}@{a.container_id[:12]}"
         ids[shown] = a.container_id
-        assignments[shown] = Assignment(
+        assignments[shown] = NodeAssignment(
             id=shown,
             namespace=a.namespace,
             pod=a.pod_name,
@@ -153,7 +153,7 @@ def _set(ids: frozenset[int] | None) -> str:
     return "(left as the runtime set it)" if ids is None else (cpuset.format(ids) or "-")
 
 
-def _explained_text(a: Assignment, cid: str, e: Explained | None) -> list[str]:
+def _explained_text(a: NodeAssignment, cid: str, e: Explained | None) -> list[str]:
     lines = [
         f"{a.id} (container {cid})",
         f"  now: pool {a.pool}, {a.kind.value}, cpus {_set(a.cpus)}, mems {_set(a.mems)}"
@@ -181,7 +181,7 @@ def _explained_text(a: Assignment, cid: str, e: Explained | None) -> list[str]:
     return lines
 
 
-def _explained_doc(a: Assignment, cid: str, e: Explained | None) -> dict[str, Any]:
+def _explained_doc(a: NodeAssignment, cid: str, e: Explained | None) -> dict[str, Any]:
     doc = {"id": a.id, "container_id": cid, "pool": a.pool, "kind": a.kind.value}
     doc |= {
         "cpus": None if a.cpus is None else cpuset.format(a.cpus),

@@ -7,6 +7,10 @@ change is `max_delay_s` old, so a busy node still saves), takes the lock briefly
 snapshot, encodes it in slices the event loop interleaves with requests (`Encoder`), and writes
 the file in a thread. `flush` writes at once; the daemon calls it on shutdown.
 
+A snapshot need not hold every entry of the body's large map (`entries_at`): it may give only
+the entries changed since the previous one (`Snapshot.changed`), which the encoder keeps the text
+of. The first snapshot, and the next one after a snapshot or its encoding failed, is asked whole.
+
 A crash loses at most the last `max_delay_s` of changes from the file, never a placement: the
 runtime's Synchronize reports every container with its cpuset, and the policy adopts containers
 missing from the checkpoint from those cpusets.
@@ -17,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -26,16 +31,30 @@ from nri_topology.daemon.checkpoint import Checkpoint, Encoder
 _log = structlog.get_logger("nri_topology.checkpoint")
 
 
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The body to save; `changed`: the entries of its map changed since the previous snapshot
+    (None for one removed), the map in `body` then left unread; None: `body` is complete."""
+
+    body: Mapping[str, Any]
+    changed: Mapping[str, Any] | None = None
+
+
 class CheckpointWriter:
-    """Saves `snapshot()` (taken under `lock`) to `checkpoint` some time after `changed()`."""
+    """Saves `snapshot(whole)` (taken under `lock`) to `checkpoint` some time after `changed()`.
+
+    `whole` asks for a complete body; otherwise the snapshot may give only the entries of the map
+    at `entries_at` that changed since the previous call.
+    """
 
     def __init__(
         self,
         checkpoint: Checkpoint,
-        snapshot: Callable[[], Mapping[str, Any]],
+        snapshot: Callable[[bool], Snapshot],
         lock: asyncio.Lock,
         on_failure: Callable[[], None],
         *,
+        entries_at: tuple[str, ...] = (),
         quiet_s: float = 0.05,
         max_delay_s: float = 1.0,
         retry_s: float = 10.0,
@@ -51,7 +70,8 @@ class CheckpointWriter:
         # The event loop's clock by default: the one its timers wait on, so quiet periods and
         # the waits for them agree (and tests can run both on a virtual clock).
         self._clock = clock or _loop_time
-        self._encoder = Encoder()
+        self._encoder = Encoder(entries_at)
+        self._whole = True  # the encoder's entries are not known to be current
         self._dirty_since: float | None = None  # first change not in a snapshot yet
         self._last_change = 0.0
         self._flushing = 0  # flushes waiting: no quiet period while any does
@@ -107,12 +127,14 @@ class CheckpointWriter:
     async def _encoded_snapshot(self) -> bytes:
         async with self._lock:
             self._dirty_since = None
-            body = self._snapshot()
-        steps = self._encoder.steps(body)
+            whole, self._whole = self._whole, True  # again, unless this one is encoded
+            snapshot = self._snapshot(whole)
+        steps = self._encoder.steps(snapshot.body, None if whole else snapshot.changed)
         while True:
             try:
                 next(steps)
             except StopIteration as done:
+                self._whole = False
                 return done.value
             await asyncio.sleep(0)  # let requests in between slices of encoding
 

@@ -45,10 +45,12 @@ POLICIES = ("none", "best-effort", "restricted", "single-numa-node")
 SCOPES = ("container", "pod")
 
 
-def node_name(configured: str | None = None) -> str:
+def node_name(configured: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """The node's name: configured, else $NODE_NAME (the DaemonSet sets it from spec.nodeName),
-    else the host name (which is what the kubelet registers by default)."""
-    return configured or os.environ.get("NODE_NAME") or socket.gethostname().lower()
+    else the host name (which the kubelet registers by default); trimmed and lower-cased as the
+    kubelet does, since node names are lower-case DNS subdomains."""
+    environ = os.environ if environ is None else environ
+    return (configured or environ.get("NODE_NAME") or socket.gethostname()).strip().lower()
 
 
 def hugepage_name(size_kb: int) -> str:

@@ -25,8 +25,8 @@ from yaml.resolver import Resolver
 
 # Our deepest annotation (affinity: map, list, rule, expression, values) nests 5 levels.
 MAX_DEPTH = 16
-# Values (scalars, maps and lists) in one YAML document: parsing costs about a microsecond each,
-# and the largest affinity the other limits allow for one container holds about 450.
+# Values (scalars, maps and lists) in one YAML document: parsing time grows with their number
+# (benchmarks/README.md), and the largest affinity the other limits allow holds about 450.
 MAX_NODES = 1024
 # Longer than any amount or weight a pod needs, far below the 4300 digits Python refuses.
 MAX_NUMBER_CHARS = 32

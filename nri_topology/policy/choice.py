@@ -12,16 +12,28 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
 
-from nri_topology.policy import scoring
+from nri_topology.policy import numasets, scoring
 from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.pools import Pool
-from nri_topology.policy.types import CHOSEN, CpuKind, Outcome, PoolScore, Request, Verdict
+from nri_topology.policy.types import (
+    CHOSEN,
+    EXCLUSIVE_KINDS,
+    CpuKind,
+    Outcome,
+    PoolScore,
+    QoS,
+    Request,
+    Verdict,
+)
 from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier
+
+if TYPE_CHECKING:
+    from nri_topology.policy.shaping import Shaper
 
 T = TypeVar("T")
 
@@ -112,6 +124,95 @@ def not_single_numa(pool: Pool, relaxed: bool) -> str | None:
     if relaxed:
         return "single-numa-node: memory does not fit in the pool's NUMA node"
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Board:
+    """What the pool choice reads for every request, fixed for one engine (the ledger and the
+    shaper change inside, through the engine's operations only)."""
+
+    machine: Machine
+    pools: tuple[Pool, ...]
+    ledger: Ledger
+    shaper: Shaper
+    numa: tuple[tuple[int, float], ...]  # per pool: its CPUs' NUMA nodes, their mean distance
+    pool_tiers: tuple[frozenset[MemoryTier], ...]
+    pack: bool  # shared_placement "pack": pools already hosting shared containers first
+
+
+# The memory zone of a pool for (pool, tiers, bytes, widen, squeeze): (zone, relaxed), or
+# LookupError when none holds it (`Zones.zone`).
+ZoneOf = Callable[[int, frozenset[MemoryTier], int, bool, bool], tuple[frozenset[int], bool]]
+
+
+def options(
+    req: Request,
+    board: Board,
+    tiers: frozenset[MemoryTier],
+    size: int,
+    weights: Sequence[float],
+    zone_of: ZoneOf,
+    *,
+    widen: bool,
+    squeeze: bool,
+) -> tuple[list[Option], list[PoolScore]]:
+    """The pools that can hold the request, each scored (`scoring.Candidate`) with the memory
+    zone it would get, and the others with why they cannot (in pool order)."""
+    uses_exclusive = req.kind in EXCLUSIVE_KINDS
+    shaper, ledger = board.shaper, board.ledger
+    spans = shaper.spans(req)
+    preferred = shaper.preferred(req) if uses_exclusive else frozenset()
+    options: list[Option] = []
+    unfit_pools: list[PoolScore] = []
+    pack = board.pack
+    strict_hints = req.strict_hints and bool(req.hint_nodes)
+    for p in board.pools:
+        reason = unfit(req, p, ledger, uses_exclusive)
+        if reason is None and strict_hints:
+            reason = hints_problem(req, p)
+        if reason is None:
+            try:
+                zone, relaxed = zone_of(p.index, tiers, size, widen, squeeze)
+            except LookupError as e:
+                reason = f"memory: {e}"
+            else:
+                if relaxed and strict_hints:
+                    reason = "strict topology hints: memory would widen beyond the pool"
+        if reason is None and req.single_numa:
+            reason = not_single_numa(p, relaxed)
+        if reason is not None:
+            unfit_pools.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
+            continue
+        iso_short = req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p.index]) < req.exclusive
+        span = shaper.span(req, p) if spans else ()
+        n_nodes, dist = board.numa[p.index]
+        k = req.exclusive
+        if span:
+            n_nodes, dist = len(span), numasets.average_distance(board.machine, span)
+        alloc = ledger.allocatable(p.index)
+        cand = scoring.Candidate(
+            pool=p,
+            affinity=weights[p.index],
+            hint_miss=len(req.hint_nodes - p.cpu_nodes - p.nodes) if req.hint_nodes else 0,
+            tier_miss=not tiers <= board.pool_tiers[p.index],
+            relaxed=relaxed,
+            burst_short=(
+                req.qos is QoS.BURSTABLE
+                and req.cpu_limit is not None
+                and not uses_exclusive
+                and alloc < req.cpu_limit
+            ),
+            isolated_short=iso_short,
+            numa_nodes=n_nodes,
+            numa_distance=dist,
+            cores_short=bool(preferred) and len(ledger.shared_cpus[p.index] & preferred) < k,
+            exclusive=uses_exclusive,
+            # packing: pools already hosting shared containers first, whole pools stay free
+            colocated=int(not ledger.sub_users[p.index]) if pack else len(ledger.users[p.index]),
+            free_shared=alloc,
+        )
+        options.append(Option(scoring.sort_key(cand), cand, zone, relaxed, span))
+    return options, unfit_pools
 
 
 _by_key = itemgetter(0)  # Option.key

@@ -46,7 +46,7 @@ def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
     for pool in engine.pools:
         p = pool.index
         shared_cpus = engine.shared_cpus(p)
-        room = len(shared_cpus - engine.partial)
+        room = len(engine.sliceable(p))
         if room < k or (not k and 1000 * len(shared_cpus) < req.shared):
             continue
         groups = [

@@ -3,8 +3,9 @@
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
 as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
-format is `state`'s, the CPU accounts are the `ledger`'s, the pool choice is `choice`'s and the
-CPUs and memory a grant takes in its pool are `shaping`'s.
+format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zones`', the pool
+choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
+the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
 Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
@@ -53,7 +54,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from types import MappingProxyType
 
 from nri_topology.policy import (
     admission,
@@ -61,13 +62,14 @@ from nri_topology.policy import (
     choice,
     consolidate,
     cpuallocator,
-    numasets,
+    reservation,
     scoring,
 )
 from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
+from nri_topology.policy.request import milli_to_shares
 from nri_topology.policy.shaping import GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
@@ -76,30 +78,23 @@ from nri_topology.policy.types import (
     CpuKind,
     Decision,
     Degradation,
-    Outcome,
     Placement,
     PolicyError,
     PoolScore,
-    QoS,
     Request,
     Update,
-    Verdict,
 )
+from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
-MIN_SHARES = 2
-MAX_SHARES = 262144
-
+# Containers named changed (`take_changed`) before the engine stops naming them and reports all:
+# more than change between two checkpoint writes, and a bound when nobody asks.
+_CHANGES_NAMED = 4096
 
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
-
-
-def milli_to_shares(milli: int) -> int:
-    """CPU shares for a milli-CPU request, as kubelet computes them (clamped to 2..262144)."""
-    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
 
 
 def memory_size(req: Request) -> int:
@@ -136,6 +131,21 @@ class Grant:
         return self.kind is CpuKind.ISOLATED and self.shared > 0
 
 
+@dataclass(frozen=True, slots=True)
+class Accounts:
+    """The engine's accounting at one moment (`Engine.accounts`); per pool index where a tuple."""
+
+    shared_cpus: tuple[frozenset[int], ...]
+    free_isolated: tuple[frozenset[int], ...]
+    sub_shared: tuple[int, ...]  # milli-CPU granted from shared CPUs in the subtree
+    sub_users: tuple[int, ...]  # shared containers in the subtree
+    exclusive: frozenset[int]  # CPUs granted exclusively
+    reserved_capacity: int  # milli-CPU
+    reserved_granted: int
+    memory_requested: int  # the grants' known memory requests
+    memory: Mapping[frozenset[int], int]  # bytes charged per zone
+
+
 @dataclass(slots=True)
 class _Op:
     """Pools whose free CPUs changed during one operation, for the update diff."""
@@ -149,116 +159,116 @@ class Engine:
     def __init__(self, machine: Machine, options: Options) -> None:
         self.machine = machine
         self.options = options
-        self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
-        self.allowed = self._allowed_cpus()
-        self.isolated = machine.isolated & self.allowed
-        reserved, partial, partial_reserved, capacity = self._reserve()
-        self.reserved_all = reserved  # every reserved CPU, the partly reserved one included
-        self.partial = partial  # the partly reserved CPU, if any (stays shared)
-        self.partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
-        self.reserved_capacity = capacity  # milli-CPU
-        self.isolated -= reserved
+        self._allowed = reservation.allowed_cpus(machine, options)
+        isolated = machine.isolated & self._allowed
+        r = reservation.reserve(machine, options, self._allowed, isolated)
+        reserved, partial, partial_reserved = r.cpus, r.partial, r.partial_reserved
+        self._reserved_all = reserved  # every reserved CPU, the partly reserved one included
+        self._partial = partial  # the partly reserved CPU, if any (stays shared)
+        self._partial_reserved = partial_reserved  # milli-CPU of `partial` that is reserved
+        self._reserved_capacity = r.capacity  # milli-CPU
+        self._isolated = isolated - reserved
         try:
-            self.pools: tuple[Pool, ...] = build_pools(
-                machine, self.allowed, self.isolated, reserved - partial
+            self._pools: tuple[Pool, ...] = build_pools(
+                machine, self._allowed, self._isolated, reserved - partial
             )
         except ValueError as e:
             raise PolicyError(str(e)) from None
-        self.by_name = {p.name: p.index for p in self.pools}
-        n = len(self.pools)
-        self._chain = tuple((i, *ancestors(self.pools, i)) for i in range(n))
-        self._subtree = tuple(subtree(self.pools, i) for i in range(n))
+        self._by_name = {p.name: p.index for p in self._pools}
+        n = len(self._pools)
+        self._chain = tuple((i, *ancestors(self._pools, i)) for i in range(n))
+        self._subtree = tuple(subtree(self._pools, i) for i in range(n))
         self._post = tuple(tuple(reversed(s)) for s in self._subtree)
         self._pools_of_cpu: dict[int, tuple[int, ...]] = {}
-        for p in self.pools:
+        for p in self._pools:
             for c in p.cpus:
                 self._pools_of_cpu.setdefault(c, ())
                 self._pools_of_cpu[c] += (p.index,)
         self._partial_reserved_in = tuple(
-            partial_reserved if partial & p.cpus else 0 for p in self.pools
+            partial_reserved if partial & p.cpus else 0 for p in self._pools
         )
-        self._numa = tuple(self._numa_measure(p) for p in self.pools)
-        self._pool_tiers = tuple(p.tiers for p in self.pools)
-        self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
-        # Per tier set: with normal memory ensured; per zone: its tiers (few of each, asked for
-        # by every decision).
-        self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
-        self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
+        self._numa = tuple(self._numa_measure(p) for p in self._pools)
+        self._pool_tiers = tuple(p.tiers for p in self._pools)
         # Shared sets seen lately, one object per value: a pool's shared set returns to an
         # earlier value when a container leaves, and its containers and updates are compared
         # and cached by identity. Per set: its Placement and the Update of each container.
         self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
 
-        self.ledger = Ledger(self.pools, self._chain, partial, self._partial_reserved_in)
-        self.taken: frozenset[int] = frozenset()
-        self.reserved_granted = 0
-        self.memory_requested = 0  # the grants' known memory requests (`_squeeze`)
-        self.grants: dict[str, Grant] = {}
-        self.by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
-        self.book = MemoryBook(machine)
-        self.shaper = Shaper(machine, options, self.pools, self.ledger, self.book, self._post)
-        # Checkpoint entries of the last snapshot by container: (grant, cold start ran, entry);
-        # owned by `state.snapshot`, kept here because they live as long as the grants.
-        self.snapshot_entries: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
+        self._ledger = Ledger(self._pools, self._chain, partial, self._partial_reserved_in)
+        self._taken: frozenset[int] = frozenset()
+        self._reserved_granted = 0
+        self._memory_requested = 0  # the grants' known memory requests (`_squeeze`)
+        self._grants: dict[str, Grant] = {}
+        self._grants_view = MappingProxyType(self._grants)
+        self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
+        self._book = MemoryBook(machine)
+        self._zones = Zones(machine, self._pools, self._chain, self._book)
+        self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
+        self._board = choice.Board(
+            machine,
+            self._pools,
+            self._ledger,
+            self._shaper,
+            self._numa,
+            self._pool_tiers,
+            pack=options.shared_placement == "pack",
+        )
+        # Containers whose grant was committed, undone or ended its cold start since the last
+        # `take_changed`: their checkpoint entries (`state.entry`) may differ. None: too many
+        # to name (`_CHANGES_NAMED`), any may have changed.
+        self._changed: set[str] | None = set()
+
+    # ----------------------------------------------------------------------------------------
+    # Read-only views: nothing outside the engine reads or changes its fields
+
+    @property
+    def pools(self) -> tuple[Pool, ...]:
+        """The pool tree, root first; a grant's `pool` indexes it."""
+        return self._pools
+
+    @property
+    def grants(self) -> Mapping[str, Grant]:
+        """What each placed container holds (read-only: the grants change only through the
+        engine's operations)."""
+        return self._grants_view
+
+    @property
+    def allowed(self) -> frozenset[int]:
+        """The online CPUs containers may be placed on (`available_resources`)."""
+        return self._allowed
+
+    @property
+    def isolated(self) -> frozenset[int]:
+        """The allowed kernel-isolated CPUs that are not reserved."""
+        return self._isolated
+
+    @property
+    def reserved_cpus(self) -> frozenset[int]:
+        """Every reserved CPU, the partly reserved one included."""
+        return self._reserved_all
+
+    @property
+    def exclusive_cpus(self) -> frozenset[int]:
+        """The CPUs granted exclusively."""
+        return self._taken
+
+    def accounts(self) -> Accounts:
+        """The accounting as it stands, for checks of its invariants."""
+        ledger = self._ledger
+        return Accounts(
+            shared_cpus=tuple(ledger.shared_cpus),
+            free_isolated=tuple(ledger.free_iso),
+            sub_shared=tuple(ledger.sub_shared),
+            sub_users=tuple(ledger.sub_users),
+            exclusive=self._taken,
+            reserved_capacity=self._reserved_capacity,
+            reserved_granted=self._reserved_granted,
+            memory_requested=self._memory_requested,
+            memory=dict(self._book.zones()),
+        )
 
     # ----------------------------------------------------------------------------------------
     # Set-up
-
-    def _allowed_cpus(self) -> frozenset[int]:
-        online = self.machine.all_cpus
-        amount = self.options.available_resources
-        if amount is None:
-            return online
-        if amount.milli is not None:
-            raise PolicyError(
-                "available_resources: a CPU quantity cannot say which CPUs to use; give a CPU "
-                "list (cpuset:) or the CPUs to leave out (exclude-cpuset:)"
-            )
-        if amount.cpus is not None:
-            allowed = amount.cpus & online
-        else:
-            allowed = online - (amount.exclude or frozenset())
-        if not allowed:
-            raise PolicyError("available_resources leaves no online CPU to place containers on")
-        return allowed
-
-    def _reserve(self) -> tuple[frozenset[int], frozenset[int], int, int]:
-        """(reserved CPUs, partly reserved CPU, its reserved milli, reserved capacity milli)."""
-        amount = self.options.reserved_resources
-        if amount.cpus is not None or amount.exclude is not None:
-            if amount.cpus is not None:
-                cpus = amount.cpus
-                outside = cpus - self.allowed
-                if outside:
-                    raise PolicyError(
-                        f"reserved_resources: CPUs {cpuset.format(outside)} are not among the "
-                        f"available online CPUs {cpuset.format(self.allowed)}"
-                    )
-            else:
-                cpus = self.allowed - (amount.exclude or frozenset())
-            if cpus == self.allowed:
-                raise PolicyError("reserved_resources reserves every available CPU")
-            return cpus, frozenset(), 0, 1000 * len(cpus)
-        milli = amount.milli or 0
-        if milli < 0:
-            raise PolicyError(f"reserved_resources: negative CPU quantity {milli}m")
-        if milli == 0:
-            return frozenset(), frozenset(), 0, 0
-        count = -(-milli // 1000)
-        pool = self.allowed - self.isolated
-        if count >= len(pool):
-            raise PolicyError(
-                f"reserved_resources: {milli}m needs {count} CPUs but only {len(pool)} "
-                "non-isolated CPUs are available"
-            )
-        try:
-            cpus = cpuallocator.take_cpus(self.machine, pool, count)
-        except cpuallocator.AllocationError as e:
-            raise PolicyError(f"reserved_resources: cannot pick {count} CPUs: {e}") from None
-        rem = milli % 1000
-        if rem == 0:
-            return cpus, frozenset(), 0, milli
-        return cpus, frozenset({max(cpus)}), rem, milli
 
     def _numa_measure(self, pool: Pool) -> tuple[int, float]:
         nodes = sorted(pool.cpu_nodes)
@@ -272,54 +282,58 @@ class Engine:
 
     def capacity(self, p: int) -> int:
         """Shared milli-CPU the pool's shared CPUs hold."""
-        return self.ledger.capacity(p)
+        return self._ledger.capacity(p)
 
     def allocatable(self, p: int) -> int:
         """Milli-CPU still grantable from the pool's shared CPUs (limited by its ancestors)."""
-        return self.ledger.allocatable(p)
+        return self._ledger.allocatable(p)
 
     def shared_cpus(self, p: int) -> frozenset[int]:
         """The pool's shared cpuset: its sharable CPUs no container holds exclusively."""
-        return self.ledger.shared_cpus[p]
+        return self._ledger.shared_cpus[p]
+
+    def sliceable(self, p: int) -> frozenset[int]:
+        """The pool's shared CPUs that may become exclusive: the partly reserved one never does."""
+        return self._ledger.shared_cpus[p] - self._partial
 
     def sharable_capacity(self, p: int) -> int:
         """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
-        return 1000 * len(self.pools[p].sharable) - self._partial_reserved_in[p]
+        return 1000 * len(self._pools[p].sharable) - self._partial_reserved_in[p]
 
     def shared_users(self, p: int) -> Mapping[str, Grant]:
         """The shared containers placed directly in the pool."""
-        return self.ledger.users[p]
+        return self._ledger.users[p]
 
     def shared_assigned(self, p: int) -> int:
         """Milli-CPU granted from shared CPUs to containers in the pool's subtree."""
-        return self.ledger.sub_shared[p]
+        return self._ledger.sub_shared[p]
 
     def reserved_milli(self, cpus: frozenset[int]) -> int:
         """Milli-CPU the reservation holds among `cpus`."""
-        whole = len(cpus & (self.reserved_all - self.partial))
-        return 1000 * whole + (self.partial_reserved if self.partial & cpus else 0)
+        whole = len(cpus & (self._reserved_all - self._partial))
+        return 1000 * whole + (self._partial_reserved if self._partial & cpus else 0)
 
     def memory_charged(self) -> Mapping[frozenset[int], int]:
         """Bytes charged per memory zone."""
-        return self.book.zones()
+        return self._book.zones()
 
     def memory_capacity(self, nodes: frozenset[int]) -> int:
         """Bytes of memory the nodes hold."""
-        return self.book.capacity(nodes)
+        return self._book.capacity(nodes)
 
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
         if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
             return None
         if g.kind is CpuKind.RESERVED:
-            cpus = self.reserved_all
+            cpus = self._reserved_all
         elif g.uses_shared:
             # No exclusive part: the pool's shared set itself, so that every such container of
-            # the pool holds one object (hashed once; `_diff` and the daemon compare by identity).
+            # the pool holds one object (hashed once; `_diff` compares by identity).
             cpus = (
-                g.exclusive | self.ledger.shared_cpus[g.pool]
+                g.exclusive | self._ledger.shared_cpus[g.pool]
                 if g.exclusive
-                else self.ledger.shared_cpus[g.pool]
+                else self._ledger.shared_cpus[g.pool]
             )
         else:
             cpus = g.exclusive
@@ -344,105 +358,13 @@ class Engine:
         return milli_to_shares(g.request.cpu_request)
 
     # ----------------------------------------------------------------------------------------
-    # Memory
-
-    def _tiers(self, req: Request) -> frozenset[MemoryTier]:
-        tiers = req.memory_tiers & self._tiers_on_machine
-        if not tiers:
-            wanted = ",".join(sorted(req.memory_tiers))
-            have = ",".join(sorted(self._tiers_on_machine))
-            raise PolicyError(
-                f"{req.who}: memory tiers {wanted or 'none'} requested, the machine has {have}"
-            )
-        if req.cold_start_ns > 0:
-            tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
-        return self._with_normal_memory(tiers)
-
-    def _with_normal_memory(self, tiers: frozenset[MemoryTier]) -> frozenset[MemoryTier]:
-        """The tiers, with the first tier holding normal memory added when they hold none.
-
-        Movable-only memory (not in has_normal_memory) cannot serve the kernel's allocations for
-        the container; the pool's nodes of the added tier are the closest normal memory.
-        """
-        hit = self._normal_cache.get(tiers)
-        if hit is not None:
-            return hit
-        out = tiers
-        nodes = self.machine.nodes.values()
-        if not any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
-            for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
-                if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
-                    out = tiers | {tier}
-                    break
-        self._normal_cache[tiers] = out
-        return out
-
-    def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
-        """The pool's memory nodes of the tiers, kept: every decision asks for every pool."""
-        key = (p, tiers)
-        nodes = self._nodes_cache.get(key)
-        if nodes is None:
-            nodes = self._nodes_cache[key] = self.pools[p].nodes_of(tiers)
-        return nodes
-
-    def _zone(
-        self,
-        p: int,
-        tiers: frozenset[MemoryTier],
-        size: int,
-        widen: bool = False,
-        squeeze: bool = False,
-    ) -> tuple[frozenset[int], bool]:
-        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
-        when `widen`, into the next tiers (`admission.TIER_ORDER`), again from the pool up.
-
-        Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it,
-        unless `widen` and `squeeze`: then the root's nodes of every tier tried, which `_grant`
-        charges what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
-        """
-        try:
-            return self._zone_in(p, tiers, size)
-        except LookupError:
-            wider: frozenset[MemoryTier] | None = tiers
-            widest = tiers
-            while widen and wider is not None:
-                wider = admission.widen_tiers(wider, self._tiers_on_machine)
-                if wider is not None:
-                    widest = wider
-                    try:
-                        return self._zone_in(p, wider, size)
-                    except LookupError:
-                        continue
-            zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
-            if not zone:
-                raise
-            return zone, True
-
-    def _zone_in(
-        self, p: int, tiers: frozenset[MemoryTier], size: int
-    ) -> tuple[frozenset[int], bool]:
-        first = True
-        last: frozenset[int] = frozenset()
-        for a in self._chain[p]:
-            zone = self._nodes_of(a, tiers)
-            if not zone or zone == last:
-                continue
-            last = zone
-            if self.book.fits(zone, size):
-                return zone, not first
-            first = False
-        if not last:
-            raise LookupError("no memory of the requested tiers")
-        raise LookupError(f"{size} bytes do not fit, {max(self.book.free(last), 0)} bytes free")
-
-    # ----------------------------------------------------------------------------------------
     # Placing
 
     def place(
         self, req: Request, *, hint: int | None = None, keep: frozenset[int] = frozenset()
     ) -> Decision:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
-        if req.container_id in self.grants:
+        if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
@@ -483,7 +405,7 @@ class Engine:
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
-            return on_isolated, (PoolScore(self.pools[on_isolated.pool].name, (), CHOSEN),), {}
+            return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in EXCLUSIVE_KINDS:
             shared = admission.as_kind(req, CpuKind.SHARED)
             try:
@@ -495,7 +417,7 @@ class Engine:
                 if last.kind is CpuKind.SHARED:
                     last.reason = f"{req.exclusive} exclusive CPUs fit nowhere; {last.reason}"
                 self._note_degradation(last, req)
-                return last, (PoolScore(self.pools[last.pool].name, (), CHOSEN),), {}
+                return last, (PoolScore(self._pools[last.pool].name, (), CHOSEN),), {}
             g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
             self._note_degradation(g, req)
             return g, trace, moved
@@ -507,7 +429,7 @@ class Engine:
         if g is None:
             raise refusal
         self._note_degradation(g, req)
-        return g, (PoolScore(self.pools[g.pool].name, (), CHOSEN),), {}
+        return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
     def try_moves(
         self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
@@ -517,7 +439,7 @@ class Engine:
         Returns the committed grant, its trace and the movers' old grants, or None with the
         state exactly as before.
         """
-        olds = {cid: self.grants[cid] for cid in movers}
+        olds = {cid: self._grants[cid] for cid in movers}
         pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
         trial = _Op()
         for old in olds.values():
@@ -562,7 +484,7 @@ class Engine:
         The kubelet hands isolated CPUs out like any other; this policy keeps them for the
         containers that prefer them, and gives them to others only instead of a degradation.
         """
-        if req.kind not in (CpuKind.EXCLUSIVE, CpuKind.MIXED) or not self.isolated:
+        if req.kind not in (CpuKind.EXCLUSIVE, CpuKind.MIXED) or not self._isolated:
             return None
         try:
             g, _ = self._choose(replace(req, kind=CpuKind.ISOLATED), None, frozenset())
@@ -581,18 +503,18 @@ class Engine:
         isolated CPUs as allocatable, would assign them. As many ordinary CPUs as can be sliced
         without starving a shared container, the rest isolated.
         """
-        if req.kind not in EXCLUSIVE_KINDS or not self.isolated:
+        if req.kind not in EXCLUSIVE_KINDS or not self._isolated:
             return None
         kind = req.kind
         if kind is CpuKind.ISOLATED:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
         mixed = replace(req, kind=kind)
         root = 0
-        free_iso = self.ledger.free_iso[root]
+        free_iso = self._ledger.free_iso[root]
         k = req.exclusive
         try:
             zone, relaxed, size = self._degraded_root_zone(mixed)
-            sliceable = self.shaper.sliceable(
+            sliceable = self._shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
         except (LookupError, PolicyError, choice.GrantFailed):
@@ -623,14 +545,14 @@ class Engine:
         """The root's memory zone of a degradable request (widened across tiers), whether it was
         relaxed, and the bytes to charge; LookupError when even that cannot hold it."""
         size = _charged_size(req)
-        zone, relaxed = self._zone(0, self._tiers(req), size, True, self._squeeze(req))
+        zone, relaxed = self._zones.zone(0, self._zones.tiers(req), size, True, self._squeeze(req))
         return zone, relaxed, size
 
     def _kubelet_admits(self, req: Request) -> bool:
         """Whether the kubelet would admit the container next to those placed: CPU requests
         within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
-        allocatable = 1000 * len(self.allowed) - self.reserved_capacity
-        requested = sum(g.request.cpu_request for g in self.grants.values())
+        allocatable = 1000 * len(self._allowed) - self._reserved_capacity
+        requested = sum(g.request.cpu_request for g in self._grants.values())
         if requested + req.cpu_request > allocatable:
             return False
         return req.exclusive * 1000 <= allocatable
@@ -639,16 +561,16 @@ class Engine:
         """Whether the kubelet would admit the container's memory next to those placed: the
         memory requests known (a Burstable container's may be unknown, 0 here, while its limit
         is charged) within the machine's memory."""
-        total = self.memory_requested + req.memory_request
-        return total <= self.book.capacity(frozenset(self.machine.nodes))
+        total = self._memory_requested + req.memory_request
+        return total <= self._book.capacity(frozenset(self.machine.nodes))
 
     def _on_reserved(self, req: Request) -> Grant | None:
         """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
-        if self.options.strict_reserved_cpus or not self.reserved_all:
+        if self.options.strict_reserved_cpus or not self._reserved_all:
             return None
         if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
             return None
-        if req.cpu_request > self.reserved_capacity - self.reserved_granted:
+        if req.cpu_request > self._reserved_capacity - self._reserved_granted:
             return None  # the reserved CPUs are never over-committed
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
@@ -674,32 +596,29 @@ class Engine:
         if req.kind not in (CpuKind.SHARED, CpuKind.RESERVED):
             return None
         root = 0
-        if not self.ledger.shared_cpus[root]:
+        if not self._ledger.shared_cpus[root]:
             return None
         req = admission.as_kind(req, CpuKind.SHARED)
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
-        charge = max(0, min(req.shared, self.ledger.allocatable(root)))
+        charge = max(0, min(req.shared, self._ledger.allocatable(root)))
         g = self._grant(
             req,
             GrantShape(root, CpuKind.SHARED, shared=charge, zone=zone, relaxed=relaxed, size=size),
         )
         g.reason = (
-            f"no pool holds {req.shared}m of shared CPU: shared CPUs of {self.pools[root].name} "
+            f"no pool holds {req.shared}m of shared CPU: shared CPUs of {self._pools[root].name} "
             f"over-committed, {charge}m charged, the kubelet's shared pool admits it"
         )
         self._commit(g, op)
         return g
 
     def _note_degradation(self, g: Grant, asked: Request) -> None:
-        zone_tiers = self._zone_tiers.get(g.zone)
-        if zone_tiers is None:
-            zone_tiers = frozenset(self.machine.nodes[n].tier for n in g.zone)
-            self._zone_tiers[g.zone] = zone_tiers
-        widened = not zone_tiers <= self._tiers(g.request)
-        iso_mixed = not g.isolated and bool(g.exclusive & self.isolated)
+        zone_tiers = self._zones.tiers_of(g.zone)
+        widened = not zone_tiers <= self._zones.tiers(g.request)
+        iso_mixed = not g.isolated and bool(g.exclusive & self._isolated)
         cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
         if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
@@ -721,7 +640,7 @@ class Engine:
             return diff
         updates = {u.container_id: u for u in diff}
         for mid, old in moved.items():
-            new = self.grants[mid]
+            new = self._grants[mid]
             cpus = new.cpus if new.cpus != old.cpus else None
             mems = new.mems if new.mems != old.mems else None
             if cpus is not None or mems is not None:
@@ -746,7 +665,7 @@ class Engine:
         self, req: Request, hint: int | None, keep: frozenset[int]
     ) -> tuple[Grant, tuple[PoolScore, ...]]:
         size = _charged_size(req)
-        tiers = self._tiers(req)
+        tiers = self._zones.tiers(req)
         root = 0
         if req.kind is CpuKind.PRESERVE:
             zone, relaxed = self._root_zone(req, tiers, size)
@@ -754,10 +673,10 @@ class Engine:
                 req, GrantShape(root, CpuKind.PRESERVE, zone=zone, relaxed=relaxed, size=size)
             )
             g.reason = "CPU pinning preserved; accounted at the root"
-            return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
+            return g, (PoolScore(self._pools[root].name, (), CHOSEN),)
         if req.kind is CpuKind.RESERVED:
-            free = self.reserved_capacity - self.reserved_granted
-            if self.reserved_all and req.shared <= free:
+            free = self._reserved_capacity - self._reserved_granted
+            if self._reserved_all and req.shared <= free:
                 zone, relaxed = self._root_zone(req, tiers, size)
                 g = self._grant(
                     req,
@@ -771,10 +690,10 @@ class Engine:
                     ),
                 )
                 g.reason = f"reserved CPUs ({req.shared}m of {free}m free reserved capacity)"
-                return g, (PoolScore(self.pools[root].name, (), CHOSEN),)
+                return g, (PoolScore(self._pools[root].name, (), CHOSEN),)
             why = (
                 "no CPUs are reserved"
-                if not self.reserved_all
+                if not self._reserved_all
                 else f"reserved capacity exhausted ({free}m free, {req.shared}m requested)"
             )
             req = replace(req, kind=CpuKind.SHARED)
@@ -782,70 +701,20 @@ class Engine:
         else:
             fallback = ""
 
-        uses_exclusive = req.kind in EXCLUSIVE_KINDS
-        spans = self.shaper.spans(req)
-        preferred = self.shaper.preferred(req) if uses_exclusive else frozenset()
-        options: list[choice.Option] = []
-        unfit: list[PoolScore] = []
-        weights = self._affinity(req)
         widen = admission.may_degrade(req, self.options)
-        squeeze = widen and self._squeeze(req)
-        pack = self.options.shared_placement == "pack"
-        ledger = self.ledger
-        strict_hints = req.strict_hints and bool(req.hint_nodes)
-        for p in self.pools:
-            reason = choice.unfit(req, p, ledger, uses_exclusive)
-            if reason is None and strict_hints:
-                reason = choice.hints_problem(req, p)
-            if reason is None:
-                try:
-                    zone, relaxed = self._zone(p.index, tiers, size, widen, squeeze)
-                except LookupError as e:
-                    reason = f"memory: {e}"
-                else:
-                    if relaxed and strict_hints:
-                        reason = "strict topology hints: memory would widen beyond the pool"
-            if reason is None and req.single_numa:
-                reason = choice.not_single_numa(p, relaxed)
-            if reason is not None:
-                unfit.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
-                continue
-            iso_short = (
-                req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p.index]) < req.exclusive
-            )
-            span = self.shaper.span(req, p) if spans else ()
-            n_nodes, dist = self._numa[p.index]
-            k = req.exclusive
-            if span:
-                n_nodes, dist = len(span), numasets.average_distance(self.machine, span)
-            alloc = ledger.allocatable(p.index)
-            cand = scoring.Candidate(
-                pool=p,
-                affinity=weights[p.index],
-                hint_miss=len(req.hint_nodes - p.cpu_nodes - p.nodes) if req.hint_nodes else 0,
-                tier_miss=not tiers <= self._pool_tiers[p.index],
-                relaxed=relaxed,
-                burst_short=(
-                    req.qos is QoS.BURSTABLE
-                    and req.cpu_limit is not None
-                    and not uses_exclusive
-                    and alloc < req.cpu_limit
-                ),
-                isolated_short=iso_short,
-                numa_nodes=n_nodes,
-                numa_distance=dist,
-                cores_short=bool(preferred) and len(ledger.shared_cpus[p.index] & preferred) < k,
-                exclusive=uses_exclusive,
-                # packing: pools already hosting shared containers first, whole pools stay free
-                colocated=int(not ledger.sub_users[p.index])
-                if pack
-                else len(ledger.users[p.index]),
-                free_shared=alloc,
-            )
-            options.append(choice.Option(scoring.sort_key(cand), cand, zone, relaxed, span))
+        options, unfit = choice.options(
+            req,
+            self._board,
+            tiers,
+            size,
+            self._affinity(req),
+            self._zones.zone,
+            widen=widen,
+            squeeze=widen and self._squeeze(req),
+        )
 
         def attempt(o: choice.Option) -> Grant:
-            shape = self.shaper.shape(
+            shape = self._shaper.shape(
                 req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
             g = self._grant(req, shape)
@@ -854,11 +723,13 @@ class Engine:
                 g.reason += "; " + _hinted(req, o.candidate.hint_miss)
             return g
 
-        chosen = choice.choose(options, unfit, hint, attempt, self.by_name)
+        chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
-                choice.refusal(req, size, tiers, chosen.trace, self.pools, self.ledger, self.book)
+                choice.refusal(
+                    req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
+                )
             )
         if chosen.runner_up is not None:
             g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
@@ -869,20 +740,20 @@ class Engine:
     ) -> tuple[frozenset[int], bool]:
         try:
             widen = admission.may_degrade(req, self.options)
-            return self._zone(0, tiers, size, widen, widen and self._squeeze(req))
+            return self._zones.zone(0, tiers, size, widen, widen and self._squeeze(req))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
 
     def _affinity(self, req: Request) -> list[float]:
         if not req.affinities:
-            return [0.0] * len(self.pools)
-        weights = self.by_attribute.weights(req)
+            return [0.0] * len(self._pools)
+        weights = self._by_attribute.weights(req)
         per_pool: dict[int, float] = {}
         for cid, w in weights.items():
-            g = self.grants.get(cid)
+            g = self._grants.get(cid)
             if g is not None:
                 per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
-        return scoring.affinity_scores(self.pools, per_pool)
+        return scoring.affinity_scores(self._pools, per_pool)
 
     def _grant(self, req: Request, shape: GrantShape) -> Grant:
         """The grant of `shape` to `req`, with the cold start its memory zone allows."""
@@ -913,63 +784,65 @@ class Engine:
         (`Degradation.MEMORY_CHARGE`; only a degradable request gets such a zone)."""
         if not zone:
             return 0
-        if size > 0 and not self.book.fits(zone, size):
-            return min(size, self.book.room(zone))
+        if size > 0 and not self._book.fits(zone, size):
+            return min(size, self._book.room(zone))
         return size
 
     def _commit(self, g: Grant, op: _Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
         cid = g.request.container_id
+        self._note_changed(cid)
         if g.exclusive:
-            self.taken |= g.exclusive
-            iso = g.exclusive & self.isolated  # all of them, or part (ISOLATED_MIXED)
+            self._taken |= g.exclusive
+            iso = g.exclusive & self._isolated  # all of them, or part (ISOLATED_MIXED)
             for x in self._pools_touching(g.exclusive):
                 if iso:
-                    self.ledger.free_iso[x] -= iso
+                    self._ledger.free_iso[x] -= iso
                 if iso != g.exclusive:
-                    self.ledger.shared_cpus[x] = self._interned(
-                        self.ledger.shared_cpus[x] - g.exclusive
+                    self._ledger.shared_cpus[x] = self._interned(
+                        self._ledger.shared_cpus[x] - g.exclusive
                     )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
-            self.reserved_granted += g.shared
+            self._reserved_granted += g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.ledger.sub_shared[a] += g.shared
-                self.ledger.sub_users[a] += 1
-            self.ledger.users[g.pool][cid] = g
-        self.book.charge(g.zone, g.memory)
-        self.memory_requested += g.request.memory_request
-        self.grants[cid] = g
-        self.by_attribute.add(g.request)
+                self._ledger.sub_shared[a] += g.shared
+                self._ledger.sub_users[a] += 1
+            self._ledger.users[g.pool][cid] = g
+        self._book.charge(g.zone, g.memory)
+        self._memory_requested += g.request.memory_request
+        self._grants[cid] = g
+        self._by_attribute.add(g.request)
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
     def _uncommit(self, g: Grant, op: _Op) -> None:
         cid = g.request.container_id
-        del self.grants[cid]
-        self.by_attribute.remove(cid)
+        self._note_changed(cid)
+        del self._grants[cid]
+        self._by_attribute.remove(cid)
         if g.exclusive:
-            self.taken -= g.exclusive
-            iso = g.exclusive & self.isolated
+            self._taken -= g.exclusive
+            iso = g.exclusive & self._isolated
             for x in self._pools_touching(g.exclusive):
-                pool = self.pools[x]
+                pool = self._pools[x]
                 if iso:
-                    self.ledger.free_iso[x] |= iso & pool.isolated
+                    self._ledger.free_iso[x] |= iso & pool.isolated
                 if iso != g.exclusive:
-                    self.ledger.shared_cpus[x] = self._interned(
-                        self.ledger.shared_cpus[x] | g.exclusive & pool.sharable
+                    self._ledger.shared_cpus[x] = self._interned(
+                        self._ledger.shared_cpus[x] | g.exclusive & pool.sharable
                     )
                     op.touched.add(x)
         if g.kind is CpuKind.RESERVED:
-            self.reserved_granted -= g.shared
+            self._reserved_granted -= g.shared
         elif g.uses_shared:
             for a in self._chain[g.pool]:
-                self.ledger.sub_shared[a] -= g.shared
-                self.ledger.sub_users[a] -= 1
-            del self.ledger.users[g.pool][cid]
-        self.book.refund(g.zone, g.memory)
-        self.memory_requested -= g.request.memory_request
+                self._ledger.sub_shared[a] -= g.shared
+                self._ledger.sub_users[a] -= 1
+            del self._ledger.users[g.pool][cid]
+        self._book.refund(g.zone, g.memory)
+        self._memory_requested -= g.request.memory_request
 
     def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
         """The one object kept for a shared set of this value (bounded: forgotten in bulk)."""
@@ -1000,10 +873,10 @@ class Engine:
         plain_ok = self.options.pin_cpu
         shared_kind = CpuKind.SHARED
         for x in op.touched:
-            users = self.ledger.users[x]
+            users = self._ledger.users[x]
             if not users:
                 continue
-            shared = self.ledger.shared_cpus[x]
+            shared = self._ledger.shared_cpus[x]
             kept: tuple[Placement, dict[str, Update]] | None = None
             for cid, g in users.items():
                 if cid == skip:
@@ -1037,11 +910,11 @@ class Engine:
     ) -> Decision:
         return Decision(
             container_id=g.request.container_id,
-            pool=self.pools[g.pool].name,
+            pool=self._pools[g.pool].name,
             kind=g.kind,
             placement=self.placement(g),
             exclusive=g.exclusive,
-            memory_tiers=frozenset(self.machine.nodes[n].tier for n in g.zone),
+            memory_tiers=tier_set(self.machine.nodes[n].tier for n in g.zone),
             updates=updates,
             reason=g.reason,
             trace=trace,
@@ -1059,7 +932,7 @@ class Engine:
     # Releasing, resizing, cold start, adopting
 
     def release(self, container_id: str) -> tuple[Update, ...]:
-        g = self.grants.get(container_id)
+        g = self._grants.get(container_id)
         if g is None:
             return ()
         op = _Op()
@@ -1069,13 +942,13 @@ class Engine:
     def resize(self, req: Request) -> Decision:
         """Re-place a running container with a new request: in its pool when it fits."""
         cid = req.container_id
-        old = self.grants.get(cid)
+        old = self._grants.get(cid)
         if old is None:
             return self.place(req)
         if _same_amounts(old.request, req):
-            self.memory_requested += req.memory_request - old.request.memory_request
+            self._memory_requested += req.memory_request - old.request.memory_request
             old.request = req  # pinning details (hyperthreads, memory) may still change
-            self.by_attribute.add(req)
+            self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
         req = admission.kubelet_request(req, self.options)
@@ -1094,10 +967,11 @@ class Engine:
         return self._decision(g, trace, self._updates(op, cid, others), tuple(sorted(others)))
 
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
-        g = self.grants.get(container_id)
+        g = self._grants.get(container_id)
         if g is None or g.cold_start is None:
             return ()
         g.cold_start = None
+        self._note_changed(container_id)
         mems = self._mems(g)
         if mems is None or mems == g.mems:
             return ()
@@ -1121,7 +995,7 @@ class Engine:
         diff tells whether it needs an update. A cold start ends at once when `cold_start_over`
         (saved state says so) or when the container already runs on the widened memory nodes.
         """
-        if req.container_id in self.grants:
+        if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
@@ -1129,9 +1003,9 @@ class Engine:
         if kind is CpuKind.ISOLATED and not isolated:
             kind = CpuKind.MIXED if req.shared else CpuKind.EXCLUSIVE
         pool_cpus = (
-            self.ledger.free_iso[pool]
+            self._ledger.free_iso[pool]
             if isolated  # else ordinary CPUs, or next to isolated ones (ISOLATED_MIXED)
-            else self.ledger.shared_cpus[pool] - self.partial | self.ledger.free_iso[pool]
+            else self._ledger.shared_cpus[pool] - self._partial | self._ledger.free_iso[pool]
         )
         if kind in EXCLUSIVE_KINDS:
             if len(exclusive) != req.exclusive:
@@ -1141,7 +1015,7 @@ class Engine:
             if not exclusive <= pool_cpus:
                 raise PolicyError(
                     f"CPUs {cpuset.format(exclusive - pool_cpus)} are not free in "
-                    f"{self.pools[pool].name}"
+                    f"{self._pools[pool].name}"
                 )
             if self.options.full_pcpus_only and any(
                 not self.machine.cpus[c].threads <= exclusive for c in exclusive
@@ -1150,10 +1024,10 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
-        tiers = self._tiers(req)
+        tiers = self._zones.tiers(req)
         if zone is None or not zone:
             try:
-                zone, relaxed = self._zone(pool, tiers, size)
+                zone, relaxed = self._zones.zone(pool, tiers, size)
             except LookupError as e:
                 raise PolicyError(f"memory: {e}") from None
         else:
@@ -1161,28 +1035,30 @@ class Engine:
             if unknown:
                 raise PolicyError(f"unknown memory nodes {cpuset.format(unknown)}")
             squeeze = admission.may_degrade(req, self.options) and self._squeeze(req)
-            if not self.book.fits(zone, size) and not squeeze:
+            if not self._book.fits(zone, size) and not squeeze:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
         if (
             kind is CpuKind.SHARED
-            and shared > self.ledger.allocatable(pool)
+            and shared > self._ledger.allocatable(pool)
             and admission.may_degrade(req, self.options)
             and self._kubelet_admits(req)
         ):
-            shared = max(0, self.ledger.allocatable(pool))  # placed over-committed
+            shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
             req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
         )
         self._check_fits(g)
         g.reason = "adopted as found"
-        if not isolated and exclusive & self.isolated:
-            g.degraded = (Degradation.ISOLATED_MIXED,)
-        if g.memory < size:
-            g.degraded += (Degradation.MEMORY_CHARGE,)
-        if g.kind is CpuKind.SHARED and g.shared < req.shared:
-            g.degraded += (Degradation.SHARED_OVERCOMMIT,)
+        g.degraded = admission.degradations(
+            kind,
+            kind,
+            tier_widened=False,
+            isolated_mixed=not isolated and bool(exclusive & self._isolated),
+            memory_cut=g.memory < size,
+            cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
+        )
         self._commit(g, _Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
@@ -1194,34 +1070,48 @@ class Engine:
     def _check_fits(self, g: Grant) -> None:
         """Whether a grant given from outside (adoption) keeps the accounting valid."""
         if g.kind is CpuKind.RESERVED:
-            if g.shared > self.reserved_capacity - self.reserved_granted:
+            if g.shared > self._reserved_capacity - self._reserved_granted:
                 raise PolicyError("reserved capacity exhausted")
             return
-        k = len(g.exclusive - self.isolated)
+        k = len(g.exclusive - self._isolated)
         extra = g.shared if g.uses_shared else 0
         users = int(g.uses_shared)
         for x in self._pools_touching(g.exclusive) if k else ():
             if x in self._chain[g.pool]:
                 continue
-            if len(self.ledger.shared_cpus[x] - g.exclusive) < self.ledger.need_cpus(x):
-                raise PolicyError(f"would starve the shared containers of {self.pools[x].name}")
+            if len(self._ledger.shared_cpus[x] - g.exclusive) < self._ledger.need_cpus(x):
+                raise PolicyError(f"would starve the shared containers of {self._pools[x].name}")
         for a in self._chain[g.pool]:
-            if len(self.ledger.shared_cpus[a]) - k < self.ledger.need_cpus(a, extra, users):
-                raise PolicyError(f"not enough shared capacity in {self.pools[a].name}")
+            if len(self._ledger.shared_cpus[a]) - k < self._ledger.need_cpus(a, extra, users):
+                raise PolicyError(f"not enough shared capacity in {self._pools[a].name}")
+
+    def take_changed(self) -> set[str] | None:
+        """The containers whose grant changed since the last call (placed, moved, resized,
+        released, cold start ended), None when there were too many to name: then any may have.
+        Each is named once, to the one reader (`Policy.changes`)."""
+        changed, self._changed = self._changed, set()
+        return changed
+
+    def _note_changed(self, container_id: str) -> None:
+        changed = self._changed
+        if changed is not None:
+            changed.add(container_id)
+            if len(changed) > _CHANGES_NAMED:
+                self._changed = None
 
     def decision_of(self, container_id: str) -> Decision:
         """The current placement of a container as a decision without trace or updates."""
-        return self._decision(self.grants[container_id], (), ())
+        return self._decision(self._grants[container_id], (), ())
 
     def pool_index(self, name: str) -> int | None:
         """The index of the pool named `name`, None when this tree has no such pool."""
-        return self.by_name.get(name)
+        return self._by_name.get(name)
 
     def running(
         self, container_id: str, cpus: frozenset[int] | None, mems: frozenset[int] | None
     ) -> None:
         """Note what the runtime reports a placed container runs on, for `refresh` to diff."""
-        g = self.grants.get(container_id)
+        g = self._grants.get(container_id)
         if g is not None:
             g.cpus = cpus if cpus is not None else frozenset()
             g.mems = mems if mems is not None else frozenset()
@@ -1229,8 +1119,8 @@ class Engine:
     def refresh(self) -> tuple[Update, ...]:
         """Updates for every container whose pinning differs from what the accounting says."""
         updates: list[Update] = []
-        for cid in sorted(self.grants):
-            g = self.grants[cid]
+        for cid in sorted(self._grants):
+            g = self._grants[cid]
             cpus = self.pin(g)
             mems = self._mems(g)
             changed_cpus = cpus is not None and cpus != g.cpus

@@ -23,7 +23,7 @@ class MemoryBook:
         self._charged: dict[frozenset[int], int] = {}  # zone -> bytes charged to exactly it
         self._capacity: dict[frozenset[int], int] = {}
         # used() per zone asked for, kept up to date by charge and refund: every decision asks
-        # it for the zones of every pool, and summing the charged zones each time cost 0.1 ms.
+        # it for the zones of every pool, and summing the charged zones each time grows with them.
         self._used: dict[frozenset[int], int] = {}
 
     def capacity(self, zone: frozenset[int]) -> int:

@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from nri_topology.policy import restore as restoring
+from nri_topology.policy import state
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.request import build_request
-from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,
@@ -29,6 +29,7 @@ from nri_topology.policy.types import (
 )
 from nri_topology.policy.views import (
     Assignment,
+    Changes,
     NodeCapacity,
     PoolView,
     RestoreReport,
@@ -45,7 +46,10 @@ class Policy:
         self._machine = machine
         self._options = options
         self._engine = Engine(machine, options)
+        # Which containers are placed, with their pod: the one record of it (the daemon asks
+        # `container`); the engine's grants hold the same ids, for the accounting.
         self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+        self._replaced = False  # the engine was replaced since the last `changes`
 
     @property
     def options(self) -> Options:
@@ -82,7 +86,7 @@ class Policy:
         engine = Engine(self._machine, self._options)
         found, failed, infos = self._found(pods, containers, self._options)
         report = restoring.restore(engine, found, saved)
-        self._engine = engine
+        self._replace(engine)
         self._infos = {cid: infos[cid] for cid in engine.grants}
         return replace(report, failed={**failed, **report.failed})
 
@@ -109,13 +113,39 @@ class Policy:
             infos[c.id] = (pod, c)
         return found, failed, infos
 
+    def container(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
+        """The pod and container data a placed container was last placed with, None when it is
+        not placed."""
+        return self._infos.get(container_id)
+
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         """Widen a cold-started container's memory to DRAM; the update is for itself."""
         return self._engine.finish_cold_start(container_id)
 
-    def snapshot(self) -> dict[str, Any]:
-        """JSON-able state for the checkpoint, to be given back to `restore`."""
-        return snapshot(self._engine)
+    def snapshot(self, entries: bool = True) -> dict[str, Any]:
+        """JSON-able state for the checkpoint, to be given back to `restore`; without the
+        containers' entries (an empty map at `state.ENTRIES`) when not `entries`."""
+        return state.snapshot(self._engine, entries)
+
+    def changes(self, everything: bool = False) -> Changes:
+        """The snapshot entries of the containers whose placement changed since the last call;
+        of all containers (`complete`) when `everything`, after a restore or reconfiguration,
+        or when too many changed to name.
+
+        Each change is reported once: the checkpoint writer is the one reader, keeping the
+        entries of the others from earlier calls.
+        """
+        e = self._engine
+        named = e.take_changed()
+        if everything or self._replaced or named is None:
+            self._replaced = False
+            return Changes({cid: state.entry(e, cid) for cid in sorted(e.grants)}, complete=True)
+        return Changes({cid: state.entry(e, cid) for cid in sorted(named)})
+
+    def _replace(self, engine: Engine) -> None:
+        """Take a new engine; the next `changes` reports every container."""
+        self._engine = engine
+        self._replaced = True
 
     def reconfigure(self, options: Options) -> RestoreReport:
         """Switch options, keeping every placement that is still valid under the new ones.
@@ -137,12 +167,12 @@ class Policy:
             )
             containers.append(replace(ctr, resources=current))
         found, failed, _ = self._found(pods, containers, options)
-        report = restoring.restore(engine, found, snapshot(old))
+        report = restoring.restore(engine, found, state.snapshot(old))
         failed.update(report.failed)
         if failed:
             lines = "; ".join(f"{cid}: {why}" for cid, why in sorted(failed.items()))
             raise PolicyError(f"new options cannot hold every container: {lines}")
-        self._engine = engine
+        self._replace(engine)
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
         return report
@@ -209,7 +239,7 @@ class Policy:
                     parent=e.pools[p.parent].name if p.parent is not None else None,
                     cpus=p.cpus,
                     isolated=p.isolated,
-                    reserved=e.reserved_all & p.cpus,
+                    reserved=e.reserved_cpus & p.cpus,
                     shared=e.shared_cpus(p.index),
                     capacity_milli=e.sharable_capacity(p.index),
                     assigned_milli=e.shared_assigned(p.index),
@@ -250,7 +280,7 @@ class Policy:
             node = m.nodes[n]
             cpus = node.cpus & e.allowed
             allocatable = 1000 * len(cpus) - e.reserved_milli(cpus)
-            used = 1000 * len(e.taken & cpus) + round(shared_used.get(n, 0.0))
+            used = 1000 * len(e.exclusive_cpus & cpus) + round(shared_used.get(n, 0.0))
             out.append(
                 NodeCapacity(
                     node=n,

@@ -94,7 +94,7 @@ from nri_topology.quantity import (
     cpu_milli,
     memory_bytes,
 )
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
 # ---------------------------------------------------------------------------------------------
 # Go values: booleans (strconv.ParseBool) and durations (time.ParseDuration)
@@ -162,6 +162,15 @@ def qos_of(pod: PodInfo) -> QoS:
     if "burstable" in parent:
         return QoS.BURSTABLE
     return QoS.GUARANTEED
+
+
+MIN_SHARES = 2
+MAX_SHARES = 262144  # the kubelet's cap: shares say nothing about requests beyond 256 CPUs
+
+
+def milli_to_shares(milli: int) -> int:
+    """CPU shares for a milli-CPU request, as kubelet computes them (clamped to 2..262144)."""
+    return max(MIN_SHARES, min(MAX_SHARES, milli * 1024 // 1000))
 
 
 def shares_to_milli(shares: int | None) -> int:
@@ -374,29 +383,24 @@ def _exact_amounts(w: str, entry: Mapping[str, Any]) -> tuple[int, int | None, i
     return cpu_req, cpu_limit, mem_req, mem_limit
 
 
+_Amounts = tuple[int, int | None, int, int | None]  # cpu request, cpu limit, memory req., limit
+
+
 def _estimated_amounts(
     qos: QoS, res: Resources, oom_score_adj: int | None, machine: Machine
-) -> tuple[int, int | None, int, int | None]:
+) -> _Amounts:
     """(cpu request, cpu limit, memory request, memory limit) estimated from Linux resources."""
     cpu_req = shares_to_milli(res.cpu_shares)
-    mem_limit = res.memory_limit if res.memory_limit and res.memory_limit > 0 else None
+    mem_limit = _memory_limit(res)
     if qos is QoS.GUARANTEED:
         return cpu_req, cpu_req, mem_limit or 0, mem_limit
-    cpu_limit = None
-    if res.cpu_quota and res.cpu_quota > 0 and res.cpu_period and res.cpu_period > 0:
-        cpu_limit = round(res.cpu_quota * 1000 / res.cpu_period)
+    cpu_limit = _quota_milli(res, bound=False)
     mem_req = 0
     if qos is QoS.BURSTABLE and oom_score_adj is not None and 2 < oom_score_adj < 999:
-        capacity = sum(n.memory for n in machine.nodes.values())
-        estimate = (1000 - oom_score_adj) * capacity // 1000
+        estimate = _memory_of_adj(oom_score_adj, machine, bound=False)
         if mem_limit is None or estimate < mem_limit:
             mem_req = estimate
     return cpu_req, cpu_limit, mem_req, mem_limit
-
-
-MAX_SHARES = 262144  # the kubelet's cap: shares say nothing about requests beyond 256 CPUs
-
-_Amounts = tuple[int, int | None, int, int | None]  # cpu request, cpu limit, memory req., limit
 
 
 def _cgroup_bounds(
@@ -410,10 +414,8 @@ def _cgroup_bounds(
     Memory request: the memory limit, else for Burstable the oom_score_adj the kubelet derives from
     it. BestEffort containers have no requests, so they may claim none.
     """
-    cpu_limit = None
-    if res.cpu_quota and res.cpu_quota > 0 and res.cpu_period and res.cpu_period > 0:
-        cpu_limit = -(-res.cpu_quota * 1000 // res.cpu_period)
-    mem_limit = res.memory_limit if res.memory_limit and res.memory_limit > 0 else None
+    cpu_limit = _quota_milli(res, bound=True)
+    mem_limit = _memory_limit(res)
     if qos is QoS.BEST_EFFORT:
         return 0, cpu_limit, 0, mem_limit
     cpu_req = cpu_limit
@@ -423,11 +425,30 @@ def _cgroup_bounds(
             cpu_req = min(cpu_req, cpu_limit)
     mem_req = mem_limit
     adj = oom_score_adj
-    # The kubelet sets adj = 1000 - floor(1000 * request / capacity), at least 3.
     if mem_req is None and qos is QoS.BURSTABLE and adj is not None and 3 < adj <= 999:
-        capacity = sum(n.memory for n in machine.nodes.values())
-        mem_req = (1001 - adj) * capacity // 1000
+        mem_req = _memory_of_adj(adj, machine, bound=True)
     return cpu_req, cpu_limit, mem_req, mem_limit
+
+
+def _quota_milli(res: Resources, *, bound: bool) -> int | None:
+    """The CPU limit the quota stands for: rounded up as a bound, else to the nearest."""
+    if not (res.cpu_quota and res.cpu_quota > 0 and res.cpu_period and res.cpu_period > 0):
+        return None
+    if bound:
+        return -(-res.cpu_quota * 1000 // res.cpu_period)
+    return round(res.cpu_quota * 1000 / res.cpu_period)
+
+
+def _memory_limit(res: Resources) -> int | None:
+    return res.memory_limit if res.memory_limit and res.memory_limit > 0 else None
+
+
+def _memory_of_adj(adj: int, machine: Machine, *, bound: bool) -> int:
+    """The memory request a Burstable container's oom_score_adj stands for: the kubelet sets
+    adj = 1000 - floor(1000 * request / capacity), so the request is at most (1001 - adj)
+    thousandths of the machine's memory (`bound`), about (1000 - adj) of them."""
+    capacity = sum(n.memory for n in machine.nodes.values())
+    return ((1001 if bound else 1000) - adj) * capacity // 1000
 
 
 _AMOUNT_NAMES = ("cpu request", "cpu limit", "memory request", "memory limit")
@@ -556,6 +577,9 @@ def hint_sources(pod: PodInfo, container: ContainerInfo, options: Options) -> fr
         return frozenset()
 
 
+_NO_NODES: frozenset[int] = frozenset()  # kept by most requests: one object, not one each
+
+
 def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[int]:
     """NUMA nodes of the hints; a hint with CPUs but no nodes counts the nodes of its CPUs."""
     nodes: set[int] = set()
@@ -563,7 +587,7 @@ def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[i
         nodes |= h.nodes
         if not h.nodes:
             nodes |= {machine.cpus[c].node for c in h.cpus if c in machine.cpus}
-    return frozenset(n for n in nodes if n in machine.nodes)
+    return frozenset(n for n in nodes if n in machine.nodes) or _NO_NODES
 
 
 _NUMA_POLICIES = {"single-numa-node": True, "best-effort": False}
@@ -648,7 +672,7 @@ def build_request(
     if cold_start_ns and not asked:
         # A cold start means "start on PMEM, add DRAM later", whatever the default tiers are.
         wanted |= {MemoryTier.PMEM}
-    tiers = wanted & _machine_tiers(machine) or frozenset({MemoryTier.DRAM})
+    tiers = tier_set(wanted & _machine_tiers(machine) or {MemoryTier.DRAM})
     if memory_preserve:
         cold_start_ns = 0
     elif cold_start_ns:

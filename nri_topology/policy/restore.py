@@ -24,7 +24,7 @@ A cold start is the container's, not its placement's: a re-placed container whos
 over is placed without one, and the report lists every container still in cold start so that the
 daemon keeps (or, without saved state, starts) its timer.
 
-Saved entries are believed only where they agree with the runtime (`implausible`): an entry
+Saved entries are believed only where they agree with the runtime (`believed`): an entry
 whose exclusive CPUs the container does not run on, that claims CPUs another entry claims too,
 names CPUs, memory nodes or a pool this machine cannot have, is dropped (the report says why)
 and the container is taken as the runtime reports it. So a damaged or forged checkpoint, even
@@ -44,7 +44,7 @@ from typing import Any
 from nri_topology.policy import admission
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.pools import could_exist
-from nri_topology.policy.state import SavedEntry, read_entry, saved_entries
+from nri_topology.policy.state import read_entry, saved_entries
 from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
@@ -74,6 +74,18 @@ class Found:
 
 
 @dataclass(frozen=True, slots=True)
+class _Believed:
+    """A saved entry read once and checked against this machine (`believed`)."""
+
+    pool: str
+    kind: CpuKind
+    exclusive: frozenset[int]
+    isolated: bool
+    zone: frozenset[int]
+    cold_start: bool
+
+
+@dataclass(frozen=True, slots=True)
 class _Plan:
     found: Found
     pool: int
@@ -87,14 +99,10 @@ def order_key(req: Request) -> tuple[int, int, int, str]:
     return (_QOS_RANK[req.qos], -req.cpu_request, req.created_at, req.container_id)
 
 
-def _from_saved(engine: Engine, f: Found, entry: SavedEntry) -> _Plan:
+def _from_saved(engine: Engine, f: Found, entry: _Believed) -> _Plan:
     req = f.request
     name, kind, isolated = entry.pool, entry.kind, entry.isolated
-    try:
-        exclusive = cpuset.parse(entry.exclusive)
-        zone = cpuset.parse(entry.zone)
-    except ValueError as e:  # `implausible` drops such entries first
-        raise PolicyError(f"saved entry unusable: {e}") from None
+    exclusive, zone = entry.exclusive, entry.zone
     granted = admission.as_granted(req, kind, isolated) if kind != req.kind else None
     if granted is not None:
         f = Found(granted, f.cpus, f.mems)  # placed degraded
@@ -108,8 +116,8 @@ def _from_saved(engine: Engine, f: Found, entry: SavedEntry) -> _Plan:
     return _Plan(f, pool, exclusive, isolated, zone or None)
 
 
-def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
-    """Why one saved entry cannot be believed, or "" when it is plausible on its own."""
+def _checked(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Believed | str:
+    """One saved entry read and checked on its own, or why it cannot be believed."""
     m = engine.machine
     try:
         saved = read_entry(entry)
@@ -138,13 +146,15 @@ def _entry_problem(engine: Engine, f: Found, entry: Mapping[str, Any]) -> str:
             f"exclusive CPUs {cpuset.format(exclusive)} but the runtime reports cpuset "
             f"{cpuset.format(f.cpus)}"
         )
-    return ""
+    return _Believed(pool, saved.kind, exclusive, saved.isolated, zone, saved.cold_start)
 
 
-def implausible(
+def believed(
     engine: Engine, found: Sequence[Found], entries: Mapping[str, Mapping[str, Any]]
-) -> dict[str, str]:
-    """Saved entries that contradict the runtime or each other, with the reason for each."""
+) -> tuple[dict[str, _Believed], dict[str, str]]:
+    """The saved entries of found containers, each read once: those believed, and those that
+    contradict the runtime or each other with the reason for each."""
+    read: dict[str, _Believed] = {}
     dropped: dict[str, str] = {}
     claims: dict[int, list[str]] = {}
     for f in found:
@@ -152,17 +162,19 @@ def implausible(
         entry = entries.get(cid)
         if entry is None:
             continue
-        if problem := _entry_problem(engine, f, entry):
-            dropped[cid] = problem
+        checked = _checked(engine, f, entry)
+        if isinstance(checked, str):
+            dropped[cid] = checked
             continue
-        for c in cpuset.parse(read_entry(entry).exclusive):
+        read[cid] = checked
+        for c in checked.exclusive:
             claims.setdefault(c, []).append(cid)
     for c, holders in sorted(claims.items()):
         if len(holders) > 1:
             for cid in holders:
                 others = ", ".join(h for h in holders if h != cid)
                 dropped.setdefault(cid, f"exclusive CPU {c} is claimed by {others} too")
-    return dropped
+    return {cid: b for cid, b in read.items() if cid not in dropped}, dropped
 
 
 def _pool_now(
@@ -245,7 +257,7 @@ def _pinned_users(found: Sequence[Found]) -> dict[int, int]:
     return users
 
 
-def _warm(engine: Engine, f: Found, entry: SavedEntry | None) -> bool:
+def _warm(engine: Engine, f: Found, entry: _Believed | None) -> bool:
     """Whether a container's cold start is known to be over (saved state, else DRAM in use)."""
     if entry is not None:
         return not entry.cold_start
@@ -260,19 +272,14 @@ def restore(
 ) -> RestoreReport:
     """Adopt or re-place every found container into an empty engine."""
     entries, no_saved = saved_entries(saved)
-    dropped = implausible(engine, found, entries)
-    believed = {  # entries of found containers, each plausible (`implausible` read it)
-        cid: read_entry(entries[cid])
-        for f in found
-        if (cid := f.request.container_id) in entries and cid not in dropped
-    }
+    trusted, dropped = believed(engine, found, entries)
     users = _pinned_users(found)
     plans: list[_Plan] = []
     again: list[Found] = []
     reasons: dict[str, str] = {}
     for f in sorted(found, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
-        entry = believed.get(cid)
+        entry = trusted.get(cid)
         try:
             plans.append(
                 _from_saved(engine, f, entry) if entry else _from_runtime(engine, f, users)
@@ -287,7 +294,7 @@ def restore(
     plans.sort(key=lambda p: not p.exclusive)  # stable: exclusive holders first, order kept
     for plan in plans:
         f = plan.found
-        entry = believed.get(f.request.container_id)
+        entry = trusted.get(f.request.container_id)
         try:
             engine.adopt(
                 f.request,
@@ -309,8 +316,8 @@ def restore(
     for f in sorted(again, key=lambda f: order_key(f.request)):
         cid = f.request.container_id
         req = f.request
-        if req.cold_start_ns and _warm(engine, f, believed.get(cid)):
-            # the memory it had once warm: the cold-start tiers with DRAM (as `Engine._tiers`)
+        if req.cold_start_ns and _warm(engine, f, trusted.get(cid)):
+            # the memory it had once warm: the cold-start tiers with DRAM (as `Zones.tiers`)
             tiers = req.memory_tiers | {MemoryTier.DRAM}
             req = dataclasses.replace(req, cold_start_ns=0, memory_tiers=tiers)
         try:

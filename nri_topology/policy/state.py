@@ -1,8 +1,10 @@
 """The checkpoint format of the policy's state: writing a snapshot and reading its entries.
 
-One module owns the format so that the writer (`snapshot`) and the reader (`saved_entries`,
-`read_entry`, used by `restore`) cannot drift apart. An entry holds per container its pool, kind,
-exclusive CPUs, memory zone and whether its cold start still runs; the snapshot is versioned.
+One module owns the format so that the writer (`snapshot`, `entry`) and the reader
+(`saved_entries`, `read_entry`, used by `restore`) cannot drift apart. An entry holds per
+container its pool, kind, exclusive CPUs, memory zone and whether its cold start still runs; the
+snapshot is versioned. The engine says which containers' entries changed (`Engine.take_changed`),
+so a checkpoint writes only those anew.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ if TYPE_CHECKING:
     from nri_topology.policy.engine import Engine, Grant
 
 SNAPSHOT_VERSION = 1
+ENTRIES = "containers"  # the key of the per-container map
 
 
 @lru_cache(maxsize=4096)
@@ -28,40 +31,31 @@ def _format(cpus: frozenset[int]) -> str:
     return cpuset.format(cpus)
 
 
-def snapshot(engine: Engine) -> dict[str, Any]:
-    """JSON-able state: per container its pool, kind, CPUs and memory zone (versioned).
-
-    An entry depends only on fields a grant never changes after it is committed, but for whether
-    a cold start runs; so entries are kept per grant object and made anew only for a new grant or
-    a finished cold start. Entries are never changed once returned: the checkpoint encoder keeps
-    them to compare with the next.
-    """
-    kept = engine.snapshot_entries
-    fresh: dict[str, tuple[Grant, bool, dict[str, Any]]] = {}
-    out: dict[str, Any] = {}
+def snapshot(engine: Engine, entries: bool = True) -> dict[str, Any]:
+    """JSON-able state: per container its pool, kind, CPUs and memory zone (versioned); with an
+    empty map of containers when not `entries` (their entries then come from `entry`)."""
     grants = engine.grants
-    for cid in sorted(grants):
-        g = grants[cid]
-        cold = g.cold_start is not None
-        hit = kept.get(cid)
-        if hit is not None and hit[0] is g and hit[1] is cold:
-            entry = hit[2]
-            fresh[cid] = hit
-        else:
-            entry = {
-                "pool": engine.pools[g.pool].name,
-                "kind": str(g.kind),
-                "exclusive": _format(g.exclusive),
-                "isolated": g.isolated,
-                "shared": g.shared,
-                "zone": _format(g.zone),
-                "memory": g.memory,
-                "cold_start": cold,
-            }
-            fresh[cid] = (g, cold, entry)
-        out[cid] = entry
-    engine.snapshot_entries = fresh
-    return {"version": SNAPSHOT_VERSION, "containers": out}
+    out = {cid: _entry(engine, grants[cid]) for cid in sorted(grants)} if entries else {}
+    return {"version": SNAPSHOT_VERSION, ENTRIES: out}
+
+
+def entry(engine: Engine, container_id: str) -> dict[str, Any] | None:
+    """The entry of one container in a snapshot, None when it holds nothing."""
+    g = engine.grants.get(container_id)
+    return None if g is None else _entry(engine, g)
+
+
+def _entry(engine: Engine, g: Grant) -> dict[str, Any]:
+    return {
+        "pool": engine.pools[g.pool].name,
+        "kind": str(g.kind),
+        "exclusive": _format(g.exclusive),
+        "isolated": g.isolated,
+        "shared": g.shared,
+        "zone": _format(g.zone),
+        "memory": g.memory,
+        "cold_start": g.cold_start is not None,
+    }
 
 
 def saved_entries(saved: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[str, Any]], str]:
@@ -71,7 +65,7 @@ def saved_entries(saved: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[st
     if not isinstance(saved, Mapping) or saved.get("version") != SNAPSHOT_VERSION:
         version = saved.get("version") if isinstance(saved, Mapping) else None
         return {}, f"saved state version {version!r} is not {SNAPSHOT_VERSION}"
-    containers = saved.get("containers")
+    containers = saved.get(ENTRIES)
     if not isinstance(containers, Mapping):
         return {}, "saved state has no containers map"
     return {str(k): v for k, v in containers.items() if isinstance(v, Mapping)}, ""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from nri_topology.policy.types import ColdStart, CpuKind, Decision, QoS, Update
 from nri_topology.topology.model import MemoryTier
@@ -74,6 +75,14 @@ class NodeCapacity:
     cpu_available: int
     memory_capacity: int
     memory_available: int
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """Snapshot entries of the containers whose placement changed (`Policy.changes`)."""
+
+    entries: Mapping[str, Mapping[str, Any] | None]  # None: the container holds nothing now
+    complete: bool = False  # `entries` holds every container: any other is gone
 
 
 @dataclass(frozen=True, slots=True)

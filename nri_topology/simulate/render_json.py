@@ -13,7 +13,7 @@ from typing import Any
 from nri_topology.policy import scoring
 from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
-from nri_topology.simulate.runner import Assignment, NodeState, Placed, Simulation, StepResult
+from nri_topology.simulate.runner import NodeAssignment, NodeState, Placed, Simulation, StepResult
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -24,7 +24,7 @@ def _set(ids: frozenset[int] | None) -> str | None:
     return None if ids is None else cpuset.format(ids)
 
 
-def _assignment(a: Assignment) -> dict[str, Any]:
+def _assignment(a: NodeAssignment) -> dict[str, Any]:
     return {
         "id": a.id,
         "namespace": a.namespace,

@@ -16,7 +16,7 @@ from nri_topology.policy.types import CpuKind
 from nri_topology.policy.views import PoolView
 from nri_topology.quantity import format_bytes, format_cores
 from nri_topology.simulate.render_text import children, describe_machine
-from nri_topology.simulate.runner import Assignment, NodeState
+from nri_topology.simulate.runner import NodeAssignment, NodeState
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -68,7 +68,7 @@ class _Picture:
         self.tpc = max(1, sim.machine.threads_per_core)
         ordered = sorted(sim.assignments.values(), key=lambda a: a.id)
         self.color = {a.id: PALETTE[i % len(PALETTE)] for i, a in enumerate(ordered)}
-        self.owner: dict[int, Assignment] = {}
+        self.owner: dict[int, NodeAssignment] = {}
         for a in ordered:
             for c in a.exclusive:
                 self.owner[c] = a
@@ -204,7 +204,7 @@ class _Picture:
         return y
 
 
-def _legend_line(a: Assignment) -> str:
+def _legend_line(a: NodeAssignment) -> str:
     """Kind, pool and what the container holds, short enough for one line."""
     parts = [f"{a.kind.value} in {a.pool}"]
     if len(a.exclusive) > LEGEND_CPU_LIST:

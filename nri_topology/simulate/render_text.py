@@ -8,7 +8,7 @@ from nri_topology.policy import scoring
 from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
 from nri_topology.quantity import format_bytes, format_cores
-from nri_topology.simulate.runner import Assignment, Moved, NodeState, Simulation, StepResult
+from nri_topology.simulate.runner import Moved, NodeAssignment, NodeState, Simulation, StepResult
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -62,7 +62,7 @@ def _status(step: StepResult) -> str:
     return "  [FAILED]"
 
 
-def _exclusive(a: Assignment) -> str:
+def _exclusive(a: NodeAssignment) -> str:
     """The exclusive CPUs, or "all" when they are the whole cpuset (keeps tables narrow)."""
     if not a.exclusive:
         return "-"
@@ -183,14 +183,14 @@ def _pool_line(p: PoolView) -> str:
     return f"{p.name}  " + ", ".join(parts)
 
 
-def _assignment_line(a: Assignment) -> str:
+def _assignment_line(a: NodeAssignment) -> str:
     excl = f" exclusive {cpuset.format(a.exclusive)}" if a.exclusive else ""
     return f"* {a.id} [{a.kind.value}] cpus {_set(a.cpus)} mems {_set(a.mems)}{excl}"
 
 
 def pool_tree(sim: NodeState, heading: str = "Pools at the end:") -> str:
     """The pool tree with the containers assigned to each pool (at the end of the workload)."""
-    by_pool: dict[str, list[Assignment]] = {}
+    by_pool: dict[str, list[NodeAssignment]] = {}
     for a in sorted(sim.assignments.values(), key=lambda a: a.id):
         by_pool.setdefault(a.pool, []).append(a)
     lines: list[str] = [heading]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from nri_topology.policy.pinning import apply_updates, merged
 from nri_topology.policy.port import PolicyPort
@@ -23,16 +23,10 @@ from nri_topology.policy.types import (
     Update,
 )
 from nri_topology.policy.views import PoolView
-from nri_topology.simulate.workload import (
-    RunningContainer,
-    Step,
-    Workload,
-    container_id,
-    create_containers,
-    pod_id,
-    resized,
-)
 from nri_topology.topology.model import Machine, MemoryTier
+
+if TYPE_CHECKING:
+    from nri_topology.simulate.workload import RunningContainer, Step, Workload
 
 
 class NodeState(Protocol):
@@ -44,14 +38,15 @@ class NodeState(Protocol):
     @property
     def machine_name(self) -> str: ...
     @property
-    def assignments(self) -> Mapping[str, Assignment]: ...
+    def assignments(self) -> Mapping[str, NodeAssignment]: ...
     @property
     def pools(self) -> tuple[PoolView, ...]: ...
 
 
 @dataclass(frozen=True, slots=True)
-class Assignment:
-    """Where a container runs right now, as the simulated runtime has applied it."""
+class NodeAssignment:
+    """Where a container runs right now, as the node holds it (the simulated runtime has applied
+    every update; `nri-topology status` reads a live node), with what the policy said of it."""
 
     id: str
     namespace: str
@@ -71,7 +66,7 @@ class Assignment:
 class Placed:
     """A container placed (created or resized) in a step, with the policy's explanation."""
 
-    assignment: Assignment
+    assignment: NodeAssignment
     reason: str
     trace: tuple[PoolScore, ...]
     memory_relaxed: bool
@@ -127,7 +122,7 @@ class Simulation:
     machine_name: str
     workload: Workload
     steps: tuple[StepResult, ...]
-    assignments: Mapping[str, Assignment]  # at the end, by container id
+    assignments: Mapping[str, NodeAssignment]  # at the end, by container id
     pools: tuple[PoolView, ...] = field(default=())
 
     @property
@@ -150,12 +145,16 @@ class Runner:
         self._running: dict[str, RunningContainer] = {}
         self._cold: dict[str, int] = {}  # container id -> when its cold start ends (ns)
         self.clock_ns = 0  # simulated time: only wait steps move it
-        self.assignments: dict[str, Assignment] = {}
+        self.assignments: dict[str, NodeAssignment] = {}
 
     def run(self, workload: Workload) -> tuple[StepResult, ...]:
         return tuple(self.step(n, s) for n, s in enumerate(workload.steps, start=1))
 
     def step(self, number: int, step: Step) -> StepResult:
+        # Loaded here, not with the module: the daemon's status pages import this module for the
+        # node picture and need no workload schema (its pydantic models take about 1 MB).
+        from nri_topology.simulate.workload import container_id, create_containers, pod_id, resized
+
         base = StepResult(number, step.action, step.target, step.note, step.expect_error)
         if step.create is not None:
             made = create_containers(step.create, step=number, memory_capacity=self._capacity)
@@ -195,7 +194,7 @@ class Runner:
                 errors.append(_failure(rc.info.id, exc))
                 continue
             self._running[rc.info.id] = rc
-            assignment = Assignment(
+            assignment = NodeAssignment(
                 id=rc.info.id,
                 namespace=rc.pod.namespace,
                 pod=rc.pod.name,
@@ -287,7 +286,8 @@ class Runner:
             self.assignments[cid] = replace(
                 self.assignments[cid], cpus=p.cpus, mems=p.mems, cpu_shares=p.cpu_shares
             )
-        for cid, change in applied.changes.items():
+        for update in applied.applied:
+            cid, change = update.container_id, update.placement
             prev = moved.get(cid)
             if prev is not None:
                 change = merged(Placement(prev.cpus, prev.mems), change)

@@ -25,25 +25,17 @@ from pydantic import (
     model_validator,
 )
 
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.request import parse_duration
 from nri_topology.policy.types import (
     ContainerInfo,
     HintSource,
     PodInfo,
     QoS,
-    Resources,
     TopologyHint,
 )
 from nri_topology.quantity import cpu_milli, memory_bytes
-
-# Kubelet constants for CPU shares and CFS quota (cgroup v1 units, as NRI reports them).
-MIN_SHARES = 2
-MAX_SHARES = 262144
-SHARES_PER_CPU = 1024
-QUOTA_PERIOD_US = 100000
-MIN_QUOTA_US = 1000
-GUARANTEED_OOM_SCORE_ADJ = -997
-BEST_EFFORT_OOM_SCORE_ADJ = 1000
 
 
 class WorkloadError(ValueError):
@@ -109,7 +101,6 @@ class ContainerSpec(_Strict):
             cpu=self.requests.cpu if self.requests.cpu is not None else self.limits.cpu,
             memory=self.requests.memory if self.requests.memory is not None else self.limits.memory,
         )
-
 
 class CreateSpec(_Strict):
     pod: Name
@@ -213,58 +204,12 @@ class Workload(_Strict):
 
 def qos_class(containers: list[ContainerSpec]) -> QoS:
     """The Kubernetes QoS class of a pod from its containers' requests and limits."""
-    requests = [c.effective_requests() for c in containers]
-    if all(
-        r.cpu is None and r.memory is None and c.limits.cpu is None and c.limits.memory is None
-        for c, r in zip(containers, requests, strict=True)
-    ):
-        return QoS.BEST_EFFORT
-    guaranteed = all(
-        c.limits.cpu is not None
-        and c.limits.memory is not None
-        and r.cpu == c.limits.cpu
-        and r.memory == c.limits.memory
-        for c, r in zip(containers, requests, strict=True)
-    )
-    return QoS.GUARANTEED if guaranteed else QoS.BURSTABLE
+    return kubelet.qos_class(amounts(c.effective_requests(), c.limits) for c in containers)
 
 
-def cpu_shares(request_milli: int | None) -> int:
-    """Kubelet's shares for a CPU request: milli*1024/1000, clamped to [2, 262144]."""
-    shares = (request_milli or 0) * SHARES_PER_CPU // 1000
-    return max(MIN_SHARES, min(MAX_SHARES, shares))
-
-
-def cpu_quota(limit_milli: int) -> int:
-    """Kubelet's CFS quota for a CPU limit with the default 100 ms period."""
-    return max(MIN_QUOTA_US, limit_milli * QUOTA_PERIOD_US // 1000)
-
-
-def oom_score_adj(qos: QoS, memory_request: int | None, capacity: int) -> int:
-    """Kubelet's OOM score adjustment; the policy estimates Burstable memory requests from it."""
-    if qos is QoS.GUARANTEED:
-        return GUARANTEED_OOM_SCORE_ADJ
-    if qos is QoS.BEST_EFFORT or not memory_request or capacity <= 0:
-        return BEST_EFFORT_OOM_SCORE_ADJ
-    adj = 1000 - (1000 * memory_request) // capacity
-    return max(1000 + GUARANTEED_OOM_SCORE_ADJ, min(999, adj))
-
-
-def runtime_resources(requests: ResourceList, limits: ResourceList) -> Resources:
-    """What the runtime reports for a container with these (defaulted) requests and limits."""
-    return Resources(
-        cpu_shares=cpu_shares(requests.cpu),
-        cpu_quota=cpu_quota(limits.cpu) if limits.cpu else None,
-        cpu_period=QUOTA_PERIOD_US if limits.cpu else None,
-        memory_limit=limits.memory or None,
-    )
-
-
-def cgroup_parent(qos: QoS, uid: str) -> str:
-    """Kubelet's pod cgroup (cgroupfs driver): the QoS class is a path element."""
-    if qos is QoS.GUARANTEED:
-        return f"/kubepods/pod{uid}"
-    return f"/kubepods/{qos.value.lower()}/pod{uid}"
+def amounts(requests: ResourceList, limits: ResourceList) -> Amounts:
+    """The kubelet's amounts of (already defaulted) requests and limits."""
+    return Amounts(requests.cpu or 0, limits.cpu or 0, requests.memory or 0, limits.memory or 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,7 +246,7 @@ def create_containers(
         uid=uid,
         labels=dict(spec.labels),
         annotations=dict(spec.annotations),
-        cgroup_parent=cgroup_parent(qos, uid),
+        cgroup_parent=kubelet.cgroup_parent(qos, uid),
     )
     out = []
     for index, c in enumerate(spec.containers):
@@ -310,10 +255,10 @@ def create_containers(
             id=container_id(spec.namespace, spec.pod, c.name),
             pod_id=pod.id,
             name=c.name,
-            resources=runtime_resources(requests, c.limits),
+            resources=kubelet.resources(amounts(requests, c.limits)),
             labels=dict(c.labels),
             annotations=dict(c.annotations),
-            oom_score_adj=oom_score_adj(qos, requests.memory, memory_capacity),
+            oom_score_adj=kubelet.oom_score_adj(qos, requests.memory or 0, memory_capacity),
             created_at=step * 1_000_000_000 + index,
             hints=tuple(TopologyHint(d.source, d.name, frozenset(d.numa)) for d in c.devices),
         )
@@ -335,7 +280,7 @@ def resized(running: RunningContainer, spec: ResizeSpec) -> RunningContainer:
     """The container after an in-place resize: each given value replaces the old one."""
     requests = _merged(running.requests, spec.requests)
     limits = _merged(running.limits, spec.limits)
-    info = replace(running.info, resources=runtime_resources(requests, limits))
+    info = replace(running.info, resources=kubelet.resources(amounts(requests, limits)))
     return replace(running, requests=requests, limits=limits, info=info)
 
 

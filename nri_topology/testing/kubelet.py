@@ -13,9 +13,10 @@
 * memory: the sum of memory requests (a request left out is the limit, as the API server
   defaults it) within the machine's memory that the policy may widen into (every tier but HBM,
   which is used only when asked for). A Burstable container's request reaches the runtime only
-  through the oom_score_adj the kubelet derives from it (`oom_score_adj`); a small one reads as
-  none, and the policy charges the limit, which must not make it refuse what the kubelet
-  admits.
+  through the oom_score_adj the kubelet derives from it; a small one reads as none, and the
+  policy charges the limit, which must not make it refuse what the kubelet admits.
+
+The Linux resources the pods reach the policy with are the kubelet's (`kubelet.linux_resources`).
 
 Kernel-isolated CPUs are allocatable and assignable CPUs for the kubelet, which does not know
 them, and are counted so here: the policy keeps them for containers that prefer them, but gives
@@ -27,14 +28,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy import cpuallocator
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.types import ContainerInfo, PodInfo, PolicyError, QoS, Resources
+from nri_topology.policy.types import ContainerInfo, PodInfo, PolicyError, QoS
 from nri_topology.testing.invariants import InvariantError, RuntimeView, check
 from nri_topology.topology.model import Machine, MemoryTier
-
-PERIOD = 100_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +52,14 @@ class Pod:
         """The memory request the kubelet admits on."""
         return self.memory if self.memory_request is None else self.memory_request
 
+    def amounts(self) -> Amounts:
+        """Requests and limits as the API server stores them."""
+        if self.qos is QoS.GUARANTEED:
+            return Amounts(self.cpu, self.cpu, self.memory, self.memory)
+        if self.qos is QoS.BEST_EFFORT:
+            return Amounts()
+        return Amounts(self.cpu, self.cpu_limit, self.requested_memory(), self.memory)
+
     def exclusive(self) -> int:
         """Whole CPUs the static CPU manager pins: Guaranteed integer requests only."""
         if self.qos is QoS.GUARANTEED and self.cpu % 1000 == 0:
@@ -58,42 +67,23 @@ class Pod:
         return 0
 
 
-def oom_score_adj(pod: Pod, capacity: int) -> int:
-    """The kubelet's oom_score_adj: 1000 - 1000 * request / capacity for Burstable, kept in
-    3..999; -997 for Guaranteed, 1000 for BestEffort."""
-    if pod.qos is QoS.GUARANTEED:
-        return -997
-    if pod.qos is QoS.BEST_EFFORT:
-        return 1000
-    adj = 1000 - 1000 * pod.requested_memory() // capacity
-    return min(max(adj, 3), 999)
-
-
 def policy_pair(cid: str, pod: Pod, capacity: int) -> tuple[PodInfo, ContainerInfo]:
     """Pod and container with the Linux resources the kubelet gives them (`capacity`: the
     machine's memory, which oom_score_adj is relative to)."""
-    cls = {QoS.GUARANTEED: "", QoS.BURSTABLE: "burstable/", QoS.BEST_EFFORT: "besteffort/"}
+    amounts = pod.amounts()
     info = PodInfo(
         id=f"pod-{cid}",
         name=f"pod-{cid}",
         namespace="admission",
         uid=f"uid-{cid}",
-        cgroup_parent=f"/kubepods/{cls[pod.qos]}poduid-{cid}",
-    )
-    limit = pod.cpu if pod.qos is QoS.GUARANTEED else pod.cpu_limit
-    quota = limit * PERIOD // 1000 if limit else None
-    res = Resources(
-        cpu_shares=max(2, pod.cpu * 1024 // 1000),
-        cpu_quota=quota,
-        cpu_period=PERIOD if quota else None,
-        memory_limit=pod.memory or None,
+        cgroup_parent=kubelet.cgroup_parent(pod.qos, f"uid-{cid}"),
     )
     return info, ContainerInfo(
         id=cid,
         pod_id=info.id,
         name="app",
-        resources=res,
-        oom_score_adj=oom_score_adj(pod, capacity),
+        resources=kubelet.resources(amounts),
+        oom_score_adj=kubelet.oom_score_adj(pod.qos, amounts.memory_request, capacity),
     )
 
 

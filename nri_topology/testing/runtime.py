@@ -4,7 +4,9 @@ It plays containerd's part of docs/protocol.md §6 over a real unix socket (or a
 for launched plugins) and reads frames exactly as a Go peer would (`go_reader`), so a plugin that
 frames wrongly, answers Synchronize chunks wrongly, subscribes to unknown events or is too slow
 fails here the way it would fail on a node. Everything the plugin is asked and answers is
-recorded in `calls`; container state is kept and updated from adjustments and updates.
+recorded in `calls` (unless `record=False`); container state is kept and updated from
+adjustments and updates, the updates by the node's one model of them (`policy.pinning`, with NRI
+messages as its form).
 
 Only one plugin is active at a time: the most recently synchronized connection gets the events.
 """
@@ -16,8 +18,9 @@ import contextlib
 import os
 import re
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import structlog
@@ -33,6 +36,7 @@ from nri_topology.nri.mux import (
 )
 from nri_topology.nri.stub import PLUGIN_SERVICE, RUNTIME_SERVICE, STATE_CHANGE_EVENTS
 from nri_topology.nri.versions import OLD_VALID_EVENTS, VALID_EVENTS, event_bit, parse_version
+from nri_topology.policy.pinning import Conflict, Form, apply_replies, apply_updates, merge_updates
 from nri_topology.testing.go_reader import GoConnReader, GoReadError
 from nri_topology.ttrpc.client import TtrpcClient
 from nri_topology.ttrpc.codec import MAX_DATA, Code, TtrpcError, encode_request
@@ -43,6 +47,46 @@ log = structlog.get_logger(__name__)
 MIN_OBJECTS_PER_SYNC_MESSAGE = 8
 _PLUGIN_NAME = re.compile(r"^[a-zA-Z0-9_.+-]+$")  # enforced by NRI >= v0.12 runtimes
 _PLUGIN_IDX = re.compile(r"^[0-9]{2}$")
+
+
+def _resource_fields(update: api_pb2.ContainerUpdate) -> Iterator[str]:
+    """The resource fields an update sets, named as the runtime claims them: each CPU and memory
+    knob on its own, hugepage limits per page size, unified parameters per key."""
+    for field, value in update.linux.resources.ListFields():
+        if field.name in ("cpu", "memory"):
+            for knob, _ in value.ListFields():
+                yield f"{field.name}.{knob.name}"
+        elif field.name == "hugepage_limits":
+            yield from (f"hugepage_limits[{limit.page_size}]" for limit in value)
+        elif field.name == "unified":
+            yield from (f"unified[{key}]" for key in value)
+        else:
+            yield field.name
+
+
+def _combined(
+    first: api_pb2.ContainerUpdate, second: api_pb2.ContainerUpdate
+) -> api_pb2.ContainerUpdate:
+    out = api_pb2.ContainerUpdate()
+    out.CopyFrom(first)
+    out.linux.resources.MergeFrom(second.linux.resources)
+    out.ignore_failure = first.ignore_failure and second.ignore_failure
+    return out
+
+
+NRI_UPDATES: Form[api_pb2.ContainerUpdate, api_pb2.LinuxResources, api_pb2.LinuxResources] = Form(
+    target=attrgetter("container_id"),
+    change=attrgetter("linux.resources"),
+    over=api_pb2.LinuxResources.MergeFrom,  # into the container's own message
+    in_place=True,
+    fields=_resource_fields,
+    may_fail=attrgetter("ignore_failure"),
+    combine=_combined,
+    blank=lambda u: api_pb2.ContainerUpdate(
+        container_id=u.container_id, ignore_failure=u.ignore_failure
+    ),
+)
+"""Updates as NRI messages over the resources of the runtime's containers."""
 
 
 class PluginError(Exception):
@@ -206,6 +250,11 @@ class PluginConnection:
         return self.trunk.closed.is_set()
 
     @property
+    def full_name(self) -> str:
+        """The name the runtime gives the plugin in its errors: index, dash, name."""
+        return f"{self.idx}-{self.name}"
+
+    @property
     def error(self) -> str | None:
         return self.trunk.error
 
@@ -238,7 +287,8 @@ class PluginConnection:
     async def _update_containers(self, payload: bytes, ctx: CallContext) -> bytes:
         req = api_pb2.UpdateContainersRequest.FromString(payload)
         async with self.peer.lock:
-            self.peer.unsolicited_updates.extend(req.update)
+            if self.peer.record:
+                self.peer.unsolicited_updates.extend(req.update)
             failed = self.peer._apply_updates(req.update)
         if failed:
             raise TtrpcError(Code.UNKNOWN, "NRI update of some containers failed")
@@ -344,7 +394,8 @@ class PluginConnection:
     ) -> Any:
         """Call the plugin; fatal failures close it and raise PluginError, like the runtime."""
         call = Call(method, req)
-        self.peer.calls.append(call)
+        if self.peer.record:
+            self.peer.calls.append(call)
         try:
             payload = await self.client.call(
                 PLUGIN_SERVICE,
@@ -396,6 +447,8 @@ class RuntimePeer:
     `configure_before_register_reply` holds the RegisterPlugin reply until Configure has been
     answered, which makes the legal Configure-overtakes-reply ordering deterministic.
     `sync_message_limit` below 4 MiB forces Synchronize chunking with smaller data.
+    `record=False` keeps no `calls`, `applied_updates` nor `unsolicited_updates`, which tests
+    read: a benchmark of many requests would otherwise hold every request, reply and update.
     """
 
     def __init__(
@@ -413,6 +466,7 @@ class RuntimePeer:
         pods: Sequence[api_pb2.PodSandbox] = (),
         containers: Sequence[api_pb2.Container] = (),
         failing_containers: Sequence[str] = (),
+        record: bool = True,
     ) -> None:
         self.runtime_name = runtime_name
         self.runtime_version = runtime_version
@@ -430,8 +484,12 @@ class RuntimePeer:
         self.sync_message_limit = sync_message_limit
         self.pods: dict[str, api_pb2.PodSandbox] = {p.id: p for p in pods}
         self.containers: dict[str, api_pb2.Container] = {c.id: c for c in containers}
+        self._resources = {cid: c.linux.resources for cid, c in self.containers.items()}
+        """Each known container's resources message, the one its entry in `containers` holds,
+        that updates overlay in place: reached once, not through two sub-messages per update."""
         self.failing_containers = set(failing_containers)
         """Container ids whose updates fail (to exercise error replies)."""
+        self.record = record
         self.calls: list[Call] = []
         self.registrations: list[api_pb2.RegisterPluginRequest] = []
         self.sync_chunks: list[tuple[int, int, bool]] = []
@@ -516,19 +574,54 @@ class RuntimePeer:
 
     # -- state -----------------------------------------------------------------------------
 
+    def _merged(
+        self,
+        conn: PluginConnection,
+        updates: Sequence[api_pb2.ContainerUpdate],
+        creating: str | None = None,
+    ) -> Sequence[api_pb2.ContainerUpdate]:
+        """The updates of a reply merged as the adaptation merges a request's replies."""
+        try:
+            return merge_updates([(conn.full_name, updates)], NRI_UPDATES, creating)
+        except Conflict as exc:
+            raise PluginError(str(exc)) from exc
+
+    def _apply_reply(
+        self,
+        conn: PluginConnection,
+        updates: Sequence[api_pb2.ContainerUpdate],
+        creating: str | None = None,
+    ) -> None:
+        """The updates of a reply to CreateContainer or StopContainer merged and applied, as the
+        runtime does with them (it ignores their failures)."""
+        if self.failing_containers:  # the two steps, to leave the failing ones out
+            self._apply_updates(self._merged(conn, updates, creating))
+            return
+        try:
+            reply = [(conn.full_name, updates)]
+            applied = apply_replies(self._resources, reply, NRI_UPDATES, creating)
+        except Conflict as exc:
+            raise PluginError(str(exc)) from exc
+        if self.record:
+            self.applied_updates.extend(applied.applied)
+
     def _apply_updates(self, updates: Sequence[api_pb2.ContainerUpdate]) -> list[str]:
-        """Apply updates to known containers; unknown ids are skipped, as containerd does."""
-        failed = []
-        for update in updates:
-            ctr = self.containers.get(update.container_id)
-            if ctr is None:
-                continue
-            if update.container_id in self.failing_containers:
-                if not update.ignore_failure:
-                    failed.append(update.container_id)
-                continue
-            ctr.linux.resources.MergeFrom(update.linux.resources)
-            self.applied_updates.append(update)
+        """Apply updates to known containers (unknown ids are skipped, as containerd does); the
+        ids of those that failed without `ignore_failure`."""
+        failed: list[str] = []
+        if self.failing_containers:
+            failing = self.failing_containers
+            failed = [
+                u.container_id
+                for u in updates
+                if u.container_id in failing
+                and u.container_id in self.containers
+                and not u.ignore_failure
+            ]
+            updates = [u for u in updates if u.container_id not in failing]
+        applied = apply_updates(self._resources, updates, NRI_UPDATES)
+        if self.record:
+            self.applied_updates.extend(applied.applied)
         return failed
 
     # -- events ------------------------------------------------------------------------------
@@ -626,13 +719,12 @@ class RuntimePeer:
         if conn is not None:
             req = api_pb2.CreateContainerRequest(pod=pod, container=ctr)
             reply = await self._relay(conn, "CreateContainer", req, api_pb2.CreateContainerResponse)
-            if any(u.container_id == ctr.id for u in reply.update):
-                raise PluginError(f'plugin asked update of "{ctr.id}" during creation')
+            self._apply_reply(conn, reply.update, creating=ctr.id)
             created.annotations.update(reply.adjust.annotations)
             created.linux.resources.MergeFrom(reply.adjust.linux.resources)
             created.mounts.extend(reply.adjust.mounts)
-            self._apply_updates(reply.update)
         self.containers[created.id] = created
+        self._resources[created.id] = created.linux.resources
         return reply
 
     async def _container_event(
@@ -691,10 +783,11 @@ class RuntimePeer:
         if conn is not None:
             req = api_pb2.UpdateContainerRequest(pod=pod, container=ctr, linux_resources=resources)
             reply = await self._relay(conn, "UpdateContainer", req, api_pb2.UpdateContainerResponse)
-            for update in reply.update:
+            updates = self._merged(conn, reply.update)
+            for update in updates:
                 if update.container_id == ctr.id:
                     effective.MergeFrom(update.linux.resources)
-            self._apply_updates([u for u in reply.update if u.container_id != ctr.id])
+            self._apply_updates([u for u in updates if u.container_id != ctr.id])
         known = self.containers.get(ctr.id)
         if known is not None:
             known.linux.resources.MergeFrom(effective)
@@ -718,11 +811,12 @@ class RuntimePeer:
         if conn is not None:
             req = api_pb2.StopContainerRequest(pod=pod, container=ctr)
             reply = await self._relay(conn, "StopContainer", req, api_pb2.StopContainerResponse)
-            self._apply_updates(reply.update)
+            self._apply_reply(conn, reply.update)
         return reply
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.containers.pop(ctr.id, None)
+        self._resources.pop(ctr.id, None)
         await self._container_event(
             api_pb2.REMOVE_CONTAINER,
             "RemoveContainer",

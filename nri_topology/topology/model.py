@@ -6,7 +6,7 @@ Only online CPUs appear in `cpus`; offline ones are listed in `offline` and nowh
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import cached_property
@@ -19,6 +19,16 @@ class MemoryTier(StrEnum):
     PMEM = "pmem"
     HBM = "hbm"
     CXL = "cxl"
+
+
+_TIER_SETS: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
+
+
+def tier_set(tiers: Iterable[MemoryTier]) -> frozenset[MemoryTier]:
+    """`frozenset(tiers)`, one object for each distinct set (at most 2^4 of them): the policy
+    keeps a set of tiers for every container and decision, and they are nearly all alike."""
+    tiers = frozenset(tiers)
+    return _TIER_SETS.setdefault(tiers, tiers)
 
 
 class CoreKind(StrEnum):

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from nri_topology.testing import ociimage
 from tests.e2e import harness
 
 REQUIRED = os.environ.get("NRI_TOPOLOGY_E2E") == "require"
@@ -48,28 +47,16 @@ def base_dir() -> Iterator[Path]:
 
 @pytest.fixture(scope="session")
 def image(tools: harness.Tools, base_dir: Path) -> Path:
-    out = base_dir / "busybox.tar"
-    layer = ociimage.layer(ociimage.busybox_entries(tools.busybox))
-    out.write_bytes(ociimage.image_archive(harness.IMAGE, [layer], cmd=harness.SLEEP))
-    return out
+    return harness.write_image(tools, base_dir / "busybox.tar")
 
 
 def _run(tools: harness.Tools, base_dir: Path, image: Path, **kwargs) -> Iterator[harness.Run]:
-    run = harness.Run(tools, base_dir, **kwargs)
+    # pytest never throws a test's exception into its fixture: a SetupError here is containerd's.
     try:
-        try:
-            run.start_containerd()
-            run.import_image(image)
-        except harness.SetupError as exc:
-            _unavailable(str(exc))
-        yield run
-    finally:
-        # Shown by pytest only when the test failed.
-        print(f"--- containerd log:\n{run.containerd_log_tail(80)}")
-        print(f"--- plugin log:\n{run.plugin_log_tail(40)}")
-        run.cleanup()
-        left = run.leftovers()
-        assert not left, f"cleanup left {left}"
+        with harness.running(tools, base_dir, image, show_logs=True, **kwargs) as run:
+            yield run
+    except harness.SetupError as exc:
+        _unavailable(str(exc))
 
 
 @pytest.fixture

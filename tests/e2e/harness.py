@@ -26,7 +26,11 @@ from pathlib import Path
 
 import grpc
 
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
+from nri_topology.policy.types import QoS
 from nri_topology.testing import cri_pb2 as cri
+from nri_topology.testing import ociimage
 from nri_topology.topology.cpuset import parse as parse_cpus
 
 HERE = Path(__file__).resolve().parent
@@ -179,20 +183,36 @@ class Pod:
     containers: list[Container] = field(default_factory=list)
 
 
+def qos_named(name: str) -> QoS:
+    """"guaranteed", "burstable" or "besteffort", as the kubelet names its QoS cgroups."""
+    return next(q for q in QoS if q.value.lower() == name)
+
+
+def memory_capacity() -> int:
+    """The node's memory as the kubelet reads it (MemTotal), which oom_score_adj is relative to."""
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise SetupError("no MemTotal in /proc/meminfo")
+
+
 def resources(qos: str, cpu_milli: int, memory: int) -> cri.LinuxContainerResources:
-    """Linux resources as the kubelet computes them from requests and limits."""
-    if qos == "besteffort":
-        return cri.LinuxContainerResources(cpu_shares=2, cpu_period=100000, oom_score_adj=1000)
-    shares = max(2, cpu_milli * 1024 // 1000)
-    if qos == "guaranteed":
-        return cri.LinuxContainerResources(
-            cpu_shares=shares,
-            cpu_period=100000,
-            cpu_quota=cpu_milli * 100,
-            memory_limit_in_bytes=memory,
-            oom_score_adj=-997,
-        )
-    return cri.LinuxContainerResources(cpu_shares=shares, cpu_period=100000, oom_score_adj=500)
+    """Linux resources as the kubelet computes them: `cpu_milli` and `memory` are a Guaranteed
+    container's requests and limits, a Burstable one's requests; a BestEffort one has neither."""
+    cls = qos_named(qos)
+    amounts = {
+        QoS.GUARANTEED: Amounts(cpu_milli, cpu_milli, memory, memory),
+        QoS.BURSTABLE: Amounts(cpu_milli, 0, memory, 0),
+        QoS.BEST_EFFORT: Amounts(),
+    }[cls]
+    r = kubelet.resources(amounts)
+    return cri.LinuxContainerResources(
+        cpu_shares=r.cpu_shares or 0,
+        cpu_period=r.cpu_period or 0,
+        cpu_quota=r.cpu_quota or 0,
+        memory_limit_in_bytes=r.memory_limit or 0,
+        oom_score_adj=kubelet.oom_score_adj(cls, amounts.memory_request, memory_capacity()),
+    )
 
 
 # --- processes ------------------------------------------------------------------------------
@@ -452,11 +472,7 @@ class Run:
         self, name: str, qos: str, namespace: str = "e2e", annotations: dict | None = None
     ) -> cri.PodSandboxConfig:
         uid = str(uuid.uuid4())
-        parent = (
-            f"{self.kubepods}/pod{uid}"
-            if qos == "guaranteed"
-            else (f"{self.kubepods}/{qos}/pod{uid}")
-        )
+        parent = kubelet.cgroup_parent(qos_named(qos), uid, self.kubepods)
         return cri.PodSandboxConfig(
             metadata=cri.PodSandboxMetadata(name=name, uid=uid, namespace=namespace),
             log_directory=str(self.dir / "logs" / uid),
@@ -641,15 +657,32 @@ class Run:
         return out
 
 
+def write_image(tools: Tools, out: Path) -> Path:
+    """The test image (busybox sleeping) as an OCI archive at `out`."""
+    layer = ociimage.layer(ociimage.busybox_entries(tools.busybox))
+    out.write_bytes(ociimage.image_archive(IMAGE, [layer], cmd=SLEEP))
+    return out
+
+
 @contextlib.contextmanager
-def running(tools: Tools, base: Path, image: Path, **kwargs) -> Iterator[Run]:
+def running(
+    tools: Tools, base: Path, image: Path, *, show_logs: bool = False, **kwargs
+) -> Iterator[Run]:
+    """A run with containerd started and `image` imported; on exit everything it made is removed,
+    and must be (SetupError when containerd cannot be had). `show_logs` prints the logs' tails
+    first (pytest shows them when the test failed)."""
     run = Run(tools, base, **kwargs)
     try:
         run.start_containerd()
         run.import_image(image)
         yield run
     finally:
+        if show_logs:
+            print(f"--- containerd log:\n{run.containerd_log_tail(80)}")
+            print(f"--- plugin log:\n{run.plugin_log_tail(40)}")
         run.cleanup()
+        left = run.leftovers()
+        assert not left, f"cleanup left {left}"
 
 
 def online_cpus() -> set[int]:

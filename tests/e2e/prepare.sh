@@ -15,6 +15,8 @@ mkdir -p "$CACHE"
 
 say() { echo "prepare: $*" >&2; }
 die() { say "$*"; exit 1; }
+# shellcheck source=debian13.sh
+. "$(dirname "$0")/debian13.sh"
 
 version_ok() {  # containerd binary -> 0 when it is at least 1.7
     local v
@@ -34,25 +36,10 @@ apt_install() {  # package... : install with the system's apt when root
 }
 
 debian_containerd() {  # download Debian 13's containerd .deb into $CACHE/debian and unpack it
-    local d=$CACHE/debian uri
+    local d=$CACHE/debian
     if [ -x "$d/root/usr/bin/containerd" ]; then echo "$d/root/usr/bin"; return; fi
-    command -v apt-get >/dev/null || die "no containerd >= 1.7 and no apt-get to fetch one"
-    mkdir -p "$d/sp" "$d/lists/partial" "$d/cache/archives/partial" "$d/deb"
-    uri=$(awk '/^URIs:/ {print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-    if [ -z "$uri" ]; then
-        uri=$(awk '$1 == "deb" {print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-    fi
-    [ -n "$uri" ] || die "cannot find the Debian mirror this machine uses"
-    printf 'Types: deb\nURIs: %s\nSuites: trixie\nComponents: main\nSigned-By: %s\n' \
-        "$uri" /usr/share/keyrings/debian-archive-keyring.gpg > "$d/sp/trixie.sources"
-    local a=(-o Dir::Etc::sourcelist=/dev/null -o "Dir::Etc::sourceparts=$d/sp"
-             -o "Dir::State::lists=$d/lists" -o "Dir::Cache=$d/cache"
-             -o Dir::State::status=/dev/null -o APT::Architecture="$(dpkg --print-architecture)")
     say "downloading Debian 13's containerd into $d"
-    apt-get "${a[@]}" update -qq >&2 || die "apt-get update (trixie lists) failed"
-    (cd "$d/deb" && apt-get "${a[@]}" download containerd >&2) || die "apt-get download failed"
-    rm -rf "$d/root.tmp" && dpkg-deb -x "$d"/deb/containerd_*.deb "$d/root.tmp"
-    rm -rf "$d/root" && mv "$d/root.tmp" "$d/root"
+    debian13_fetch "$d" containerd
     echo "$d/root/usr/bin"
 }
 

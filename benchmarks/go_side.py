@@ -1,0 +1,251 @@
+"""CreateContainer latency inside the upstream Go runtime side, ours against a no-op Go plugin.
+
+The runtime side is containerd/nri's `pkg/adaptation` (the code containerd embeds), driven by
+`go_side/harness`; the floor is `go_side/noop`, NRI's template plugin with empty handlers on
+`pkg/stub`. Both are built from Debian 13's Go toolchain and containerd/nri packages by
+`go_side/build.sh` (downloaded once into `.cache/go-side`, not installed). Ours is the real
+`nri-topology run` process on a sysfs tree written from a committed machine file.
+
+For every live count the harness creates that many containers of `workload.fill_spec` through
+the adaptation (pod run, create, start, applying the plugin's adjustments and updates), then
+times `Adaptation.CreateContainer` of each probe in turns, stopping and removing the probe again
+after each sample (not timed): `guaranteed-2cpu` takes 2 exclusive CPUs (on a filled node it
+re-pins the shared containers of its pool; the time includes the adaptation merging those
+updates), `burstable` is a 250m/1000m container in the shared pool. Rounds alternate the two
+plugins (which goes first alternates too); the figures are the medians over rounds of each
+run's p50 and p99. Runs with a fill also restart the plugin before timing and report its
+registration and Synchronize with every fill container running (ours reads its checkpoint and
+must move none).
+
+    .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
+        [--samples 500] [--out benchmarks/results/go_side.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.workload import MACHINES, Spec, fill_spec, nri_pair, sysfs_root
+from nri_topology.nri import api_pb2
+from nri_topology.policy.types import QoS
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("NRI_TOPOLOGY_GO_CACHE") or ROOT / ".cache" / "go-side")
+MI = 1 << 20
+PROBES = {
+    "guaranteed-2cpu": Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI),
+    "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
+}
+PLUGINS = ("ours", "noop")
+
+
+def toolchain_cached() -> bool:
+    """Whether build.sh has its Go toolchain and containerd/nri already (builds offline)."""
+    root = CACHE / "debian" / "root"
+    nri = root / "usr/share/gocode/src/github.com/containerd/nri/pkg/adaptation"
+    return nri.is_dir() and any(root.glob("usr/lib/go-1.*/bin/go"))
+
+
+def build() -> dict[str, str]:
+    """Build (or reuse) the harness and the no-op plugin; their paths and versions."""
+    proc = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "go_side" / "build.sh")],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "NRI_TOPOLOGY_GO_CACHE": str(CACHE)},
+    )
+    if proc.returncode:
+        raise SystemExit(f"go_side/build.sh failed:\n{proc.stderr[-3000:]}")
+    return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
+
+
+def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Container]]) -> None:
+    """Length-prefixed CreateContainerRequest messages, the harness's input."""
+    with path.open("wb") as f:
+        for pod, ctr in pairs:
+            body = api_pb2.CreateContainerRequest(pod=pod, container=ctr).SerializeToString()
+            f.write(struct.pack(">I", len(body)) + body)
+
+
+def plugin_command(plugin: str, tools: dict[str, str], sock: Path, sysfs: Path) -> list[str]:
+    if plugin == "noop":
+        return [tools["NOOP"], f"-socket={sock}"]
+    state = sock.parent
+    return [
+        sys.executable,
+        "-m",
+        "nri_topology.cli",
+        "run",
+        f"--socket={sock}",
+        f"--sysfs={sysfs}",
+        f"--state={state}/state.json",
+        "--metrics-port=0",
+        "--log-level=warning",
+        f"--log-file={state}/plugin.log",
+    ]
+
+
+def run_once(
+    plugin: str, tools: dict[str, str], sysfs: Path, fill: Path | None, probes: Path, samples: int
+) -> dict[str, Any]:
+    """One harness run: start the plugin, fill, time the probes; the harness's report."""
+    with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
+        sock = Path(tmp) / "nri.sock"
+        cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
+        cmd += [f"-fill={fill}", "-restart"] if fill else []
+        cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_command(plugin, tools, sock, sysfs)]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+        if proc.returncode:
+            logs = "".join(
+                p.read_text()[-2000:] for p in Path(tmp).glob("*.log") if p.stat().st_size
+            )
+            raise SystemExit(f"harness with {plugin} failed: {proc.stderr.strip()}\n{logs}")
+    report = json.loads(proc.stdout)
+    if plugin == "ours":  # a closed or refusing plugin answers nothing: never time that
+        case = report["cases"]["guaranteed-2cpu"]
+        if case["adjusted"] != case["samples"]:
+            raise SystemExit(f"our plugin pinned {case['adjusted']} of {case['samples']} probes")
+    return report
+
+
+def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per live count and probe: medians over rounds of p50 and p99, ours and no-op, ratios."""
+    rows = []
+    for live in sorted({live for live, _ in runs}):
+        for case in PROBES:
+            row: dict[str, Any] = {"live": live, "probe": case}
+            for plugin in PLUGINS:
+                each = [r["cases"][case] for r in runs[live, plugin]]
+                row[plugin] = {
+                    "p50_ms": round(statistics.median(c["p50_ms"] for c in each), 3),
+                    "p99_ms": round(statistics.median(c["p99_ms"] for c in each), 3),
+                    "p50_ms_per_round": [round(c["p50_ms"], 3) for c in each],
+                    "updates": statistics.median(c["updates"] for c in each),
+                }
+            for q in ("p50", "p99"):
+                row[f"{q}_ratio"] = round(row["ours"][f"{q}_ms"] / row["noop"][f"{q}_ms"], 2)
+            rows.append(row)
+    return rows
+
+
+def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per live count and plugin: median restart-to-synchronized time, most containers moved."""
+    out = []
+    for (live, plugin), reports in sorted(runs.items()):
+        each = [r["restart"] for r in reports if r.get("restart")]
+        if each:
+            out.append(
+                {
+                    "live": live,
+                    "plugin": plugin,
+                    "synchronize_ms": round(statistics.median(e["synchronize_ms"] for e in each)),
+                    "moved": max(e["moved"] for e in each),
+                }
+            )
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| live | probe | ours p50 / p99 ms | Go no-op p50 / p99 ms | ratio p50 / p99 |"
+        " updates per reply |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['live']} | {r['probe']} | {r['ours']['p50_ms']} / {r['ours']['p99_ms']} | "
+            f"{r['noop']['p50_ms']} / {r['noop']['p99_ms']} | "
+            f"{r['p50_ratio']} / {r['p99_ratio']} | {r['ours']['updates']:g} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--machine", choices=MACHINES, default="4-socket")
+    parser.add_argument("--live", type=int, nargs="+", default=[0, 1000])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--samples", type=int, default=500, help="timed creates per probe and run")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "go_side.json"
+    )
+    args = parser.parse_args(argv)
+    tools = build()
+    runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
+    load_before = os.getloadavg()
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
+        work = Path(tmp)
+        sysfs = sysfs_root(args.machine, work)
+        probes = work / "probes.bin"
+        write_requests(probes, [nri_pair(name, spec) for name, spec in PROBES.items()])
+        for n in range(args.rounds):
+            for live in args.live:
+                fill = None
+                if live:
+                    fill = work / f"fill-{live}.bin"
+                    if not fill.exists():
+                        write_requests(
+                            fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(live)]
+                        )
+                for plugin in PLUGINS if n % 2 == 0 else PLUGINS[::-1]:
+                    report = run_once(plugin, tools, sysfs, fill, probes, args.samples)
+                    runs.setdefault((live, plugin), []).append(report)
+                    print(
+                        f"round {n + 1}/{args.rounds} live {live} {plugin}: "
+                        + ", ".join(
+                            f"{k} p50 {c['p50_ms']:.3f} p99 {c['p99_ms']:.3f} ms"
+                            for k, c in report["cases"].items()
+                        ),
+                        file=sys.stderr,
+                        flush=True,
+                    )
+    rows = summarize(runs)
+    load = {
+        "loadavg_1m_before": round(load_before[0], 2),
+        "loadavg_1m_after": round(os.getloadavg()[0], 2),
+        "cpus": os.cpu_count(),
+    }
+    out = {
+        "machine": args.machine,
+        "nri": tools.get("NRI"),
+        "rounds": args.rounds,
+        "samples": args.samples,
+        "minutes": round((time.monotonic() - started) / 60, 1),
+        "load": load,
+        "rows": rows,
+        "restarts": restarts(runs),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
+    print(table(rows))
+    for r in out["restarts"]:
+        print(
+            f"restart of {r['plugin']} with {r['live']} running: process start to synchronized "
+            f"{r['synchronize_ms']} ms (median), containers moved {r['moved']}"
+        )
+    print(
+        f"\nmachine {args.machine}; containerd/nri {out['nri']}; {args.rounds} rounds x "
+        f"{args.samples} samples; load (1 min) {load['loadavg_1m_before']} before, "
+        f"{load['loadavg_1m_after']} after, {load['cpus']} CPUs; written to {args.out}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,404 @@
+// Command harness is the runtime side of the Go-side benchmark: containerd/nri's pkg/adaptation,
+// as containerd embeds it, serving one external plugin on a private socket.
+//
+// It starts the adaptation, starts the plugin command given after the flags, waits for the
+// plugin to register and synchronize, then creates the fill containers (RunPodSandbox,
+// CreateContainer, PostCreateContainer, StartContainer, PostStartContainer, applying the
+// adjustments and updates as a runtime does) and times adaptation.CreateContainer of the probe
+// containers in turn. Each probe is stopped and removed again after its sample (not timed), so
+// every sample sees the same fill. It prints one JSON object with p50/p99 per probe, or exits
+// non-zero with the adaptation's error: an update or adjustment the adaptation refuses fails
+// the run.
+//
+// The requests are read from files of length-prefixed (4 bytes, big endian) serialized
+// CreateContainerRequest messages, written by benchmarks/go_side.py from benchmarks/workload.py.
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/proto"
+)
+
+// runtime is the state a container runtime keeps: pods and containers by id, with the
+// resources the plugin's adjustments and updates gave them.
+type runtime struct {
+	mu         sync.Mutex
+	pods       map[string]*api.PodSandbox
+	containers map[string]*api.Container
+}
+
+// apply merges updates into the containers they name; unknown ids are skipped, as containerd
+// does.
+func (r *runtime) apply(updates []*api.ContainerUpdate) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, u := range updates {
+		c, ok := r.containers[u.ContainerId]
+		if !ok || u.Linux == nil || u.Linux.Resources == nil {
+			continue
+		}
+		proto.Merge(resources(c), u.Linux.Resources)
+	}
+}
+
+func resources(c *api.Container) *api.LinuxResources {
+	if c.Linux == nil {
+		c.Linux = &api.LinuxContainer{}
+	}
+	if c.Linux.Resources == nil {
+		c.Linux.Resources = &api.LinuxResources{}
+	}
+	return c.Linux.Resources
+}
+
+func (r *runtime) snapshot() ([]*api.PodSandbox, []*api.Container) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pods := make([]*api.PodSandbox, 0, len(r.pods))
+	for _, p := range r.pods {
+		pods = append(pods, p)
+	}
+	ctrs := make([]*api.Container, 0, len(r.containers))
+	for _, c := range r.containers {
+		ctrs = append(ctrs, c)
+	}
+	return pods, ctrs
+}
+
+func readRequests(path string) ([]*api.CreateContainerRequest, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []*api.CreateContainerRequest
+	for len(data) > 0 {
+		if len(data) < 4 {
+			return nil, fmt.Errorf("%s: truncated length", path)
+		}
+		n := binary.BigEndian.Uint32(data)
+		if uint32(len(data)-4) < n {
+			return nil, fmt.Errorf("%s: truncated message", path)
+		}
+		req := &api.CreateContainerRequest{}
+		if err := proto.Unmarshal(data[4:4+n], req); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		out = append(out, req)
+		data = data[4+n:]
+	}
+	return out, nil
+}
+
+// quantile by nearest rank, as benchmarks/latency.py takes it.
+func quantile(sorted []time.Duration, q float64) float64 {
+	i := min(int(q*float64(len(sorted))), len(sorted)-1)
+	return float64(sorted[i].Nanoseconds()) / 1e6
+}
+
+type result struct {
+	P50ms    float64 `json:"p50_ms"`
+	P99ms    float64 `json:"p99_ms"`
+	Samples  int     `json:"samples"`
+	Adjusted int     `json:"adjusted"` // replies carrying an adjustment of the new container
+	Updates  int     `json:"updates"`  // median updates of other containers per reply
+}
+
+// restarted is a plugin restart with the fill running: process start to synchronized, and how
+// many containers the updates of its Synchronize reply touched.
+type restarted struct {
+	SynchronizeMs float64 `json:"synchronize_ms"`
+	Moved         int     `json:"moved"`
+}
+
+type report struct {
+	Live          int               `json:"live"`
+	SynchronizeMs float64           `json:"synchronize_ms"` // process start to synchronized
+	FillMs        float64           `json:"fill_ms"`
+	Restart       *restarted        `json:"restart,omitempty"`
+	Cases         map[string]result `json:"cases"`
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// process is the plugin's process, started again for a restart.
+type process struct {
+	argv []string
+	out  *os.File
+	log  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// start runs the plugin and waits until the adaptation synchronized it; returns the time from
+// process start to synchronized and how many containers its Synchronize reply updated.
+func (p *process) start(synced <-chan int) (time.Duration, int, error) {
+	p.cmd = exec.Command(p.argv[0], p.argv[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	started := time.Now()
+	if err := p.cmd.Start(); err != nil {
+		return 0, 0, err
+	}
+	p.done = make(chan error, 1)
+	go func(cmd *exec.Cmd, done chan<- error) { done <- cmd.Wait() }(p.cmd, p.done)
+	select {
+	case n := <-synced:
+		// The adaptation adds the plugin to its list just after synchronizing it.
+		took := time.Since(started)
+		time.Sleep(100 * time.Millisecond)
+		return took, n, nil
+	case err := <-p.done:
+		p.cmd = nil
+		return 0, 0, fmt.Errorf("plugin exited before it synchronized: %v (see %s)", err, p.log)
+	case <-time.After(120 * time.Second):
+		return 0, 0, fmt.Errorf("plugin did not register within 120 s (see %s)", p.log)
+	}
+}
+
+func (p *process) exited() bool {
+	select {
+	case err := <-p.done:
+		p.done <- err
+		return true
+	default:
+		return false
+	}
+}
+
+// stop ends the plugin with SIGTERM, as a DaemonSet pod is stopped.
+func (p *process) stop() {
+	if p.cmd == nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+	p.cmd = nil
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintf(os.Stderr, "harness: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	socket := flag.String("socket", "", "NRI socket to listen on (private)")
+	fillFile := flag.String("fill", "", "fill requests (length-prefixed CreateContainerRequest)")
+	probeFile := flag.String("probes", "", "probe requests, same format")
+	samples := flag.Int("samples", 300, "timed creates per probe")
+	warmup := flag.Int("warmup", 50, "untimed creates before timing")
+	pluginLog := flag.String("plugin-log", os.DevNull, "file for the plugin's output")
+	restart := flag.Bool("restart", false, "after the fill, restart the plugin and time its "+
+		"registration and Synchronize with every fill container running")
+	flag.Parse()
+	if *socket == "" || *probeFile == "" || flag.NArg() == 0 {
+		return errors.New("usage: harness -socket PATH -probes FILE [-fill FILE] -- PLUGIN ARGS...")
+	}
+	logrus.SetLevel(logrus.WarnLevel)
+
+	fill, probes := []*api.CreateContainerRequest{}, []*api.CreateContainerRequest{}
+	var err error
+	if *fillFile != "" {
+		if fill, err = readRequests(*fillFile); err != nil {
+			return err
+		}
+	}
+	if probes, err = readRequests(*probeFile); err != nil {
+		return err
+	}
+
+	rt := &runtime{pods: map[string]*api.PodSandbox{}, containers: map[string]*api.Container{}}
+	synced := make(chan int, 1)
+	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
+		pods, ctrs := rt.snapshot()
+		updates, err := cb(ctx, pods, ctrs)
+		if err != nil {
+			return err
+		}
+		rt.apply(updates)
+		moved := map[string]bool{}
+		for _, u := range updates {
+			moved[u.ContainerId] = true
+		}
+		synced <- len(moved)
+		return nil
+	}
+	updateFn := func(_ context.Context, u []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
+		rt.apply(u)
+		return nil, nil // none failed
+	}
+	dir := filepath.Dir(*socket)
+	nri, err := adaptation.New("go-side-harness", "0", syncFn, updateFn,
+		adaptation.WithSocketPath(*socket),
+		adaptation.WithPluginPath(filepath.Join(dir, "plugins")),
+		adaptation.WithPluginConfigPath(filepath.Join(dir, "conf.d")))
+	if err != nil {
+		return err
+	}
+	if err := nri.Start(); err != nil {
+		return err
+	}
+	defer nri.Stop()
+
+	out, err := os.OpenFile(*pluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	p := &process{argv: flag.Args(), out: out, log: *pluginLog}
+	took, _, err := p.start(synced)
+	if err != nil {
+		return err
+	}
+	defer p.stop()
+
+	ctx := context.Background()
+	rep := report{Live: len(fill), SynchronizeMs: ms(took)}
+	fillStart := time.Now()
+	for _, req := range fill {
+		if err := rt.runPod(ctx, nri, req.Pod); err != nil {
+			return err
+		}
+		if err := rt.create(ctx, nri, req); err != nil {
+			return err
+		}
+		if err := rt.start(ctx, nri, req); err != nil {
+			return err
+		}
+	}
+	rep.FillMs = ms(time.Since(fillStart))
+	if *restart {
+		p.stop()
+		took, moved, err := p.start(synced)
+		if err != nil {
+			return fmt.Errorf("restarting the plugin: %w", err)
+		}
+		rep.Restart = &restarted{SynchronizeMs: ms(took), Moved: moved}
+	}
+	for _, req := range probes {
+		if err := rt.runPod(ctx, nri, req.Pod); err != nil {
+			return err
+		}
+	}
+
+	times := make([][]time.Duration, len(probes))
+	updates := make([][]int, len(probes))
+	adjusted := make([]int, len(probes))
+	for n := 0; n < *warmup+*samples*len(probes); n++ {
+		k := n % len(probes)
+		req := proto.Clone(probes[k]).(*api.CreateContainerRequest)
+		t0 := time.Now()
+		rpl, err := nri.CreateContainer(ctx, req)
+		took := time.Since(t0)
+		if err != nil {
+			return fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
+		}
+		rt.created(req.Container, rpl)
+		if n >= *warmup {
+			times[k] = append(times[k], took)
+			updates[k] = append(updates[k], len(rpl.Update))
+			if adjusts(rpl.Adjust) {
+				adjusted[k]++
+			}
+		}
+		if err := rt.stopRemove(ctx, nri, req); err != nil {
+			return err
+		}
+		if p.exited() {
+			return fmt.Errorf("plugin exited during the run (see %s)", *pluginLog)
+		}
+	}
+	rep.Cases = map[string]result{}
+	for k, req := range probes {
+		sort.Slice(times[k], func(i, j int) bool { return times[k][i] < times[k][j] })
+		sort.Ints(updates[k])
+		rep.Cases[req.Container.Id] = result{
+			P50ms: quantile(times[k], 0.50), P99ms: quantile(times[k], 0.99),
+			Samples: len(times[k]), Adjusted: adjusted[k], Updates: updates[k][len(updates[k])/2],
+		}
+	}
+	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+func adjusts(a *api.ContainerAdjustment) bool {
+	return a != nil && a.Linux != nil && a.Linux.Resources != nil && a.Linux.Resources.Cpu != nil &&
+		(a.Linux.Resources.Cpu.Cpus != "" || a.Linux.Resources.Cpu.Mems != "")
+}
+
+func (r *runtime) runPod(ctx context.Context, nri *adaptation.Adaptation, pod *api.PodSandbox) error {
+	r.mu.Lock()
+	r.pods[pod.Id] = pod
+	r.mu.Unlock()
+	if err := nri.RunPodSandbox(ctx, &api.StateChangeEvent{Pod: pod}); err != nil {
+		return fmt.Errorf("RunPodSandbox %s: %w", pod.Id, err)
+	}
+	return nil
+}
+
+func (r *runtime) create(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
+	rpl, err := nri.CreateContainer(ctx, req)
+	if err != nil {
+		return fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
+	}
+	r.created(req.Container, rpl)
+	return nil
+}
+
+// created records the container with its adjustment, then applies the updates to others.
+func (r *runtime) created(c *api.Container, rpl *api.CreateContainerResponse) {
+	if a := rpl.Adjust; a != nil && a.Linux != nil && a.Linux.Resources != nil {
+		proto.Merge(resources(c), a.Linux.Resources)
+	}
+	r.mu.Lock()
+	r.containers[c.Id] = c
+	r.mu.Unlock()
+	r.apply(rpl.Update)
+}
+
+func (r *runtime) start(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
+	for _, step := range []func(context.Context, *api.StateChangeEvent) error{
+		nri.PostCreateContainer, nri.StartContainer, nri.PostStartContainer,
+	} {
+		evt := &api.StateChangeEvent{Pod: req.Pod, Container: req.Container}
+		if err := step(ctx, evt); err != nil {
+			return fmt.Errorf("starting %s: %w", req.Container.Id, err)
+		}
+	}
+	return nil
+}
+
+func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
+	rpl, err := nri.StopContainer(ctx, &api.StopContainerRequest{Pod: req.Pod, Container: req.Container})
+	if err != nil {
+		return fmt.Errorf("StopContainer %s: %w", req.Container.Id, err)
+	}
+	r.apply(rpl.Update)
+	r.mu.Lock()
+	delete(r.containers, req.Container.Id)
+	r.mu.Unlock()
+	if err := nri.RemoveContainer(ctx, &api.StateChangeEvent{Pod: req.Pod, Container: req.Container}); err != nil {
+		return fmt.Errorf("RemoveContainer %s: %w", req.Container.Id, err)
+	}
+	return nil
+}

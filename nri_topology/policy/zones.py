@@ -1,0 +1,136 @@
+"""Memory zones: which memory nodes a grant in a pool is charged to, widened when they are full.
+
+A zone is the pool's nodes of the request's tiers; when they are full, the nearest ancestor's
+(up the tree), then, for a request that may be degraded, the next tiers (`admission.TIER_ORDER`).
+Only the `MemoryBook` changes between decisions; the caches here depend on the machine and the
+pool tree alone, which are fixed for one engine, so they are never invalidated, and bounded by
+(pools x tier sets) and the zones grants were given.
+"""
+
+from __future__ import annotations
+
+from nri_topology.policy import admission
+from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.pools import Pool
+from nri_topology.policy.types import PolicyError, Request
+from nri_topology.topology.model import Machine, MemoryTier
+
+
+class Zones:
+    """The memory zone search over one machine's pool tree and memory book."""
+
+    def __init__(
+        self,
+        machine: Machine,
+        pools: tuple[Pool, ...],
+        chain: tuple[tuple[int, ...], ...],
+        book: MemoryBook,
+    ) -> None:
+        self._machine = machine
+        self._pools = pools
+        self._chain = chain  # per pool: itself, then its ancestors up to the root
+        self._book = book
+        self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
+        # Per (pool, tier set): its nodes; per tier set: with normal memory ensured; per zone:
+        # its tiers. Asked for by every decision, for every pool.
+        self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
+        self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
+        self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
+
+    def tiers_of(self, zone: frozenset[int]) -> frozenset[MemoryTier]:
+        """The tiers of a zone's nodes."""
+        tiers = self._zone_tiers.get(zone)
+        if tiers is None:
+            tiers = self._zone_tiers[zone] = frozenset(self._machine.nodes[n].tier for n in zone)
+        return tiers
+
+    def tiers(self, req: Request) -> frozenset[MemoryTier]:
+        """The tiers a request's memory comes from on this machine: DRAM added for a cold start
+        (it ends on DRAM), a tier of normal memory added when they hold none."""
+        tiers = req.memory_tiers & self._tiers_on_machine
+        if not tiers:
+            wanted = ",".join(sorted(req.memory_tiers))
+            have = ",".join(sorted(self._tiers_on_machine))
+            raise PolicyError(
+                f"{req.who}: memory tiers {wanted or 'none'} requested, the machine has {have}"
+            )
+        if req.cold_start_ns > 0:
+            tiers |= {MemoryTier.DRAM} & self._tiers_on_machine
+        return self._with_normal_memory(tiers)
+
+    def _with_normal_memory(self, tiers: frozenset[MemoryTier]) -> frozenset[MemoryTier]:
+        """The tiers, with the first tier holding normal memory added when they hold none.
+
+        Movable-only memory (not in has_normal_memory) cannot serve the kernel's allocations for
+        the container; the pool's nodes of the added tier are the closest normal memory.
+        """
+        hit = self._normal_cache.get(tiers)
+        if hit is not None:
+            return hit
+        out = tiers
+        nodes = self._machine.nodes.values()
+        if not any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
+            for tier in (*admission.TIER_ORDER, MemoryTier.HBM):
+                if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
+                    out = tiers | {tier}
+                    break
+        self._normal_cache[tiers] = out
+        return out
+
+    def _nodes_of(self, p: int, tiers: frozenset[MemoryTier]) -> frozenset[int]:
+        """The pool's memory nodes of the tiers, kept: every decision asks for every pool."""
+        key = (p, tiers)
+        nodes = self._nodes_cache.get(key)
+        if nodes is None:
+            nodes = self._nodes_cache[key] = self._pools[p].nodes_of(tiers)
+        return nodes
+
+    def zone(
+        self,
+        p: int,
+        tiers: frozenset[MemoryTier],
+        size: int,
+        widen: bool = False,
+        squeeze: bool = False,
+    ) -> tuple[frozenset[int], bool]:
+        """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
+        when `widen`, into the next tiers (`admission.TIER_ORDER`), again from the pool up.
+
+        Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it,
+        unless `widen` and `squeeze`: then the root's nodes of every tier tried, which the grant is
+        charged what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
+        """
+        try:
+            return self._zone_in(p, tiers, size)
+        except LookupError:
+            wider: frozenset[MemoryTier] | None = tiers
+            widest = tiers
+            while widen and wider is not None:
+                wider = admission.widen_tiers(wider, self._tiers_on_machine)
+                if wider is not None:
+                    widest = wider
+                    try:
+                        return self._zone_in(p, wider, size)
+                    except LookupError:
+                        continue
+            zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
+            if not zone:
+                raise
+            return zone, True
+
+    def _zone_in(
+        self, p: int, tiers: frozenset[MemoryTier], size: int
+    ) -> tuple[frozenset[int], bool]:
+        first = True
+        last: frozenset[int] = frozenset()
+        for a in self._chain[p]:
+            zone = self._nodes_of(a, tiers)
+            if not zone or zone == last:
+                continue
+            last = zone
+            if self._book.fits(zone, size):
+                return zone, not first
+            first = False
+        if not last:
+            raise LookupError("no memory of the requested tiers")
+        raise LookupError(f"{size} bytes do not fit, {max(self._book.free(last), 0)} bytes free")
