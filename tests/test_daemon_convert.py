@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.daemon import convert
-from nri_topology.nri import api_pb2
+from nri_topology.nri import api_pb2, stub
 from nri_topology.policy.types import CpuKind, Decision, Placement, Resources, Update
 from nri_topology.topology import cpuset
 
@@ -167,8 +167,45 @@ def test_remembered_updates_equal_fresh_ones(calls: list[tuple[str, Placement, b
             assert got.linux.resources.cpu.cpus == cpuset.format(placement.cpus)
 
 
+@settings(max_examples=60)
+@given(
+    st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d"]), placements), max_size=12),
+    st.booleans(),
+)
+def test_remembered_batches_equal_fresh_ones(
+    batch: list[tuple[str, Placement]], ignore: bool
+) -> None:
+    """Several updates in one call, some sharing one placement object as the engine's do."""
+    shared = Placement(frozenset({1, 2}), None)
+    items = [Update(cid, shared if n % 3 == 0 else pl) for n, (cid, pl) in enumerate(batch)]
+    latest = {u.container_id: u.placement for u in items}
+    got = convert.updates(items, ignore_failure=ignore)
+    assert list(got) == [convert.container_update(c, pl, ignore) for c, pl in latest.items()]
+    assert got.delimited == tuple(stub.delimited(m) for m in got)
+
+
+def _held() -> int:
+    return sum(len(per_container) for per_container in convert._updates.values())
+
+
 def test_remembered_messages_and_texts_stay_bounded() -> None:
     for n in range(convert._UPDATES_MAX + 10):
         convert.updates([Update(f"c{n}", Placement(frozenset({n}), None))])
-    assert 0 < len(convert._updates) <= convert._UPDATES_MAX
+    assert 0 < _held() == convert._updates_held <= convert._UPDATES_MAX
     assert 0 < len(convert._formatted) <= convert._FORMATTED_MAX
+
+
+def test_a_batch_that_fills_the_bound_is_answered_whole() -> None:
+    """Forgetting everything in the middle of a batch keeps the batch's answer right and the
+    count true."""
+    shared = Placement(frozenset({5, 6}), None)
+    n = 0
+    while convert._updates_held != convert._UPDATES_MAX - 2:  # 2 left: the batch crosses it
+        convert.updates([Update(f"fill{n}", Placement(frozenset({n % 300}), None))])
+        n += 1
+    items = [Update(f"x{n}", shared) for n in range(6)]
+    got = convert.updates(items)
+    assert [u.container_id for u in got] == [f"x{n}" for n in range(6)]
+    assert all(u.linux.resources.cpu.cpus == "5-6" for u in got)
+    assert _held() == convert._updates_held <= convert._UPDATES_MAX
+    assert list(convert.updates(items)) == list(got)  # and remembered after it

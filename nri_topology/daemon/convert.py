@@ -29,8 +29,12 @@ ENV_PREFIX = "NRI_TOPOLOGY_"
 _FORMATTED_MAX = 4096
 _formatted: dict[frozenset[int], str] = {}
 _UPDATES_MAX = 4096
-_UpdateKey = tuple[str, frozenset[int] | None, frozenset[int] | None, int | None, bool]
-_updates: dict[_UpdateKey, tuple[api_pb2.ContainerUpdate, bytes]] = {}
+# Update messages and their wire forms by placement (its fields: the generated __hash__/__eq__
+# of Placement run in Python, and ignore_failure), then by container; `_updates_held` counts
+# them all, and past `_UPDATES_MAX` they are forgotten together.
+_PlacementKey = tuple[frozenset[int] | None, frozenset[int] | None, int | None, bool]
+_updates: dict[_PlacementKey, dict[str, tuple[api_pb2.ContainerUpdate, bytes]]] = {}
+_updates_held = 0
 _arena = api_pb2.UpdateContainersRequest()
 """Holds the messages of `_updates`: added to one message they share its memory, where one made
 on its own takes a block of its own (about 2 KB each, most of the cache's resident size)."""
@@ -194,21 +198,28 @@ def updates(items: Iterable[Update], ignore_failure: bool = False) -> EncodedUpd
     dozens of messages per reply afresh cost much more than looking them up. Their encoding is
     remembered with them, so the stub need not copy them into the reply.
     """
-    global _arena
+    global _arena, _updates_held
     latest = {u.container_id: u.placement for u in items}
     messages, encoded = [], []
-    cached = _updates
+    last: Placement | None = None
+    key: _PlacementKey = (None, None, None, ignore_failure)
+    held: dict[str, tuple[api_pb2.ContainerUpdate, bytes]] = {}
     for cid, placement in latest.items():
-        # The fields, not the Placement: its generated __hash__/__eq__ run in Python.
-        key = (cid, placement.cpus, placement.mems, placement.cpu_shares, ignore_failure)
-        pair = cached.get(key)
+        if placement is not last:  # the engine gives the updates to one shared set one object
+            last = placement
+            key = (placement.cpus, placement.mems, placement.cpu_shares, ignore_failure)
+            held = _updates.setdefault(key, {})
+        pair = held.get(cid)
         if pair is None:
-            if len(cached) >= _UPDATES_MAX:
-                cached.clear()
+            if _updates_held >= _UPDATES_MAX:
+                _updates.clear()
+                _updates_held = 0
                 _arena = api_pb2.UpdateContainersRequest()  # freed with its last message
+                held = _updates[key] = {}
             message = _arena.update.add(container_id=cid, ignore_failure=ignore_failure)
             _fill(message.linux.resources, placement)
-            pair = cached[key] = (message, delimited(message))
+            pair = held[cid] = (message, delimited(message))
+            _updates_held += 1
         messages.append(pair[0])
         encoded.append(pair[1])
     return EncodedUpdates.of(messages, encoded)
