@@ -264,3 +264,46 @@ def test_random_steps_keep_the_invariants(name: str, options: Options) -> None:
             database=None,
         ),
     )
+
+
+def restarted(e: Engine, machine: Machine, options: Options) -> Engine:
+    """A restart of `e` with its snapshot, checked to adopt everything with the same charges."""
+    found = [Found(g.request, g.cpus, g.mems) for _, g in sorted(e.grants.items())]
+    fresh = Engine(machine, options)
+    report = restore(fresh, found, snapshot(e))
+    assert report.failed == {} and report.replaced == {}
+    assert accounting(fresh) == accounting(e)
+    charges = {cid: (g.shared, g.memory, g.degraded) for cid, g in e.grants.items()}
+    assert {cid: (g.shared, g.memory, g.degraded) for cid, g in fresh.grants.items()} == charges
+    return fresh
+
+
+def test_restart_keeps_an_over_committed_shared_charge() -> None:
+    """Restore adopts larger requests first: the over-committed container, placed last, must
+    not take back the full request it was not charged, or the small one placed first no longer
+    fits (found by the state machine on `server`, full_pcpus_only)."""
+    machine = machines.load("server")
+    options = Options(full_pcpus_only=True, reserved_resources=CpuAmount(cpus=frozenset({0, 56})))
+    e = Engine(machine, options)
+    e.place(req("small", shared=1, hint_nodes=frozenset({0}), strict_hints=True))
+    for i, shared in enumerate([15231, 19246, 20329, 21001]):
+        e.place(req(f"big{i}", shared=shared))
+    over = e.place(req("over", shared=26193))
+    assert e.grants["over"].shared < 26193, over.reason
+    restarted(e, machine, options)
+
+
+def test_restart_keeps_a_squeezed_memory_charge() -> None:
+    """A degradable container placed last is charged the memory left; restore adopts it first
+    (larger CPU request): it must keep its cut charge, or the strict container placed first
+    finds its zone full and is lost."""
+    machine = machines.load("desktop")
+    options = Options()
+    limit = 40 * GiB
+    e = Engine(machine, options)
+    e.place(
+        req("strict", shared=100, memory_limit=limit, hint_nodes=frozenset({0}), strict_hints=True)
+    )
+    e.place(req("squeezed", shared=200, memory_limit=limit))
+    assert e.grants["squeezed"].memory < limit
+    restarted(e, machine, options)

@@ -988,12 +988,17 @@ class Engine:
         cpus: frozenset[int] | None,
         mems: frozenset[int] | None,
         cold_start_over: bool = False,
+        charged: tuple[int | None, int | None] = (None, None),
     ) -> Grant:
         """Take over an existing placement verbatim; PolicyError when it is inconsistent.
 
         `cpus`/`mems` are what the runtime reports the container runs on now, so that a later
         diff tells whether it needs an update. A cold start ends at once when `cold_start_over`
         (saved state says so) or when the container already runs on the widened memory nodes.
+        `charged` is the shared milli-CPU and memory bytes saved for it (None: unknown): less
+        than asked when it was placed over-committed or squeezed, which is kept for a request
+        that may be degraded (the order of adoption is not the order of placement, so the
+        charge cannot be worked out again).
         """
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
@@ -1024,6 +1029,9 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
+        degradable = admission.may_degrade(req, self.options)
+        saved_shared, saved_memory = charged if degradable else (None, None)
+        charge = size if saved_memory is None else min(size, saved_memory)
         tiers = self._zones.tiers(req)
         if zone is None or not zone:
             try:
@@ -1034,20 +1042,18 @@ class Engine:
             unknown = zone - frozenset(self.machine.nodes)
             if unknown:
                 raise PolicyError(f"unknown memory nodes {cpuset.format(unknown)}")
-            squeeze = admission.may_degrade(req, self.options) and self._squeeze(req)
-            if not self._book.fits(zone, size) and not squeeze:
+            squeeze = degradable and self._squeeze(req)
+            if not self._book.fits(zone, charge) and not squeeze:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
-        if (
-            kind is CpuKind.SHARED
-            and shared > self._ledger.allocatable(pool)
-            and admission.may_degrade(req, self.options)
-            and self._kubelet_admits(req)
-        ):
-            shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
+        if kind is CpuKind.SHARED and degradable and self._kubelet_admits(req):
+            if saved_shared is not None and saved_shared < shared:
+                shared = saved_shared  # it was placed over-committed
+            elif shared > self._ledger.allocatable(pool):
+                shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
-            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, charge)
         )
         self._check_fits(g)
         g.reason = "adopted as found"

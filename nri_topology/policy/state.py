@@ -2,9 +2,9 @@
 
 One module owns the format so that the writer (`snapshot`, `entry`) and the reader
 (`saved_entries`, `read_entry`, used by `restore`) cannot drift apart. An entry holds per
-container its pool, kind, exclusive CPUs, memory zone and whether its cold start still runs; the
-snapshot is versioned. The engine says which containers' entries changed (`Engine.take_changed`),
-so a checkpoint writes only those anew.
+container its pool, kind, exclusive CPUs, memory zone, the shared CPU and memory charged, and
+whether its cold start still runs; the snapshot is versioned. The engine says which containers'
+entries changed (`Engine.take_changed`), so a checkpoint writes only those anew.
 """
 
 from __future__ import annotations
@@ -82,6 +82,11 @@ class SavedEntry:
     isolated: bool
     zone: str
     cold_start: bool  # missing: assumed still running
+    # What the grant was charged: less than the request when it was placed over-committed or
+    # squeezed. Restore re-adopts in its own order, so it cannot work these out again. None:
+    # missing (charge the request).
+    shared: int | None
+    memory: int | None
 
 
 def read_entry(entry: Mapping[str, Any]) -> SavedEntry:
@@ -96,4 +101,15 @@ def read_entry(entry: Mapping[str, Any]) -> SavedEntry:
         isolated=bool(isolated),
         zone=str(nodes),
         cold_start=bool(entry.get("cold_start", True)),
+        shared=_charge(entry.get("shared")),
+        memory=_charge(entry.get("memory")),
     )
+
+
+def _charge(value: Any) -> int | None:
+    """A saved charge: a non-negative integer, else None; ValueError when it is malformed."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"charge {str(value)[:40]!r} is not a non-negative integer")
+    return value
