@@ -38,7 +38,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.workload import MACHINES, Spec, fill_spec, nri_pair, sysfs_root
+from benchmarks.workload import MACHINES, Spec, daemon_command, fill_spec, nri_pair, sysfs_root
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import QoS
 
@@ -84,19 +84,7 @@ def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Con
 def plugin_command(plugin: str, tools: dict[str, str], sock: Path, sysfs: Path) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
-    state = sock.parent
-    return [
-        sys.executable,
-        "-m",
-        "nri_topology.cli",
-        "run",
-        f"--socket={sock}",
-        f"--sysfs={sysfs}",
-        f"--state={state}/state.json",
-        "--metrics-port=0",
-        "--log-level=warning",
-        f"--log-file={state}/plugin.log",
-    ]
+    return daemon_command(sock, sysfs, sock.parent, "warning")
 
 
 def run_once(
