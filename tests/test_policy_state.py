@@ -21,7 +21,7 @@ from hypothesis.stateful import (
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.restore import Found, restore
-from nri_topology.policy.state import snapshot
+from nri_topology.policy.state import read_entry, snapshot
 from nri_topology.policy.types import CpuKind, Decision, PolicyError, QoS, Request, Update
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
@@ -307,3 +307,27 @@ def test_restart_keeps_a_squeezed_memory_charge() -> None:
     e.place(req("squeezed", shared=200, memory_limit=limit))
     assert e.grants["squeezed"].memory < limit
     restarted(e, machine, options)
+
+
+@pytest.mark.parametrize(
+    ("saved", "read"),
+    [
+        ({}, (None, None)),  # written before the charges were read: the request is charged
+        ({"shared": 250, "memory": 0}, (250, 0)),
+        ({"shared": None, "memory": 1 << 40}, (None, 1 << 40)),
+        ({"shared": -1}, ValueError),
+        ({"memory": "1Gi"}, ValueError),
+        ({"shared": True}, ValueError),
+        ({"memory": 1.5}, ValueError),
+    ],
+)
+def test_saved_charges_are_read_or_refused(
+    saved: dict[str, Any], read: tuple[int | None, int | None] | type[ValueError]
+) -> None:
+    base = {"pool": "root", "kind": "shared", "exclusive": "", "isolated": False, "zone": "0"}
+    if isinstance(read, tuple):
+        got = read_entry({**base, **saved})
+        assert (got.shared, got.memory) == read
+    else:
+        with pytest.raises(read):
+            read_entry({**base, **saved})
