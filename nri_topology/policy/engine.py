@@ -988,12 +988,15 @@ class Engine:
         cpus: frozenset[int] | None,
         mems: frozenset[int] | None,
         cold_start_over: bool = False,
+        charged: int | None = None,
     ) -> Grant:
         """Take over an existing placement verbatim; PolicyError when it is inconsistent.
 
         `cpus`/`mems` are what the runtime reports the container runs on now, so that a later
         diff tells whether it needs an update. A cold start ends at once when `cold_start_over`
         (saved state says so) or when the container already runs on the widened memory nodes.
+        `charged` is what the grant charged to `zone` before (saved state): a cut charge
+        (`Degradation.MEMORY_CHARGE`) is kept as it was rather than cut again in adoption order.
         """
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
@@ -1024,6 +1027,7 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
+        charge = size
         tiers = self._zones.tiers(req)
         if zone is None or not zone:
             try:
@@ -1034,8 +1038,11 @@ class Engine:
             unknown = zone - frozenset(self.machine.nodes)
             if unknown:
                 raise PolicyError(f"unknown memory nodes {cpuset.format(unknown)}")
-            squeeze = admission.may_degrade(req, self.options) and self._squeeze(req)
-            if not self._book.fits(zone, size) and not squeeze:
+            degradable = admission.may_degrade(req, self.options)
+            if degradable and charged is not None:
+                charge = min(size, charged)  # cut before: never for a strict request
+            squeeze = degradable and self._squeeze(req)
+            if not self._book.fits(zone, charge) and not squeeze:
                 raise PolicyError(f"memory zone {cpuset.format(zone)} is full")
             relaxed = False
         shared = req.shared if kind not in (CpuKind.EXCLUSIVE, CpuKind.PRESERVE) else 0
@@ -1047,7 +1054,7 @@ class Engine:
         ):
             shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
-            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, size)
+            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, charge)
         )
         self._check_fits(g)
         g.reason = "adopted as found"

@@ -14,11 +14,13 @@ Order is deterministic:
 2. re-placements;
 
 each in (QoS: Guaranteed, Burstable, BestEffort; larger CPU request first; older first; id)
-order. A saved entry wins over what the runtime reports (it says which CPUs are exclusive and
-which memory zone was charged); without one, an exclusive container's cpuset is its exclusive
-set, a shared container belongs to the deepest pool that holds its cpuset, and a mixed container
-(exclusive plus shared CPUs) holds exclusively the CPUs of its cpuset no other container runs on;
-when their number is not its exclusive request, it is re-placed.
+order. A saved entry wins over what the runtime reports: it says which CPUs are exclusive, which
+memory zone was charged and how much. A grant charged less than its size
+(`Degradation.MEMORY_CHARGE`) is charged the same again: what fits depends on the order grants are
+charged in, and this order is not the one they were placed in. Without a saved entry, an exclusive
+container's cpuset is its exclusive set, a shared container belongs to the deepest pool that holds
+its cpuset, and a mixed container (exclusive plus shared CPUs) holds exclusively the CPUs of its
+cpuset no other container runs on; when their number is not its exclusive request, it is re-placed.
 
 A cold start is the container's, not its placement's: a re-placed container whose cold start was
 over is placed without one, and the report lists every container still in cold start so that the
@@ -83,6 +85,7 @@ class _Believed:
     isolated: bool
     zone: frozenset[int]
     cold_start: bool
+    memory: int | None  # bytes charged to the zone
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,7 @@ class _Plan:
     exclusive: frozenset[int]
     isolated: bool
     zone: frozenset[int] | None
+    memory: int | None = None  # bytes charged to the zone, when saved
 
 
 def order_key(req: Request) -> tuple[int, int, int, str]:
@@ -113,7 +117,7 @@ def _from_saved(engine: Engine, f: Found, entry: _Believed) -> _Plan:
             f = Found(dataclasses.replace(req, kind=CpuKind.SHARED), f.cpus, f.mems)
     pool = _pool_now(engine, name, kind, exclusive, f.cpus)
     _check_nodes(engine, zone)
-    return _Plan(f, pool, exclusive, isolated, zone or None)
+    return _Plan(f, pool, exclusive, isolated, zone or None, entry.memory if zone else None)
 
 
 def _checked(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Believed | str:
@@ -146,7 +150,9 @@ def _checked(engine: Engine, f: Found, entry: Mapping[str, Any]) -> _Believed | 
             f"exclusive CPUs {cpuset.format(exclusive)} but the runtime reports cpuset "
             f"{cpuset.format(f.cpus)}"
         )
-    return _Believed(pool, saved.kind, exclusive, saved.isolated, zone, saved.cold_start)
+    return _Believed(
+        pool, saved.kind, exclusive, saved.isolated, zone, saved.cold_start, saved.memory
+    )
 
 
 def believed(
@@ -305,6 +311,7 @@ def restore(
                 f.cpus,
                 f.mems,
                 cold_start_over=entry is not None and not entry.cold_start,
+                charged=plan.memory,
             )
         except PolicyError as e:
             again.append(f)

@@ -2,9 +2,9 @@
 
 One module owns the format so that the writer (`snapshot`, `entry`) and the reader
 (`saved_entries`, `read_entry`, used by `restore`) cannot drift apart. An entry holds per
-container its pool, kind, exclusive CPUs, memory zone and whether its cold start still runs; the
-snapshot is versioned. The engine says which containers' entries changed (`Engine.take_changed`),
-so a checkpoint writes only those anew.
+container its pool, kind, exclusive CPUs, memory zone, the bytes charged to that zone and whether
+its cold start still runs; the snapshot is versioned. The engine says which containers' entries
+changed (`Engine.take_changed`), so a checkpoint writes only those anew.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class SavedEntry:
     isolated: bool
     zone: str
     cold_start: bool  # missing: assumed still running
+    memory: int | None  # bytes charged to the zone (less than asked when cut); missing: None
 
 
 def read_entry(entry: Mapping[str, Any]) -> SavedEntry:
@@ -96,4 +97,14 @@ def read_entry(entry: Mapping[str, Any]) -> SavedEntry:
         isolated=bool(isolated),
         zone=str(nodes),
         cold_start=bool(entry.get("cold_start", True)),
+        memory=_bytes(entry.get("memory")),
     )
+
+
+def _bytes(value: Any) -> int | None:
+    """A saved byte count: None when missing, ValueError when not a count of bytes."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"memory {str(value)[:40]!r} is not a count of bytes")
+    return value
