@@ -1,6 +1,8 @@
 """CreateContainer round trips through the NRI socket: test runtime -> stub -> no-op plugin.
 
 Run: ``.venv/bin/python benchmarks/bench_roundtrip.py [--requests N] [--runs R] [--json FILE]``
+``--serve SOCKET`` instead connects the no-op plugin to a runtime listening there (the Python
+floor of `go_side.py`) and serves until the runtime closes the connection or SIGTERM.
 
 Everything real except the policy: the runtime-side test peer (Go-style mux reading), the unix
 socket, our mux, ttrpc client/server, protobuf decoding and the stub's dispatch. The runtime sends
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import statistics
 import time
 from pathlib import Path
@@ -20,7 +23,7 @@ from pathlib import Path
 import structlog
 
 from nri_topology.nri import api_pb2
-from nri_topology.nri.stub import Plugin, Updates
+from nri_topology.nri.stub import Plugin, Stub, Updates
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 
@@ -72,8 +75,20 @@ async def one_run(requests: int, concurrency: int, warmup: int) -> dict[str, flo
     }
 
 
+async def serve(socket_path: str) -> None:
+    """The no-op plugin through our stub, connected to a real runtime at `socket_path`."""
+    stub = Stub(NoOp(), "python-noop", "90", socket_path, backoff_initial=0.05)
+    task = asyncio.ensure_future(stub.run())
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await asyncio.wait([task, asyncio.ensure_future(stop.wait())], return_when="FIRST_COMPLETED")
+    task.cancel()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--serve", metavar="SOCKET", help="serve a runtime at SOCKET instead")
     parser.add_argument("--requests", type=int, default=2000, help="timed requests per run")
     parser.add_argument("--runs", type=int, default=5, help="runs; medians are reported")
     parser.add_argument("--warmup", type=int, default=200)
@@ -83,6 +98,9 @@ def main() -> None:
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write results as JSON")
     args = parser.parse_args()
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(40))
+    if args.serve:
+        asyncio.run(serve(args.serve))
+        return
 
     results = []
     print(f"{'in flight':>9} {'p50 µs':>9} {'p99 µs':>9} {'req/s':>9}   (median of {args.runs})")

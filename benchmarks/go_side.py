@@ -2,7 +2,9 @@
 
 The runtime side is containerd/nri's `pkg/adaptation` (the code containerd embeds), driven by
 `go_side/harness`; the floor is `go_side/noop`, NRI's template plugin with empty handlers on
-`pkg/stub`. Both are built from Debian 13's Go toolchain and containerd/nri packages by
+`pkg/stub`. A third plugin, our own stub and protocol stack serving a no-op plugin
+(`bench_roundtrip.py --serve`), tells the share of our Python wire path from the policy's. The
+Go programs are built from Debian 13's Go toolchain and containerd/nri packages by
 `go_side/build.sh` (downloaded once into `.cache/go-side`, not installed). Ours is the real
 `nri-topology run` process on a sysfs tree written from a committed machine file.
 
@@ -38,7 +40,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.workload import MACHINES, Spec, fill_spec, nri_pair, sysfs_root
+from benchmarks.workload import MACHINES, Spec, daemon_command, fill_spec, nri_pair, sysfs_root
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import QoS
 
@@ -49,7 +51,7 @@ PROBES = {
     "guaranteed-2cpu": Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI),
     "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
 }
-PLUGINS = ("ours", "noop")
+PLUGINS = ("ours", "noop", "python-noop")
 
 
 def toolchain_cached() -> bool:
@@ -84,19 +86,9 @@ def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Con
 def plugin_command(plugin: str, tools: dict[str, str], sock: Path, sysfs: Path) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
-    state = sock.parent
-    return [
-        sys.executable,
-        "-m",
-        "nri_topology.cli",
-        "run",
-        f"--socket={sock}",
-        f"--sysfs={sysfs}",
-        f"--state={state}/state.json",
-        "--metrics-port=0",
-        "--log-level=warning",
-        f"--log-file={state}/plugin.log",
-    ]
+    if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
+        return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
+    return daemon_command(sock, sysfs, sock.parent, "warning")
 
 
 def run_once(
@@ -163,14 +155,16 @@ def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| live | probe | ours p50 / p99 ms | Go no-op p50 / p99 ms | ratio p50 / p99 |"
-        " updates per reply |",
-        "|---|---|---|---|---|---|",
+        " our stub with a no-op plugin p50 / p99 ms | updates per reply |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
             f"| {r['live']} | {r['probe']} | {r['ours']['p50_ms']} / {r['ours']['p99_ms']} | "
             f"{r['noop']['p50_ms']} / {r['noop']['p99_ms']} | "
-            f"{r['p50_ratio']} / {r['p99_ratio']} | {r['ours']['updates']:g} |"
+            f"{r['p50_ratio']} / {r['p99_ratio']} | "
+            f"{r['python-noop']['p50_ms']} / {r['python-noop']['p99_ms']} | "
+            f"{r['ours']['updates']:g} |"
         )
     return "\n".join(lines)
 

@@ -45,6 +45,7 @@ from benchmarks.workload import (
     MACHINES,
     MI,
     Spec,
+    daemon_command,
     fill_spec,
     load_machine,
     nri_pair,
@@ -331,16 +332,7 @@ async def real_daemon(
         peer = RuntimePeer(request_timeout=30)
         await peer.listen(sock)
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "nri_topology.cli",
-            "run",
-            f"--socket={sock}",
-            f"--sysfs={sysfs}",
-            f"--state={tmp}/state.json",
-            "--metrics-port=0",
-            f"--log-level={log_level}",
-            f"--log-file={tmp}/log",
+            *daemon_command(sock, sysfs, tmp, log_level),
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT)},
         )

@@ -11,6 +11,7 @@ one run) see exactly the same arrivals and departures.
 from __future__ import annotations
 
 import random
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -117,6 +118,24 @@ def sysfs_root(name: str, workdir: Path) -> Path:
         spec = machines.SyntheticSpec(sockets=2, nodes=4, cores=16, threads=2, memory=64 << 30)
         return machines.write_sysfs(workdir, spec)
     return machines.write_machine_sysfs(workdir, machines.load(name))
+
+
+def daemon_command(
+    sock: Path | str, sysfs: Path, state_dir: Path | str, log_level: str
+) -> list[str]:
+    """`nri-topology run` as the benchmarks start it: a private socket and state, no metrics."""
+    return [
+        sys.executable,
+        "-m",
+        "nri_topology.cli",
+        "run",
+        f"--socket={sock}",
+        f"--sysfs={sysfs}",
+        f"--state={state_dir}/state.json",
+        "--metrics-port=0",
+        f"--log-level={log_level}",
+        f"--log-file={state_dir}/plugin.log",
+    ]
 
 
 def node_cpus(machine: Machine) -> int:

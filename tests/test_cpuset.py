@@ -32,6 +32,11 @@ def test_round_trip(ids: set[int]) -> None:
     assert cpuset.parse(cpuset.format(ids)) == ids
 
 
+@given(st.frozensets(st.integers(min_value=0, max_value=4096)))
+def test_the_remembered_text_is_the_formatted_one(ids: frozenset[int]) -> None:
+    assert cpuset.text(ids) == cpuset.format(ids) == cpuset.text(frozenset(ids))
+
+
 def test_a_bound_refuses_large_ids_before_building_a_set() -> None:
     assert cpuset.parse("0-3,7", below=8) == {0, 1, 2, 3, 7}
     with pytest.raises(cpuset.CpuSetError, match="beyond the largest id 7"):

@@ -192,7 +192,8 @@ def test_remembered_messages_and_texts_stay_bounded() -> None:
     for n in range(convert._UPDATES_MAX + 10):
         convert.updates([Update(f"c{n}", Placement(frozenset({n}), None))])
     assert 0 < _held() == convert._updates_held <= convert._UPDATES_MAX
-    assert 0 < len(convert._formatted) <= convert._FORMATTED_MAX
+    info = cpuset.text.cache_info()
+    assert 0 < info.currsize <= info.maxsize
 
 
 def test_a_batch_that_fills_the_bound_is_answered_whole() -> None:

@@ -26,8 +26,6 @@ from nri_topology.topology import cpuset
 ENV_PREFIX = "NRI_TOPOLOGY_"
 """Environment variables describing the placement, given to each new container unless disabled."""
 
-_FORMATTED_MAX = 4096
-_formatted: dict[frozenset[int], str] = {}
 _UPDATES_MAX = 4096
 # Update messages and their wire forms by placement (its fields: the generated __hash__/__eq__
 # of Placement run in Python, and ignore_failure), then by container; `_updates_held` counts
@@ -38,18 +36,6 @@ _updates_held = 0
 _arena = api_pb2.UpdateContainersRequest()
 """Holds the messages of `_updates`: added to one message they share its memory, where one made
 on its own takes a block of its own (about 2 KB each, most of the cache's resident size)."""
-
-
-def cpus_text(ids: frozenset[int]) -> str:
-    """`cpuset.format(ids)`, remembered: an exclusive grant re-pins every shared container of its
-    pools, so one reply carries the same few sets many times (71 updates at 1000 containers), and
-    formatting each anew took most of the time spent building the reply."""
-    text = _formatted.get(ids)
-    if text is None:
-        if len(_formatted) >= _FORMATTED_MAX:
-            _formatted.clear()  # sets seen long ago are unlikely to come back; start afresh
-        text = _formatted[ids] = cpuset.format(ids)
-    return text
 
 
 def _plain(field: Mapping[str, str]) -> dict[str, str]:
@@ -165,9 +151,9 @@ def device_refs(ctr: api_pb2.Container) -> tuple[DeviceRef, ...]:
 def _fill(out: api_pb2.LinuxResources, placement: Placement) -> None:
     """Set the fields of `placement` in `out`; unset fields are left to the runtime."""
     if placement.cpus:
-        out.cpu.cpus = cpus_text(placement.cpus)
+        out.cpu.cpus = cpuset.text(placement.cpus)
     if placement.mems:
-        out.cpu.mems = cpus_text(placement.mems)
+        out.cpu.mems = cpuset.text(placement.mems)
     if placement.cpu_shares is not None:
         out.cpu.shares.value = placement.cpu_shares
 
@@ -230,9 +216,9 @@ def exposure(decision: Decision, prefix: str = ENV_PREFIX) -> dict[str, str]:
     placement = decision.placement
     env = {f"{prefix}POOL": decision.pool, f"{prefix}KIND": str(decision.kind)}
     if placement.cpus:
-        env[f"{prefix}CPUS"] = cpus_text(placement.cpus)
+        env[f"{prefix}CPUS"] = cpuset.text(placement.cpus)
     if placement.mems:
-        env[f"{prefix}MEMS"] = cpus_text(placement.mems)
+        env[f"{prefix}MEMS"] = cpuset.text(placement.mems)
     if decision.exclusive:
         env[f"{prefix}EXCLUSIVE_CPUS"] = cpuset.format(decision.exclusive)
     return env

@@ -937,7 +937,10 @@ class Engine:
             return ()
         op = _Op()
         self._uncommit(g, op)
-        return self._diff(op)
+        updates = self._diff(op)
+        for _, kept in self._shared_sets.values():  # a set may outlive many of its containers
+            kept.pop(container_id, None)
+        return updates
 
     def resize(self, req: Request) -> Decision:
         """Re-place a running container with a new request: in its pool when it fits."""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from nri_topology.policy.types import CpuKind
@@ -22,13 +21,6 @@ if TYPE_CHECKING:
 
 SNAPSHOT_VERSION = 1
 ENTRIES = "containers"  # the key of the per-container map
-
-
-@lru_cache(maxsize=4096)
-def _format(cpus: frozenset[int]) -> str:
-    """cpuset.format, cached: the daemon snapshots after every change, and most containers share
-    a handful of zones and an empty exclusive set."""
-    return cpuset.format(cpus)
 
 
 def snapshot(engine: Engine, entries: bool = True) -> dict[str, Any]:
@@ -49,10 +41,10 @@ def _entry(engine: Engine, g: Grant) -> dict[str, Any]:
     return {
         "pool": engine.pools[g.pool].name,
         "kind": str(g.kind),
-        "exclusive": _format(g.exclusive),
+        "exclusive": cpuset.text(g.exclusive),
         "isolated": g.isolated,
         "shared": g.shared,
-        "zone": _format(g.zone),
+        "zone": cpuset.text(g.zone),
         "memory": g.memory,
         "cold_start": g.cold_start is not None,
     }

@@ -7,6 +7,7 @@ and logs and metrics show it.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 
 class CpuSetError(ValueError):
@@ -56,3 +57,12 @@ def format(ids: Iterable[int]) -> str:
         start = prev = i
     parts.append(str(start) if start == prev else f"{start}-{prev}")
     return ",".join(parts)
+
+
+@lru_cache(maxsize=4096)
+def text(ids: frozenset[int]) -> str:
+    """`format(ids)` of a set, remembered: the one cache of set texts. Replies and checkpoints
+    write the same few sets again and again (an exclusive grant re-pins every shared container
+    of its pools to one new set; most containers share a handful of zones). Pure, so never
+    stale; bounded by count, the least recently used out first."""
+    return format(ids)
