@@ -22,7 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ if __name__ == "__main__":
 
 from benchmarks import fuzz, latency, quality, soak, socket_path
 from benchmarks.workload import MACHINES, load_machine, sysfs_root
+from nri_topology.topology.model import Machine
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = 1
@@ -173,13 +174,32 @@ def measure(sizes: Sizes, machines: Sequence[str]) -> dict[str, Any]:
     soak_set = soak.all_machines() if sizes.soak_machines is None else {}
     for name in sizes.soak_machines or ():
         soak_set[name] = loaded.get(name) or load_machine(name)
-    try:
-        out["soak"] = soak.soak(soak_set, sizes.soak_steps, SEED).summary()
-    except soak.SoakError as exc:
-        out["soak"] = {"steps": sizes.soak_steps, "invariant_violations": 1, "error": str(exc)}
+    out["soak"] = soak_summary(soak_set, sizes.soak_steps)
     out["soak"]["seconds"] = round(time.perf_counter() - started, 1)
     out["targets"] = targets_met(out)
     return out
+
+
+def soak_summary(machines: Mapping[str, Machine], steps: int) -> dict[str, Any]:
+    """The soak's summary; when a rule broke, the same fields with the error."""
+    try:
+        return soak.soak(machines, steps, SEED).summary()
+    except soak.SoakError as exc:
+        return {
+            "steps": steps,
+            "machines": list(machines),
+            "invariant_violations": 1,
+            "error": str(exc),
+        }
+
+
+def soak_line(k: Mapping[str, Any]) -> str:
+    """The markdown line of the soak, with the broken rule when there is one."""
+    line = (
+        f"**Soak**: {k['steps']} steps over {len(k['machines'])} machines, "
+        f"{k['invariant_violations']} invariant violations, {k['seconds']} s."
+    )
+    return f"{line} {k['error']}" if "error" in k else line
 
 
 def targets_met(out: dict[str, Any]) -> list[dict[str, Any]]:
@@ -373,12 +393,7 @@ def markdown(out: dict[str, Any]) -> str:
             for name, t in f["targets"].items()
         ],
     )
-    k = out["soak"]
-    lines += [
-        f"**Soak**: {k['steps']} steps over {len(k.get('machines', []))} machines, "
-        f"{k['invariant_violations']} invariant violations, {k['seconds']} s.",
-        "",
-    ]
+    lines += [soak_line(out["soak"]), ""]
     return "\n".join(lines)
 
 

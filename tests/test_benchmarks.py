@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import run
+from benchmarks import run, soak
 from benchmarks.quality import Baseline, Ours, run_trace
 from benchmarks.workload import Event, Spec, churn
 from nri_topology.policy.types import QoS
@@ -126,3 +126,21 @@ def test_annotation_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     assert bench_annotations.main(["--rss", "--cycles", "20", "--report", "10"]) == 0
     rss = json.loads(capsys.readouterr().out)
     assert [p["cycles"] for p in rss["rss"]] == [0, 10, 20] and rss["refused"] == 2
+
+
+def test_a_failed_soak_still_says_over_how_many_machines_and_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The soak's markdown line counts the machines and names the broken rule when it failed
+    (a soak that stops early has no report, only its error)."""
+    two = {name: machines.load(name) for name in ("desktop", "server")}
+    ok = run.soak_summary(two, 20) | {"seconds": 0.1}
+    assert run.soak_line(ok).startswith("**Soak**: 20 steps over 2 machines, 0 invariant")
+
+    def broken(*_: object) -> None:
+        raise soak.SoakError("server, step 3 (seed 1): restart lost placements")
+
+    monkeypatch.setattr(soak, "soak", broken)
+    failed = run.soak_summary(two, 20) | {"seconds": 0.1}
+    line = run.soak_line(failed)
+    assert "over 2 machines, 1 invariant violations" in line and "restart lost" in line

@@ -27,8 +27,10 @@ from nri_topology.policy.types import (
     Request,
     Resources,
 )
+from nri_topology.policy.views import RestoreReport
 from nri_topology.simulate import machine_spec
 from nri_topology.topology.model import Machine, MemoryTier
+from tests import machines
 
 DESKTOP = machine_spec.load_bundled("desktop")[1]
 SERVER = machine_spec.load_bundled("server")[1]
@@ -400,18 +402,60 @@ def test_memory_charge_is_not_for_strict_requests(opts: Options, asked: Request)
     assert not e.grants
 
 
+def _restarted(e: Engine) -> tuple[Engine, RestoreReport]:
+    """A fresh engine restored from `e`'s snapshot and the pinning its containers run on."""
+    found = [Found(g.request, g.cpus, g.mems) for g in e.grants.values()]
+    fresh = Engine(e.machine, e.options)
+    return fresh, restore(fresh, found, snapshot(e))
+
+
 def test_memory_charged_in_part_is_adopted_after_a_restart() -> None:
+    """The cut stays with the container that had it, though restore adopts "b" first."""
     e = Engine(DESKTOP, Options())
     total = sum(n.memory for n in DESKTOP.nodes.values())
     e.place(_limit_only("a", total * 3 // 4))
-    e.place(_limit_only("b", total * 3 // 4))
-    found = [Found(g.request, g.cpus, g.mems) for g in e.grants.values()]
-    fresh = Engine(DESKTOP, e.options)
-    report = restore(fresh, found, snapshot(e))
+    e.place(replace(_limit_only("b", total * 3 // 4), shared=200, cpu_request=200))
+    assert e.grants["b"].memory == total - total * 3 // 4
+    fresh, report = _restarted(e)
     assert set(report.adopted) == {"a", "b"} and not report.updates
-    assert sum(g.memory for g in fresh.grants.values()) == total
-    cut = [cid for cid in ("a", "b") if fresh.decision_of(cid).degraded]
-    assert len(cut) == 1 and fresh.decision_of(cut[0]).degraded == (Degradation.MEMORY_CHARGE,)
+    assert fresh.memory_charged() == e.memory_charged()
+    assert {cid: g.memory for cid, g in fresh.grants.items()} == {
+        cid: g.memory for cid, g in e.grants.items()
+    }
+    assert not fresh.decision_of("a").degraded
+    assert fresh.decision_of("b").degraded == (Degradation.MEMORY_CHARGE,)
+
+
+def test_a_cut_charge_adopted_first_leaves_room_for_single_numa_containers() -> None:
+    """The exclusive container, adopted first, is charged what it was (what fitted when it was
+    placed), not what fits in an empty engine: charged in full it would leave no room for the
+    single-NUMA-node containers placed after it, and one of them would be lost."""
+    m = machines.load("amd16")
+    total = sum(n.memory for n in m.nodes.values())
+    node = 4 * GiB
+    e = Engine(m, Options())
+    e.place(_limit_only("big", 2 * node))
+    cut = e.place(req("cut", CpuKind.EXCLUSIVE, exclusive=2, memory=total - 2 * node + GiB))
+    assert cut.degraded == (Degradation.MEMORY_CHARGE,)
+    e.release("big")
+    for cid in ("s", "t"):  # each charged to its own node only
+        assert not e.place(replace(_limit_only(cid, node), single_numa=True)).degraded
+    fresh, report = _restarted(e)
+    assert report.failed == {} and report.replaced == {} and report.updates == ()
+    assert fresh.memory_charged() == e.memory_charged()
+    assert fresh.decision_of("cut").degraded == (Degradation.MEMORY_CHARGE,)
+
+
+def test_a_saved_charge_is_no_cut_for_a_request_that_may_not_be_degraded() -> None:
+    """A forged entry cannot make a single-NUMA-node container be charged less than it asks."""
+    e = Engine(DESKTOP, Options())
+    e.place(replace(_limit_only("s", GiB), single_numa=True))
+    found = [Found(g.request, g.cpus, g.mems) for g in e.grants.values()]
+    forged = snapshot(e)
+    forged["containers"]["s"]["memory"] = 0
+    fresh = Engine(DESKTOP, e.options)
+    assert restore(fresh, found, forged).adopted == ("s",)
+    assert fresh.grants["s"].memory == GiB and not fresh.decision_of("s").degraded
 
 
 # --- shared capacity over-committed -----------------------------------------------------------

@@ -185,11 +185,23 @@ def test_forged_checkpoint_with_a_valid_checksum_moves_nothing() -> None:
         ("zone", "77", "memory nodes not on this machine"),
         ("exclusive", "zero", "malformed"),
         ("isolated", None, "malformed (KeyError"),
+        ("memory", -1, "malformed (ValueError"),
+        ("memory", "1Gi", "malformed (ValueError"),
     ],
-    ids=["pool", "cpus", "huge-range", "long-list", "nodes", "malformed", "missing-key"],
+    ids=[
+        "pool",
+        "cpus",
+        "huge-range",
+        "long-list",
+        "nodes",
+        "malformed",
+        "missing-key",
+        "negative-memory",
+        "memory-text",
+    ],
 )
 def test_entries_naming_what_the_machine_lacks_are_dropped(
-    field: str, value: str | None, problem: str
+    field: str, value: str | int | None, problem: str
 ) -> None:
     policy, rt = populated(10, with_mixed=False)
     saved = policy.snapshot()
