@@ -98,11 +98,6 @@ def getter(key: str) -> Getter:
     return _GETTERS.get(key, lambda r: None)
 
 
-def key_value(req: Request, key: str) -> str | None:
-    """The value of expression key `key` for a container, None when it has none."""
-    return getter(key)(req)
-
-
 def _test(key: str, op: Operator, values: tuple[str, ...]) -> Callable[[Request], bool]:
     """The expression as one function, so that matching many containers stays cheap."""
     if op is Operator.ALWAYS_TRUE:
