@@ -132,14 +132,16 @@ def device_refs(ctr: api_pb2.Container) -> tuple[DeviceRef, ...]:
     privileged container lists every device of the host, which says nothing about what it uses,
     so its devices are left out too.
     """
-    rules = ctr.linux.resources.devices
+    devices = ctr.linux.devices
     refs = []
-    if not _all_devices(rules):
-        refs = [
-            DeviceRef(HintSource.DEVICES, d.path, d.type, d.major, d.minor)
-            for d in ctr.linux.devices
-            if d.type in ("c", "b", "u") and _writable(rules, d)
-        ]
+    if devices:  # most containers have none: their cgroup rules need no look
+        rules = ctr.linux.resources.devices
+        if not _all_devices(rules):
+            refs = [
+                DeviceRef(HintSource.DEVICES, d.path, d.type, d.major, d.minor)
+                for d in devices
+                if d.type in ("c", "b", "u") and _writable(rules, d)
+            ]
     refs += [
         DeviceRef(HintSource.MOUNTS, m.source)
         for m in ctr.mounts
