@@ -8,16 +8,23 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nri_topology.nri.mux import HEADER, MAX_ACCEPTED_PAYLOAD, Mux, MuxClosedError, MuxDecoder
+from nri_topology.nri.mux import (
+    HEADER,
+    MAX_ACCEPTED_PAYLOAD,
+    Mux,
+    MuxClosedError,
+    MuxDecoder,
+    connect,
+)
 from nri_topology.testing.go_reader import GoConnReader
 
 
 @pytest.fixture
 async def trunk() -> AsyncIterator[tuple[Mux, asyncio.StreamReader, asyncio.StreamWriter]]:
     ours, theirs = socket.socketpair()
-    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    trunk, writer = await connect(sock=ours)
     peer_reader, peer_writer = await asyncio.open_unix_connection(sock=theirs)
-    mux = Mux(reader, writer)
+    mux = Mux(trunk, writer)
     yield mux, peer_reader, peer_writer
     await mux.close()
     peer_writer.close()
@@ -109,8 +116,7 @@ async def test_absurd_length_closes_without_allocating(trunk) -> None:  # type: 
 def test_open_rules() -> None:
     async def main() -> None:
         ours, _theirs = socket.socketpair()
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
-        mux = Mux(reader, writer)
+        mux = Mux(*await connect(sock=ours))
         with pytest.raises(ValueError, match="reserved"):
             mux.open(0)
         mux.open(1)

@@ -34,7 +34,7 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 from nri_topology.nri import api_pb2
-from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, Trunk, connect
 from nri_topology.nri.versions import event_bit, valid_events
 from nri_topology.ttrpc.client import TtrpcClient
 from nri_topology.ttrpc.codec import Code, TtrpcError
@@ -367,7 +367,7 @@ class Stub:
         attempt = 0
         while not self._stopping.is_set():
             try:
-                reader, writer = await self._open()
+                trunk, writer = await self._open()
             except OSError as exc:
                 if self.launched:
                     raise StubError(f"cannot use the NRI socket handed over: {exc}") from exc
@@ -382,7 +382,7 @@ class Stub:
                 )
                 await self._sleep(delay)
                 continue
-            registered = await self._serve(reader, writer)
+            registered = await self._serve(trunk, writer)
             if self.launched:
                 return
             attempt = 0 if registered else attempt + 1
@@ -420,17 +420,17 @@ class Stub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), delay)
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self) -> tuple[Trunk, asyncio.StreamWriter]:
         if self._sock is not None:
             sock, self._sock = self._sock, None
             if sock.fileno() < 0:
                 raise OSError("NRI socket already closed")
-            return await asyncio.open_unix_connection(sock=sock)
-        return await asyncio.open_unix_connection(self.socket_path)
+            return await connect(sock=sock)
+        return await connect(self.socket_path)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _serve(self, trunk: Trunk, writer: asyncio.StreamWriter) -> bool:
         """One connection from registration to close; returns whether registration succeeded."""
-        mux = Mux(reader, writer)
+        mux = Mux(trunk, writer)
         plugin_conn = mux.open(PLUGIN_SERVICE_CONN)
         runtime_conn = mux.open(RUNTIME_SERVICE_CONN)
         session = _Session(mux=mux, client=TtrpcClient(runtime_conn))
