@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_topology.ttrpc import codec
+from nri_topology.ttrpc import codec, request_pb2
 from nri_topology.ttrpc.codec import (
     HEADER_SIZE,
     MAX_DATA,
@@ -232,6 +232,19 @@ def test_response_encoding(payload: bytes, status: Status | None, wire: str) -> 
     data = codec.encode_response(payload, status)
     assert data.hex() == wire
     assert codec.decode_response(data) == ResponseEnvelope(status, payload)
+
+
+@given(st.binary(max_size=70_000))
+def test_success_responses_are_the_bytes_protobuf_writes(payload: bytes) -> None:
+    """The success path writes the payload field by hand; protobuf is the reference."""
+    reference = request_pb2.Response(payload=payload).SerializeToString()
+    assert codec.encode_response(payload) == reference
+
+
+@given(st.integers(0, 2**63 - 1))
+def test_varint_is_protobufs(value: int) -> None:
+    reference = request_pb2.Request(timeout_nano=value).SerializeToString()
+    assert codec.varint(value) == (reference[1:] if value else b"\x00")
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, Trunk, connect
 from nri_topology.nri.versions import event_bit, valid_events
 from nri_topology.ttrpc.client import TtrpcClient
-from nri_topology.ttrpc.codec import Code, TtrpcError
+from nri_topology.ttrpc.codec import Code, TtrpcError, varint
 from nri_topology.ttrpc.server import CallContext, Handler, TtrpcServer
 
 log = structlog.get_logger(__name__)
@@ -81,13 +81,7 @@ class EncodedUpdates(tuple[api_pb2.ContainerUpdate, ...]):
 def delimited(message: Message) -> bytes:
     """`message` as an element of a repeated field, less the tag: length varint, then body."""
     body = message.SerializeToString()
-    size = len(body)
-    prefix = bytearray()
-    while size > 0x7F:
-        prefix.append(size & 0x7F | 0x80)
-        size >>= 7
-    prefix.append(size)
-    return bytes(prefix) + body
+    return varint(len(body)) + body
 
 
 def with_updates(message: Message, updates: Updates) -> Message | bytes:
@@ -101,9 +95,31 @@ def with_updates(message: Message, updates: Updates) -> Message | bytes:
         return message
     if not updates:
         return message
-    number = message.DESCRIPTOR.fields_by_name["update"].number
+    return message.SerializeToString() + _update_fields(message.DESCRIPTOR, updates)
+
+
+def _update_fields(descriptor: Any, updates: EncodedUpdates) -> bytes:
+    """The encoded `update` fields of a message of `descriptor`."""
+    if not updates:
+        return b""
+    number = descriptor.fields_by_name["update"].number
     tag = bytes([number << 3 | 2])  # field numbers below 16 take one byte
-    return message.SerializeToString() + tag + tag.join(updates.delimited)
+    return tag + tag.join(updates.delimited)
+
+
+_CREATE_REPLY = api_pb2.CreateContainerResponse.DESCRIPTOR
+_ADJUST_TAG = bytes([_CREATE_REPLY.fields_by_name["adjust"].number << 3 | 2])
+
+
+def create_reply(adjust: api_pb2.ContainerAdjustment | None, updates: Updates) -> Message | bytes:
+    """The CreateContainer reply, the adjustment encoded into it rather than copied in: the
+    same bytes, since `adjust` comes before `update` and the plugin sets no later field."""
+    if adjust is None or not isinstance(updates, EncodedUpdates):
+        reply = api_pb2.CreateContainerResponse()
+        if adjust is not None:
+            reply.adjust.CopyFrom(adjust)
+        return with_updates(reply, updates)
+    return _ADJUST_TAG + delimited(adjust) + _update_fields(_CREATE_REPLY, updates)
 
 
 class Plugin:
@@ -622,10 +638,7 @@ class _PluginService:
     ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         adjust, updates = await self.plugin.create_container(req.pod, req.container)
-        reply = api_pb2.CreateContainerResponse()
-        if adjust is not None:
-            reply.adjust.CopyFrom(adjust)
-        return with_updates(reply, updates)
+        return create_reply(adjust, updates)
 
     async def update_container(
         self, req: api_pb2.UpdateContainerRequest, ctx: CallContext
