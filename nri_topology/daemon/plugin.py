@@ -565,6 +565,8 @@ class TopologyPlugin(Plugin):
 
     def _report_keys(self, pod: PodInfo, info: ContainerInfo) -> None:
         """Warn once per pod about keys of our domains that the policy does not act on."""
+        if not pod.annotations and not info.annotations:
+            return
         reported = self._keys_reported.get(pod.id, ())
         keys = [
             k for k in (*pod.annotations, *info.annotations) if in_domains(k) and k not in reported
