@@ -591,7 +591,9 @@ class TopologyPlugin(Plugin):
                 return []
             updates = self._release_locked(container_id)
             self._commit()
-        _log.info("released", container_id=container_id, why=why, **logs.summarize_updates(updates))
+        if logs.enabled(logging.INFO):  # binding a filtered line's logger costs more than asking
+            summary = logs.summarize_updates(updates)
+            _log.info("released", container_id=container_id, why=why, **summary)
         if self.files is not None:
             self.files.updated(updates)
         return convert.updates(updates, ignore_failure=True)
