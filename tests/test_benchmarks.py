@@ -128,6 +128,7 @@ def test_annotation_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     assert [p["cycles"] for p in rss["rss"]] == [0, 10, 20] and rss["refused"] == 2
 
 
+@pytest.mark.usefixtures("restore_logging")  # the benchmark silences structlog
 def test_in_process_glue_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
     from benchmarks import socket_path
 
