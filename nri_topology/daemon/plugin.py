@@ -726,15 +726,19 @@ class TopologyPlugin(Plugin):
     def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:
         """Log and keep a decision once the reply carrying it is out: its fields (the cpusets of
         dozens of updated containers) are a visible share of a reply's time."""
-        known = self.policy.container(decision.container_id)
-        pod_name = f"{known[0].namespace}/{known[0].name}" if known else ""
-        name = f"{pod_name}/{known[1].name}" if known else decision.container_id
-        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, name, pod_name, why)
+        known = self.policy.container(decision.container_id)  # as it is now: names are values
+        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, known, why)
 
     def _after_reply(
-        self, decision: Decision, what: str, name: str, pod_name: str, why: str
+        self,
+        decision: Decision,
+        what: str,
+        known: tuple[PodInfo, ContainerInfo] | None,
+        why: str,
     ) -> None:
         if logs.enabled(logging.INFO):
+            pod_name = f"{known[0].namespace}/{known[0].name}" if known else ""
+            name = f"{pod_name}/{known[1].name}" if known else decision.container_id
             fields = logs.decision_fields(decision, name, pod_name)
             if why:
                 fields["why"] = why
