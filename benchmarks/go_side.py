@@ -3,7 +3,11 @@
 The runtime side is containerd/nri's `pkg/adaptation` (the code containerd embeds), driven by
 `go_side/harness`; the floor is `go_side/noop`, NRI's template plugin with empty handlers on
 `pkg/stub`. A third plugin, our own stub and protocol stack serving a no-op plugin
-(`bench_roundtrip.py --serve`), tells the share of our Python wire path from the policy's. The
+(`bench_roundtrip.py --serve`), tells the share of our Python wire path from the policy's. A
+fourth, `go-pin`, is the same Go plugin answering each probe's create and stop with the reply
+ours gave it (recorded by the harness in ours' first run of each live count): the cpuset
+adjustment and the updates of other containers that any placement plugin sends and the
+runtime side must decode, validate and merge, at no cost of the plugin's own. The
 Go programs are built from Debian 13's Go toolchain and containerd/nri packages by
 `go_side/build.sh` (downloaded once into `.cache/go-side`, not installed). Ours is the real
 `nri-topology run` process on a sysfs tree written from a committed machine file.
@@ -13,11 +17,12 @@ the adaptation (pod run, create, start, applying the plugin's adjustments and up
 times `Adaptation.CreateContainer` of each probe in turns, stopping and removing the probe again
 after each sample (not timed): `guaranteed-2cpu` takes 2 exclusive CPUs (on a filled node it
 re-pins the shared containers of its pool; the time includes the adaptation merging those
-updates), `burstable` is a 250m/1000m container in the shared pool. Rounds alternate the two
+updates), `burstable` is a 250m/1000m container in the shared pool. Rounds alternate the
 plugins (which goes first alternates too); the figures are the medians over rounds of each
-run's p50 and p99. Runs with a fill also restart the plugin before timing and report its
-registration and Synchronize with every fill container running (ours reads its checkpoint and
-must move none).
+run's p50 and p99, with ours' ratios to the no-op (the target) and to go-pin (the part left to
+the plugin once the runtime side's handling of a placement reply is paid). Runs with a fill
+also restart the plugin before timing and report its registration and Synchronize with every
+fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
         [--samples 500] [--out benchmarks/results/go_side.json]
@@ -51,7 +56,7 @@ PROBES = {
     "guaranteed-2cpu": Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI),
     "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
 }
-PLUGINS = ("ours", "noop", "python-noop")
+PLUGINS = ("ours", "noop", "python-noop", "go-pin")  # ours first: go-pin replays its replies
 
 
 def toolchain_cached() -> bool:
@@ -83,23 +88,43 @@ def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Con
             f.write(struct.pack(">I", len(body)) + body)
 
 
-def plugin_command(plugin: str, tools: dict[str, str], sock: Path, sysfs: Path) -> list[str]:
+def plugin_command(
+    plugin: str, tools: dict[str, str], sock: Path, sysfs: Path, replies: Path | None
+) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
+    if plugin == "go-pin":
+        if replies is None or not replies.exists():
+            raise SystemExit(
+                f"go-pin needs ours' replies to the probes ({replies}): run ours first"
+            )
+        return [tools["NOOP"], f"-socket={sock}", f"-replies={replies}"]
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
     return daemon_command(sock, sysfs, sock.parent, "warning")
 
 
 def run_once(
-    plugin: str, tools: dict[str, str], sysfs: Path, fill: Path | None, probes: Path, samples: int
+    plugin: str,
+    tools: dict[str, str],
+    sysfs: Path,
+    fill: Path | None,
+    probes: Path,
+    samples: int,
+    replies: Path | None = None,
+    record: Path | None = None,
 ) -> dict[str, Any]:
-    """One harness run: start the plugin, fill, time the probes; the harness's report."""
+    """One harness run: start the plugin, fill, time the probes; the harness's report.
+
+    go-pin answers with the `replies` ours gave on this fill; `record` is where the harness
+    writes the replies of this run."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
         cmd += [f"-fill={fill}", "-restart"] if fill else []
-        cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_command(plugin, tools, sock, sysfs)]
+        cmd += [f"-record={record}"] if record else []
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies)
+        cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
         if proc.returncode:
@@ -108,15 +133,37 @@ def run_once(
             )
             raise SystemExit(f"harness with {plugin} failed: {proc.stderr.strip()}\n{logs}")
     report = json.loads(proc.stdout)
-    if plugin == "ours":  # a closed or refusing plugin answers nothing: never time that
+    if plugin in ("ours", "go-pin"):  # a closed or refusing plugin answers nothing: never time that
         case = report["cases"]["guaranteed-2cpu"]
         if case["adjusted"] != case["samples"]:
-            raise SystemExit(f"our plugin pinned {case['adjusted']} of {case['samples']} probes")
+            raise SystemExit(f"{plugin} pinned {case['adjusted']} of {case['samples']} probes")
     return report
 
 
+def reply_shape(replies: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per probe, what the recorded reply carries (protobuf's JSON mapping, as the harness
+    writes it): the new container's cpuset and shares, how many environment variables, and
+    how many other containers its create and its stop update."""
+    shapes = {}
+    for probe, reply in replies.items():
+        create, stop = reply["create"], reply["stop"]
+        adjust = create.get("adjust", {})
+        cpu = adjust.get("linux", {}).get("resources", {}).get("cpu", {})
+        shares = cpu.get("shares", {}).get("value")
+        shapes[probe] = {
+            "cpus": cpu.get("cpus", ""),
+            "mems": cpu.get("mems", ""),
+            "shares": int(shares) if shares is not None else None,
+            "env": len(adjust.get("env", [])),
+            "create_updates": len(create.get("update", [])),
+            "stop_updates": len(stop.get("update", [])),
+        }
+    return shapes
+
+
 def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per live count and probe: medians over rounds of p50 and p99, ours and no-op, ratios."""
+    """Per live count and probe: medians over rounds of p50 and p99 of every plugin; ours
+    against the no-op (the target) and against go-pin (what is left to the plugin)."""
     rows = []
     for live in sorted({live for live, _ in runs}):
         for case in PROBES:
@@ -131,6 +178,9 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
                 }
             for q in ("p50", "p99"):
                 row[f"{q}_ratio"] = round(row["ours"][f"{q}_ms"] / row["noop"][f"{q}_ms"], 2)
+                row[f"{q}_ratio_go_pin"] = round(
+                    row["ours"][f"{q}_ms"] / row["go-pin"][f"{q}_ms"], 2
+                )
             rows.append(row)
     return rows
 
@@ -153,17 +203,20 @@ def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    def both(r: dict[str, Any], plugin: str) -> str:
+        return f"{r[plugin]['p50_ms']} / {r[plugin]['p99_ms']}"
+
     lines = [
         "| live | probe | ours p50 / p99 ms | Go no-op p50 / p99 ms | ratio p50 / p99 |"
+        " Go plugin answering a fixed cpuset p50 / p99 ms | ours / fixed p50 / p99 |"
         " our stub with a no-op plugin p50 / p99 ms | updates per reply |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['live']} | {r['probe']} | {r['ours']['p50_ms']} / {r['ours']['p99_ms']} | "
-            f"{r['noop']['p50_ms']} / {r['noop']['p99_ms']} | "
-            f"{r['p50_ratio']} / {r['p99_ratio']} | "
-            f"{r['python-noop']['p50_ms']} / {r['python-noop']['p99_ms']} | "
+            f"| {r['live']} | {r['probe']} | {both(r, 'ours')} | {both(r, 'noop')} | "
+            f"{r['p50_ratio']} / {r['p99_ratio']} | {both(r, 'go-pin')} | "
+            f"{r['p50_ratio_go_pin']} / {r['p99_ratio_go_pin']} | {both(r, 'python-noop')} | "
             f"{r['ours']['updates']:g} |"
         )
     return "\n".join(lines)
@@ -190,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         write_requests(probes, [nri_pair(name, spec) for name, spec in PROBES.items()])
         for n in range(args.rounds):
             for live in args.live:
+                replies = work / f"replies-{live}.json"
                 fill = None
                 if live:
                     fill = work / f"fill-{live}.bin"
@@ -198,7 +252,10 @@ def main(argv: list[str] | None = None) -> int:
                             fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(live)]
                         )
                 for plugin in PLUGINS if n % 2 == 0 else PLUGINS[::-1]:
-                    report = run_once(plugin, tools, sysfs, fill, probes, args.samples)
+                    record = replies if plugin == "ours" and not replies.exists() else None
+                    report = run_once(
+                        plugin, tools, sysfs, fill, probes, args.samples, replies, record
+                    )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
                         f"round {n + 1}/{args.rounds} live {live} {plugin}: "
@@ -209,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+        answers = [
+            {"live": live, "probe": probe, **shape}
+            for live in args.live
+            for probe, shape in reply_shape(
+                json.loads((work / f"replies-{live}.json").read_text())
+            ).items()
+        ]
     rows = summarize(runs)
     load = {
         "loadavg_1m_before": round(load_before[0], 2),
@@ -223,11 +287,18 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": round((time.monotonic() - started) / 60, 1),
         "load": load,
         "rows": rows,
+        "go_pin_answers": answers,
         "restarts": restarts(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
+    for a in answers:
+        print(
+            f"go-pin answers {a['probe']} at {a['live']} live as ours did: cpus {a['cpus']} "
+            f"mems {a['mems']} shares {a['shares']}, {a['env']} env, updates of "
+            f"{a['create_updates']} containers on create and {a['stop_updates']} on stop"
+        )
     for r in out["restarts"]:
         print(
             f"restart of {r['plugin']} with {r['live']} running: process start to synchronized "

@@ -8,7 +8,8 @@
 // containers in turn. Each probe is stopped and removed again after its sample (not timed), so
 // every sample sees the same fill. It prints one JSON object with p50/p99 per probe, or exits
 // non-zero with the adaptation's error: an update or adjustment the adaptation refuses fails
-// the run.
+// the run. With -record it also writes the plugin's last reply to each probe's create and stop
+// (JSON, protobuf's JSON mapping), which the no-op plugin replays with -replies.
 //
 // The requests are read from files of length-prefixed (4 bytes, big endian) serialized
 // CreateContainerRequest messages, written by benchmarks/go_side.py from benchmarks/workload.py.
@@ -32,6 +33,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -211,6 +213,7 @@ func run() error {
 	pluginLog := flag.String("plugin-log", os.DevNull, "file for the plugin's output")
 	restart := flag.Bool("restart", false, "after the fill, restart the plugin and time its "+
 		"registration and Synchronize with every fill container running")
+	record := flag.String("record", "", "file for the plugin's last replies to the probes")
 	flag.Parse()
 	if *socket == "" || *probeFile == "" || flag.NArg() == 0 {
 		return errors.New("usage: harness -socket PATH -probes FILE [-fill FILE] -- PLUGIN ARGS...")
@@ -305,6 +308,7 @@ func run() error {
 	times := make([][]time.Duration, len(probes))
 	updates := make([][]int, len(probes))
 	adjusted := make([]int, len(probes))
+	replies := make([]recorded, len(probes))
 	for n := 0; n < *warmup+*samples*len(probes); n++ {
 		k := n % len(probes)
 		req := proto.Clone(probes[k]).(*api.CreateContainerRequest)
@@ -315,6 +319,7 @@ func run() error {
 			return fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
 		}
 		rt.created(req.Container, rpl)
+		replies[k].Create = rpl
 		if n >= *warmup {
 			times[k] = append(times[k], took)
 			updates[k] = append(updates[k], len(rpl.Update))
@@ -322,7 +327,7 @@ func run() error {
 				adjusted[k]++
 			}
 		}
-		if err := rt.stopRemove(ctx, nri, req); err != nil {
+		if replies[k].Stop, err = rt.stopRemove(ctx, nri, req); err != nil {
 			return err
 		}
 		if p.exited() {
@@ -338,7 +343,79 @@ func run() error {
 			Samples: len(times[k]), Adjusted: adjusted[k], Updates: updates[k][len(updates[k])/2],
 		}
 	}
+	if *record != "" {
+		if err := writeReplies(*record, probes, replies); err != nil {
+			return err
+		}
+	}
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// recorded is what the adaptation made of the plugin's replies to one probe's create and stop.
+type recorded struct {
+	Create *api.CreateContainerResponse
+	Stop   *api.StopContainerResponse
+}
+
+// writeReplies writes {probe id: {"create": reply, "stop": reply}}. With one plugin the
+// adaptation's response holds that plugin's reply field for field, plus the empty defaults it
+// starts every result with; those are dropped so a replay sends what the plugin sent.
+func writeReplies(path string, probes []*api.CreateContainerRequest, replies []recorded) error {
+	out := map[string]map[string]json.RawMessage{}
+	for k, req := range probes {
+		create := proto.Clone(replies[k].Create).(*api.CreateContainerResponse)
+		stop := proto.Clone(replies[k].Stop).(*api.StopContainerResponse)
+		if a := create.Adjust; a != nil {
+			if proto.Size(a.Hooks) == 0 {
+				a.Hooks = nil
+			}
+			if a.Linux != nil {
+				a.Linux.Resources = trimResources(a.Linux.Resources)
+				if proto.Size(a.Linux) == 0 {
+					a.Linux = nil
+				}
+			}
+		}
+		for _, updates := range [][]*api.ContainerUpdate{create.Update, stop.Update} {
+			for _, u := range updates {
+				if u.Linux != nil {
+					u.Linux.Resources = trimResources(u.Linux.Resources)
+				}
+			}
+		}
+		c, err := protojson.Marshal(create)
+		if err != nil {
+			return err
+		}
+		s, err := protojson.Marshal(stop)
+		if err != nil {
+			return err
+		}
+		out[req.Container.Id] = map[string]json.RawMessage{"create": c, "stop": s}
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// trimResources drops the empty memory and CPU messages the adaptation adds; nil if nothing
+// is left.
+func trimResources(r *api.LinuxResources) *api.LinuxResources {
+	if r == nil {
+		return nil
+	}
+	if proto.Size(r.Memory) == 0 {
+		r.Memory = nil
+	}
+	if proto.Size(r.Cpu) == 0 {
+		r.Cpu = nil
+	}
+	if proto.Size(r) == 0 {
+		return nil
+	}
+	return r
 }
 
 func adjusts(a *api.ContainerAdjustment) bool {
@@ -388,17 +465,17 @@ func (r *runtime) start(ctx context.Context, nri *adaptation.Adaptation, req *ap
 	return nil
 }
 
-func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
+func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) (*api.StopContainerResponse, error) {
 	rpl, err := nri.StopContainer(ctx, &api.StopContainerRequest{Pod: req.Pod, Container: req.Container})
 	if err != nil {
-		return fmt.Errorf("StopContainer %s: %w", req.Container.Id, err)
+		return nil, fmt.Errorf("StopContainer %s: %w", req.Container.Id, err)
 	}
 	r.apply(rpl.Update)
 	r.mu.Lock()
 	delete(r.containers, req.Container.Id)
 	r.mu.Unlock()
 	if err := nri.RemoveContainer(ctx, &api.StateChangeEvent{Pod: req.Pod, Container: req.Container}); err != nil {
-		return fmt.Errorf("RemoveContainer %s: %w", req.Container.Id, err)
+		return nil, fmt.Errorf("RemoveContainer %s: %w", req.Container.Id, err)
 	}
-	return nil
+	return rpl, nil
 }
