@@ -202,6 +202,48 @@ def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str
     return out
 
 
+def collections(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per live count and plugin, the runtime side's heap allocation per create and its Go
+    garbage collection over the probe loop (a probe is one create and stop), medians over
+    rounds: the share of the latency a placement reply costs beyond its decoding and merging."""
+    out = []
+    for (live, plugin), reports in sorted(runs.items()):
+        gcs = [r["gc"] for r in reports]
+        out.append(
+            {
+                "live": live,
+                "plugin": plugin,
+                "alloc_kb": {
+                    case: round(statistics.median(r["cases"][case]["alloc_kb"] for r in reports))
+                    for case in PROBES
+                },
+                "gc_cycles_per_1000_probes": round(
+                    statistics.median(1000 * g["cycles"] / g["creates"] for g in gcs), 1
+                ),
+                "gc_cpu_ms_per_probe": round(
+                    statistics.median(g["cpu_ms"] / g["creates"] for g in gcs), 3
+                ),
+            }
+        )
+    return out
+
+
+def gc_table(gcs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| live | plugin | runtime side's allocation per create, "
+        + " / ".join(PROBES)
+        + " KB | GC cycles per 1000 probes | GC CPU ms per probe |",
+        "|---|---|---|---|---|",
+    ]
+    for g in gcs:
+        alloc = " / ".join(f"{g['alloc_kb'][case]:g}" for case in PROBES)
+        lines.append(
+            f"| {g['live']} | {g['plugin']} | {alloc} | {g['gc_cycles_per_1000_probes']:g} | "
+            f"{g['gc_cpu_ms_per_probe']:g} |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     def both(r: dict[str, Any], plugin: str) -> str:
         return f"{r[plugin]['p50_ms']} / {r[plugin]['p99_ms']}"
@@ -288,11 +330,14 @@ def main(argv: list[str] | None = None) -> int:
         "load": load,
         "rows": rows,
         "go_pin_answers": answers,
+        "runtime_gc": collections(runs),
         "restarts": restarts(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
+    print()
+    print(gc_table(out["runtime_gc"]))
     for a in answers:
         print(
             f"go-pin answers {a['probe']} at {a['live']} live as ours did: cpus {a['cpus']} "

@@ -25,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"sort"
 	"sync"
 	"syscall"
@@ -119,6 +120,15 @@ type result struct {
 	Samples  int     `json:"samples"`
 	Adjusted int     `json:"adjusted"` // replies carrying an adjustment of the new container
 	Updates  int     `json:"updates"`  // median updates of other containers per reply
+	AllocKB  float64 `json:"alloc_kb"` // mean heap allocated by this process during a create
+}
+
+// collected is the Go garbage collection of this process (the runtime side) over the probe
+// loop: every create and stop of a probe, the warm-up included.
+type collected struct {
+	Creates int     `json:"creates"`
+	Cycles  uint64  `json:"cycles"`
+	CPUms   float64 `json:"cpu_ms"` // CPU the collection took from the program (not idle time)
 }
 
 // restarted is a plugin restart with the fill running: process start to synchronized, and how
@@ -134,6 +144,34 @@ type report struct {
 	FillMs        float64           `json:"fill_ms"`
 	Restart       *restarted        `json:"restart,omitempty"`
 	Cases         map[string]result `json:"cases"`
+	GC            collected         `json:"gc"`
+}
+
+// gcMetrics are read through runtime/metrics, which does not stop the world: the allocation,
+// the cycles, then the Go runtime's estimates of the CPU time its collector took from the
+// program (mark assists, dedicated mark workers, pauses; marking on idle CPUs is left out).
+var gcMetrics = []metrics.Sample{
+	{Name: "/gc/heap/allocs:bytes"},
+	{Name: "/gc/cycles/total:gc-cycles"},
+	{Name: "/cpu/classes/gc/mark/assist:cpu-seconds"},
+	{Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"},
+	{Name: "/cpu/classes/gc/pause:cpu-seconds"},
+}
+
+// allocated is the heap this process has allocated so far, counted a span (a few KB) at a
+// time when its allocation cache is refilled: only a mean over many creates is exact.
+func allocated() uint64 {
+	metrics.Read(gcMetrics[:1])
+	return gcMetrics[0].Value.Uint64()
+}
+
+func gcSoFar() (uint64, float64) {
+	metrics.Read(gcMetrics[1:])
+	cpu := 0.0
+	for _, m := range gcMetrics[2:] {
+		cpu += m.Value.Float64()
+	}
+	return gcMetrics[1].Value.Uint64(), cpu
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
@@ -309,12 +347,17 @@ func run() error {
 	updates := make([][]int, len(probes))
 	adjusted := make([]int, len(probes))
 	replies := make([]recorded, len(probes))
-	for n := 0; n < *warmup+*samples*len(probes); n++ {
+	allocs := make([]uint64, len(probes))
+	creates := *warmup + *samples*len(probes)
+	cycles, gcCPU := gcSoFar()
+	for n := 0; n < creates; n++ {
 		k := n % len(probes)
 		req := proto.Clone(probes[k]).(*api.CreateContainerRequest)
+		before := allocated()
 		t0 := time.Now()
 		rpl, err := nri.CreateContainer(ctx, req)
 		took := time.Since(t0)
+		alloc := allocated() - before
 		if err != nil {
 			return fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
 		}
@@ -322,6 +365,7 @@ func run() error {
 		replies[k].Create = rpl
 		if n >= *warmup {
 			times[k] = append(times[k], took)
+			allocs[k] += alloc
 			updates[k] = append(updates[k], len(rpl.Update))
 			if adjusts(rpl.Adjust) {
 				adjusted[k]++
@@ -334,6 +378,8 @@ func run() error {
 			return fmt.Errorf("plugin exited during the run (see %s)", *pluginLog)
 		}
 	}
+	cyclesAfter, gcCPUAfter := gcSoFar()
+	rep.GC = collected{Creates: creates, Cycles: cyclesAfter - cycles, CPUms: (gcCPUAfter - gcCPU) * 1e3}
 	rep.Cases = map[string]result{}
 	for k, req := range probes {
 		sort.Slice(times[k], func(i, j int) bool { return times[k][i] < times[k][j] })
@@ -341,6 +387,7 @@ func run() error {
 		rep.Cases[req.Container.Id] = result{
 			P50ms: quantile(times[k], 0.50), P99ms: quantile(times[k], 0.99),
 			Samples: len(times[k]), Adjusted: adjusted[k], Updates: updates[k][len(updates[k])/2],
+			AllocKB: float64(allocs[k]) / float64(len(times[k])) / 1024,
 		}
 	}
 	if *record != "" {
