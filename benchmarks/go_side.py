@@ -205,7 +205,7 @@ def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str
 def collections(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per live count and plugin, the runtime side's heap allocation per create and its Go
     garbage collection over the probe loop (a probe is one create and stop), medians over
-    rounds: the share of the latency a placement reply costs beyond its decoding and merging."""
+    rounds: what the garbage of a placement reply costs the runtime side on top of its merge."""
     out = []
     for (live, plugin), reports in sorted(runs.items()):
         gcs = [r["gc"] for r in reports]

@@ -159,7 +159,7 @@ var gcMetrics = []metrics.Sample{
 }
 
 // allocated is the heap this process has allocated so far, counted a span (a few KB) at a
-// time when its allocation cache is refilled: only a mean over many creates is exact.
+// time when its allocation cache is refilled: only a mean over many creates says much.
 func allocated() uint64 {
 	metrics.Read(gcMetrics[:1])
 	return gcMetrics[0].Value.Uint64()
