@@ -45,6 +45,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.plugin_side import OUT_ENV
 from benchmarks.workload import MACHINES, Spec, daemon_command, fill_spec, nri_pair, sysfs_root
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import QoS
@@ -89,7 +90,12 @@ def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Con
 
 
 def plugin_command(
-    plugin: str, tools: dict[str, str], sock: Path, sysfs: Path, replies: Path | None
+    plugin: str,
+    tools: dict[str, str],
+    sock: Path,
+    sysfs: Path,
+    replies: Path | None,
+    split: bool = False,
 ) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
@@ -101,7 +107,11 @@ def plugin_command(
         return [tools["NOOP"], f"-socket={sock}", f"-replies={replies}"]
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
-    return daemon_command(sock, sysfs, sock.parent, "warning")
+    command = daemon_command(sock, sysfs, sock.parent, "warning")
+    if split:  # the same daemon, timing its share (`plugin_side.py`)
+        assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
+        command[1:3] = ["-m", "benchmarks.plugin_side"]
+    return command
 
 
 def run_once(
@@ -113,31 +123,86 @@ def run_once(
     samples: int,
     replies: Path | None = None,
     record: Path | None = None,
+    split: bool = False,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
     go-pin answers with the `replies` ours gave on this fill; `record` is where the harness
-    writes the replies of this run."""
+    writes the replies of this run. With `split`, ours times its own share of each probe's
+    create (`plugin_side.py`), added to the report as `split`."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
         cmd += [f"-fill={fill}", "-restart"] if fill else []
         cmd += [f"-record={record}"] if record else []
-        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies)
+        split = split and plugin == "ours"
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        split_out = Path(tmp) / "split.json"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), OUT_ENV: str(split_out)}
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+        timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
             logs = "".join(
                 p.read_text()[-2000:] for p in Path(tmp).glob("*.log") if p.stat().st_size
             )
             raise SystemExit(f"harness with {plugin} failed: {proc.stderr.strip()}\n{logs}")
     report = json.loads(proc.stdout)
+    if split:
+        if timed is None:
+            raise SystemExit("ours ran with --split but wrote no timings")
+        report["split"] = split_medians(timed)
     if plugin in ("ours", "go-pin"):  # a closed or refusing plugin answers nothing: never time that
         case = report["cases"]["guaranteed-2cpu"]
         if case["adjusted"] != case["samples"]:
             raise SystemExit(f"{plugin} pinned {case['adjusted']} of {case['samples']} probes")
     return report
+
+
+def split_medians(timed: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, float]]:
+    """Per probe, the median ms of each part `plugin_side.py` timed (probe = container id)."""
+    return {
+        probe: {
+            part: round(statistics.median(by_id[probe]) / 1e6, 4)
+            for part, by_id in timed.items()
+            if by_id.get(probe)
+        }
+        for probe in PROBES
+    }
+
+
+def split_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Inside ours, medians over rounds: the request from its bytes in to its reply out, the
+    plugin's handling and the policy's decision, with ours' round trip of the same runs."""
+    rows = []
+    for (live, plugin), reports in sorted(runs.items()):
+        if plugin != "ours" or not all("split" in r for r in reports):
+            continue
+        for probe in PROBES:
+            row: dict[str, Any] = {
+                "live": live,
+                "probe": probe,
+                "round_trip_ms": statistics.median(r["cases"][probe]["p50_ms"] for r in reports),
+            }
+            for part in ("request", "plugin", "policy"):
+                row[f"{part}_ms"] = statistics.median(r["split"][probe][part] for r in reports)
+            rows.append(row)
+    return rows
+
+
+def split_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| live | probe | round trip p50 ms | inside ours: request ms | "
+        "plugin.create_container ms | Policy.create ms | request / round trip |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['live']} | {r['probe']} | {r['round_trip_ms']:.3f} | {r['request_ms']:.3f} | "
+            f"{r['plugin_ms']:.3f} | {r['policy_ms']:.3f} | "
+            f"{r['request_ms'] / r['round_trip_ms']:.2f} |"
+        )
+    return "\n".join(lines)
 
 
 def reply_shape(replies: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -273,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "go_side.json"
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="ours also times its own share of each create (benchmarks/plugin_side.py)",
+    )
     args = parser.parse_args(argv)
     tools = build()
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -296,7 +366,15 @@ def main(argv: list[str] | None = None) -> int:
                 for plugin in PLUGINS if n % 2 == 0 else PLUGINS[::-1]:
                     record = replies if plugin == "ours" and not replies.exists() else None
                     report = run_once(
-                        plugin, tools, sysfs, fill, probes, args.samples, replies, record
+                        plugin,
+                        tools,
+                        sysfs,
+                        fill,
+                        probes,
+                        args.samples,
+                        replies,
+                        record,
+                        args.split,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -332,12 +410,16 @@ def main(argv: list[str] | None = None) -> int:
         "go_pin_answers": answers,
         "runtime_gc": collections(runs),
         "restarts": restarts(runs),
+        "split": split_rows(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
     print()
     print(gc_table(out["runtime_gc"]))
+    if out["split"]:
+        print()
+        print(split_table(out["split"]))
     for a in answers:
         print(
             f"go-pin answers {a['probe']} at {a['live']} live as ours did: cpus {a['cpus']} "

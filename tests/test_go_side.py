@@ -170,10 +170,46 @@ def test_go_pin_needs_ours_replies(tmp_path: Path) -> None:
     assert cmd == ["noop", f"-socket={tmp_path / 's'}", f"-replies={replies}"]
 
 
+def test_split_medians_per_probe_and_over_rounds() -> None:
+    timed = {
+        "request": {"burstable": [300_000, 100_000, 200_000], "fill0001": [9_000_000]},
+        "plugin": {"burstable": [150_000], "guaranteed-2cpu": [90_000, 110_000]},
+        "policy": {"burstable": [100_000], "guaranteed-2cpu": [50_000]},
+    }
+    medians = go_side.split_medians(timed)
+    assert medians == {
+        "guaranteed-2cpu": {"plugin": 0.1, "policy": 0.05},
+        "burstable": {"request": 0.2, "plugin": 0.15, "policy": 0.1},
+    }
+    parts = {"request": 0.2, "plugin": 0.15, "policy": 0.1}
+    all_runs = runs()
+    for report in all_runs[0, "ours"]:
+        report["split"] = dict.fromkeys(go_side.PROBES, parts)
+    rows = go_side.split_rows(all_runs)  # only where every run of ours was split
+    assert [(r["live"], r["probe"]) for r in rows] == [(0, probe) for probe in go_side.PROBES]
+    assert rows[0] == {
+        "live": 0,
+        "probe": "guaranteed-2cpu",
+        "round_trip_ms": 0.25,
+        "request_ms": 0.2,
+        "plugin_ms": 0.15,
+        "policy_ms": 0.1,
+    }
+    assert go_side.split_table(rows).splitlines()[2].endswith("| 0.80 |")
+
+
+def test_split_runs_the_daemon_through_the_timing_wrapper(tmp_path: Path) -> None:
+    sock, sysfs = tmp_path / "s", tmp_path / "sys"
+    plain = go_side.plugin_command("ours", {}, sock, sysfs, None)
+    timed = go_side.plugin_command("ours", {}, sock, sysfs, None, split=True)
+    assert plain[1:4] == ["-m", "nri_topology.cli", "run"]
+    assert timed == [plain[0], "-m", "benchmarks.plugin_side", *plain[3:]]
+
+
 @needs_go
 def test_our_plugin_under_the_go_adaptation(tmp_path: Path) -> None:
     out = tmp_path / "go_side.json"
-    argv = ["--rounds", "1", "--samples", "5", "--live", "60", "--out", str(out)]
+    argv = ["--rounds", "1", "--samples", "5", "--live", "60", "--out", str(out), "--split"]
     assert go_side.main(argv) == 0
     result = json.loads(out.read_text())
     rows = {(r["live"], r["probe"]): r for r in result["rows"]}
@@ -189,6 +225,11 @@ def test_our_plugin_under_the_go_adaptation(tmp_path: Path) -> None:
     assert answers["guaranteed-2cpu"]["shares"] == 2048
     restarts = {r["plugin"]: r for r in result["restarts"]}
     assert restarts["ours"]["moved"] == 0
+    # --split: ours timed its own share, each part inside the one around it
+    split = {r["probe"]: r for r in result["split"]}
+    assert set(split) == set(go_side.PROBES)
+    for r in split.values():
+        assert 0 < r["policy_ms"] <= r["plugin_ms"] <= r["request_ms"] < r["round_trip_ms"]
 
 
 @needs_go
