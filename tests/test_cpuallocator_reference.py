@@ -156,3 +156,40 @@ def test_take_cpus_picks_what_the_plain_walk_picks(
         prefer = data.draw(free_sets(m))
     got = _outcome(lambda: take_cpus(m, available, count, full_pcpus_only=full, prefer=prefer))
     assert got == _outcome(lambda: reference_take(m, available, count, full, prefer))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_core_mask_search_finds_the_first_holding_child(
+    all_machines: list[Machine], data: st.DataObject
+) -> None:
+    """Where every child is one core (at most two threads), the packer finds the first child
+    that holds `need` on masks of the cores' lowest threads; it must be the one the ranking
+    of children by free CPUs (fewest first), then order id, puts first."""
+    m = data.draw(st.sampled_from(all_machines))
+    tree = cpuallocator._tree(m)
+    free_set = data.draw(free_sets(m))
+    free = cpuallocator._mask(free_set)
+    whole = _whole(m, free_set)
+    units = [
+        u
+        for depth in range(tree.core_depth)
+        for u in cpuallocator._units_at(tree.root, depth, -1)
+        if u.core_kids
+    ]
+    if m.threads_per_core <= 2:
+        assert units  # every machine of the test has some
+    for need in (1, 2):
+        whole_need = need - need % m.threads_per_core
+        for u in units:
+            holders = [
+                k
+                for k in sorted(u.children, key=lambda k: (len(k.cpus & free_set), k.order))
+                if len(k.cpus & free_set) >= need and len(k.cpus & whole) >= whole_need
+            ]
+            found = cpuallocator._first_core(tree, u, free, need)
+            if not holders:
+                assert found is None
+            else:
+                assert found is not None and found.cpus == holders[0].cpus
+                assert found.depth == tree.core_depth - 1

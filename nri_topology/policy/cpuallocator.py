@@ -75,6 +75,9 @@ class _Unit:
     size: int  # len(cpus)
     widest: int  # the size of the largest child (0 for a core): no child holds more
     chain: int  # the depth down to which the unit goes on as a single child (its own if none)
+    # Every child is one core of at most two threads and is ordered by its lowest CPU: the
+    # first child holding a need is then found on the masks of the cores' lowest threads.
+    core_kids: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +89,7 @@ class _Tree:
     core_depth: int
     threads_per_core: int
     smallest: tuple[int, ...]  # by depth, the size of the smallest unit: a need below takes none
+    lasts: dict[int, _Unit]  # CPU id -> its unit at the level above the cores
     # The cores grouped by shape: (offsets of the other threads from the lowest, mask of the
     # lowest threads). Whole free cores are then found with a few shifts per shape, not a
     # test per core; a machine has one or two shapes (more only with odd numbering).
@@ -200,6 +204,9 @@ def _build_tree(machine: Machine) -> _Tree:
             units.append(_unit(depth, min(ids) if order is None else order, ids, children))
         return tuple(units)
 
+    core_depth = len(levels) - 1
+    pairs = machine.threads_per_core <= 2
+
     def _unit(depth: int, order: int, ids: frozenset[int], children: tuple[_Unit, ...]) -> _Unit:
         return _Unit(
             depth,
@@ -210,6 +217,9 @@ def _build_tree(machine: Machine) -> _Tree:
             len(ids),
             max((k.size for k in children), default=0),
             children[0].chain if len(children) == 1 else depth,
+            pairs
+            and bool(children)
+            and all(k.chain == core_depth and k.order == min(k.cpus) for k in children),
         )
 
     root = _unit(-1, 0, machine.all_cpus, group(list(machine.cpus.values()), 0))
@@ -220,16 +230,20 @@ def _build_tree(machine: Machine) -> _Tree:
         offsets = tuple(c - low for c in rest)
         shapes[offsets] = shapes.get(offsets, 0) | 1 << low
     smallest = [len(machine.all_cpus)] * len(levels)
+    lasts: dict[int, _Unit] = {}
     level = list(root.children)
     while level:
         smallest[level[0].depth] = min(u.size for u in level)
+        if level[0].depth == core_depth - 1:
+            lasts = {c: u for u in level for c in u.cpus}
         level = [k for u in level for k in u.children]
     return _Tree(
         root,
         depths,
-        len(levels) - 1,
+        core_depth,
         machine.threads_per_core,
         tuple(smallest),
+        lasts,
         tuple(shapes.items()),
     )
 
@@ -283,6 +297,11 @@ def _deepest_holder(tree: _Tree, scope: _Unit, free: int, need: int) -> _Unit:
                 best = u  # the first one at a new depth: walks in pre-order meet it first
         if need > u.widest:
             continue
+        if u.core_kids:
+            found = _first_core(tree, u, free, need)
+            if found is not None:
+                return found
+            continue
         ranked = []
         for k in u.children:
             n = (k.mask & free).bit_count()
@@ -296,6 +315,26 @@ def _deepest_holder(tree: _Tree, scope: _Unit, free: int, need: int) -> _Unit:
         ranked.sort()
         stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
     return best
+
+
+def _first_core(tree: _Tree, unit: _Unit, free: int, need: int) -> _Unit | None:
+    """The first child of `unit` (one with `core_kids`) holding `need`, at most two, free
+    CPUs, as the walk would find it: fewest free first, then the lowest first CPU. Children of
+    one core hold `need` exactly when that many of its threads are free (two: the core is
+    whole); the answer is its unit at the level above the cores, or None."""
+    for n in range(need, 3):
+        lows = 0  # the lowest threads of the cores with exactly n free threads
+        for offsets, base in tree.core_shapes:
+            if not offsets:
+                lows |= free & base if n == 1 else 0
+            elif n == 1:
+                lows |= (free ^ free >> offsets[0]) & base
+            else:
+                lows |= free & free >> offsets[0] & base
+        lows &= unit.mask
+        if lows:
+            return tree.lasts[(lows & -lows).bit_length() - 1]
+    return None
 
 
 def _down_to(unit: _Unit, depth: int) -> _Unit:

@@ -70,9 +70,10 @@ class Shaper:
         if len(pool.cpu_nodes) < 2:
             return ()
         free = self.ledger.shared_cpus[pool.index] - self.ledger.partial
-        near = free & self.near_devices(req)
-        if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
-            free = near
+        if req.hint_nodes:
+            near = free & self.near_devices(req)
+            if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
+                free = near
         try:
             return numasets.grant_nodes(
                 self.machine, free, req.exclusive, pool.cpu_nodes, self.options.full_pcpus_only
