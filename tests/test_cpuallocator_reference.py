@@ -174,7 +174,7 @@ def test_the_core_mask_search_finds_the_first_holding_child(
     units = [
         u
         for depth in range(tree.core_depth)
-        for u in cpuallocator._units_at(tree.root, depth, -1)
+        for u in _order(tree.root, depth, set(m.all_cpus))
         if u.core_kids
     ]
     if m.threads_per_core <= 2:
@@ -193,3 +193,48 @@ def test_the_core_mask_search_finds_the_first_holding_child(
             else:
                 assert found is not None and found.cpus == holders[0].cpus
                 assert found.depth == tree.core_depth - 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_walk_of_a_level_is_the_plain_nested_order(
+    all_machines: list[Machine], data: st.DataObject
+) -> None:
+    """The packer's list of the units of a level goes down single children at once and orders
+    children that are single cores on masks; it must be the plain nested packing order."""
+    m = data.draw(st.sampled_from(all_machines))
+    tree = cpuallocator._tree(m)
+    free_set = set(data.draw(free_sets(m)))
+    depth = data.draw(st.integers(min_value=-1, max_value=tree.core_depth))
+    scope = data.draw(st.sampled_from(_order(tree.root, depth, set(m.all_cpus))))
+    level = data.draw(st.integers(min_value=scope.depth, max_value=tree.core_depth))
+    free = cpuallocator._mask(free_set)
+    assert cpuallocator._units_at(tree, scope, level, free) == _order(scope, level, free_set)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_search_finds_the_first_holder_at_the_deepest_level(
+    all_machines: list[Machine], data: st.DataObject
+) -> None:
+    """The packer's search for the smallest unit that holds the rest is one walk that skips
+    units that do not hold it and stops at the first chain reaching the level above the cores;
+    that is right only because a unit's descendants never hold more, so it must find exactly
+    the first holding unit of the plain order at the deepest level that has one."""
+    m = data.draw(st.sampled_from(all_machines))
+    tree = cpuallocator._tree(m)
+    free_set = set(data.draw(free_sets(m)))
+    need = data.draw(st.integers(min_value=1, max_value=max(1, len(free_set))))
+    whole = _whole(m, free_set)
+    whole_need = need - need % m.threads_per_core
+    depth = data.draw(st.integers(min_value=-1, max_value=tree.core_depth))
+    scope = data.draw(st.sampled_from(_order(tree.root, depth, set(m.all_cpus))))
+    free = cpuallocator._mask(free_set)
+    assert cpuallocator._whole_free(tree, free) == cpuallocator._mask(whole)
+    plain = [
+        u
+        for d in range(tree.core_depth - 1, scope.depth, -1)
+        for u in _order(scope, d, free_set)
+        if len(u.cpus & free_set) >= need and len(u.cpus & whole) >= whole_need
+    ]
+    assert cpuallocator._deepest_holder(tree, scope, free, need) is (plain[0] if plain else scope)

@@ -89,7 +89,7 @@ class _Tree:
     core_depth: int
     threads_per_core: int
     smallest: tuple[int, ...]  # by depth, the size of the smallest unit: a need below takes none
-    lasts: dict[int, _Unit]  # CPU id -> its unit at the level above the cores
+    at: tuple[dict[int, _Unit], ...]  # by depth: CPU id -> its unit at that depth
     # The cores grouped by shape: (offsets of the other threads from the lowest, mask of the
     # lowest threads). Whole free cores are then found with a few shifts per shape, not a
     # test per core; a machine has one or two shapes (more only with odd numbering).
@@ -230,12 +230,11 @@ def _build_tree(machine: Machine) -> _Tree:
         offsets = tuple(c - low for c in rest)
         shapes[offsets] = shapes.get(offsets, 0) | 1 << low
     smallest = [len(machine.all_cpus)] * len(levels)
-    lasts: dict[int, _Unit] = {}
+    at: list[dict[int, _Unit]] = []
     level = list(root.children)
     while level:
         smallest[level[0].depth] = min(u.size for u in level)
-        if level[0].depth == core_depth - 1:
-            lasts = {c: u for u in level for c in u.cpus}
+        at.append({c: u for u in level for c in u.cpus})
         level = [k for u in level for k in u.children]
     return _Tree(
         root,
@@ -243,30 +242,33 @@ def _build_tree(machine: Machine) -> _Tree:
         core_depth,
         machine.threads_per_core,
         tuple(smallest),
-        lasts,
+        tuple(at),
         tuple(shapes.items()),
     )
 
 
-def _units_at(unit: _Unit, depth: int, free: int) -> list[_Unit]:
+def _units_at(tree: _Tree, unit: _Unit, depth: int, free: int) -> list[_Unit]:
     """Units at `depth` below `unit` with free CPUs (a mask), in nested packing order: siblings
     by fewest free CPUs, then order id."""
     out: list[_Unit] = []
     stack = [unit]
     while stack:
         u = stack.pop()
+        if u.depth < depth and u.mask & free:  # a single child has its parent's free CPUs
+            u = _down_to(u, min(u.chain, depth))
         if u.depth == depth:
             out.append(u)
-            continue
-        kids = u.children
-        if len(kids) == 1:
-            if kids[0].mask & free:
-                stack.append(kids[0])
-            continue
-        # Order ids differ between siblings, so sorting never compares the units themselves.
-        ranked = [((k.mask & free).bit_count(), k.order, k) for k in kids if k.mask & free]
-        ranked.sort()
-        stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
+        elif u.core_kids:  # each child is one unit at `depth`, walked right after `u`
+            at = tree.at[depth]
+            for n in (1, 2):
+                out += [at[c] for c in _ids(_cores_with(tree, free, n) & u.mask)]
+        else:
+            # Order ids differ between siblings, so sorting never compares the units themselves.
+            ranked = [
+                ((k.mask & free).bit_count(), k.order, k) for k in u.children if k.mask & free
+            ]
+            ranked.sort()
+            stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
     return out
 
 
@@ -323,18 +325,24 @@ def _first_core(tree: _Tree, unit: _Unit, free: int, need: int) -> _Unit | None:
     one core hold `need` exactly when that many of its threads are free (two: the core is
     whole); the answer is its unit at the level above the cores, or None."""
     for n in range(need, 3):
-        lows = 0  # the lowest threads of the cores with exactly n free threads
-        for offsets, base in tree.core_shapes:
-            if not offsets:
-                lows |= free & base if n == 1 else 0
-            elif n == 1:
-                lows |= (free ^ free >> offsets[0]) & base
-            else:
-                lows |= free & free >> offsets[0] & base
-        lows &= unit.mask
+        lows = _cores_with(tree, free, n) & unit.mask
         if lows:
-            return tree.lasts[(lows & -lows).bit_length() - 1]
+            return tree.at[tree.core_depth - 1][(lows & -lows).bit_length() - 1]
     return None
+
+
+def _cores_with(tree: _Tree, free: int, n: int) -> int:
+    """The lowest threads (a mask) of the cores with exactly `n` free threads, 1 or 2, on a
+    machine of at most two threads per core."""
+    lows = 0
+    for offsets, base in tree.core_shapes:
+        if not offsets:
+            lows |= free & base if n == 1 else 0
+        elif n == 1:
+            lows |= (free ^ free >> offsets[0]) & base
+        else:
+            lows |= free & free >> offsets[0] & base
+    return lows
 
 
 def _down_to(unit: _Unit, depth: int) -> _Unit:
@@ -407,7 +415,7 @@ def _pack(tree: _Tree, free: int, count: int, full: bool) -> int:
         if depth < scope.depth:
             continue
         # A need below the smallest unit of the level takes none of its units.
-        units = _units_at(scope, depth, free) if need >= tree.smallest[depth] else ()
+        units = _units_at(tree, scope, depth, free) if need >= tree.smallest[depth] else ()
         for u in units:
             # With full_pcpus_only, units holding cores that miss a thread (offline sibling)
             # are not taken whole and such cores wait for the second pass below, so they
@@ -419,7 +427,7 @@ def _pack(tree: _Tree, free: int, count: int, full: bool) -> int:
                     return taken
         scope = _deepest_holder(tree, scope, free, need)
     for area in (scope, root):
-        for core in _units_at(area, core_depth, free):
+        for core in _units_at(tree, area, core_depth, free):
             if not full:
                 take(_lowest(core.mask & free, need))
             elif core.size <= need and core.mask & free == core.mask:
@@ -488,7 +496,7 @@ def _node_order(machine: Machine, free: frozenset[int]) -> list[int]:
     """NUMA nodes with free CPUs, in the packer's nested order (most used first)."""
     tree = _tree(machine)
     seen: dict[int, None] = {}
-    for u in _units_at(tree.root, tree.depths["node"], _mask(free)):
+    for u in _units_at(tree, tree.root, tree.depths["node"], _mask(free)):
         seen.setdefault(machine.cpus[min(u.cpus)].node)
     return list(seen)
 
