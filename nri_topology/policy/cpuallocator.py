@@ -394,6 +394,17 @@ def _check_full(tree: _Tree, available: int, count: int) -> int:
     return whole
 
 
+def _may_take(tree: _Tree, scope: _Unit, depth: int, free: int, need: int) -> bool:
+    """Whether a unit at `depth` in `scope` may be taken whole, so that the level is worth
+    walking. One that is is not larger than `need` and is all free, so made of whole free
+    cores: with a need or whole free cores of the scope below the smallest unit of the level,
+    none is. (At the scope's own depth the walk is the scope alone: no check needed.)"""
+    smallest = tree.smallest[depth]
+    if need < smallest:
+        return False
+    return depth == scope.depth or (_whole_free(tree, free) & scope.mask).bit_count() >= smallest
+
+
 def _pack(tree: _Tree, free: int, count: int, full: bool) -> int:
     """The packed walk described in the module docstring, on bit masks: `count` CPUs of
     `free`, which must hold them."""
@@ -414,8 +425,10 @@ def _pack(tree: _Tree, free: int, count: int, full: bool) -> int:
     for depth in range(core_depth + 1):
         if depth < scope.depth:
             continue
-        # A need below the smallest unit of the level takes none of its units.
-        units = _units_at(tree, scope, depth, free) if need >= tree.smallest[depth] else ()
+        if _may_take(tree, scope, depth, free, need):
+            units = _units_at(tree, scope, depth, free)
+        else:
+            units = []
         for u in units:
             # With full_pcpus_only, units holding cores that miss a thread (offline sibling)
             # are not taken whole and such cores wait for the second pass below, so they
