@@ -238,3 +238,14 @@ def test_the_search_finds_the_first_holder_at_the_deepest_level(
         if len(u.cpus & free_set) >= need and len(u.cpus & whole) >= whole_need
     ]
     assert cpuallocator._deepest_holder(tree, scope, free, need) is (plain[0] if plain else scope)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_cpu_sets_read_as_masks_either_way(
+    all_machines: list[Machine], data: st.DataObject
+) -> None:
+    """Large CPU sets become masks through a byte per CPU, small ones CPU by CPU."""
+    m = data.draw(st.sampled_from(all_machines))
+    cpus = data.draw(free_sets(m))
+    assert cpuallocator._cpus_mask(cpuallocator._tree(m), cpus) == sum(1 << c for c in cpus)

@@ -90,6 +90,8 @@ class _Tree:
     threads_per_core: int
     smallest: tuple[int, ...]  # by depth, the size of the smallest unit: a need below takes none
     at: tuple[dict[int, _Unit], ...]  # by depth: CPU id -> its unit at that depth
+    node_cpus: dict[int, frozenset[int]]  # NUMA node id (-1: none) -> its online CPUs
+    width: int  # the highest CPU id + 1
     # The cores grouped by shape: (offsets of the other threads from the lowest, mask of the
     # lowest threads). Whole free cores are then found with a few shifts per shape, not a
     # test per core; a machine has one or two shapes (more only with odd numbering).
@@ -101,6 +103,20 @@ def _mask(cpus: Iterable[int]) -> int:
     for c in cpus:
         mask |= 1 << c
     return mask
+
+
+_BINARY = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def _cpus_mask(tree: _Tree, cpus: frozenset[int]) -> int:
+    """CPUs of the tree's machine as a bit mask. A large set is written a byte per CPU and read
+    back as binary digits in one go, which takes half the time of shifting CPU by CPU."""
+    if len(cpus) < 64:
+        return _mask(cpus)
+    digits = bytearray(tree.width)
+    for c in cpus:
+        digits[c] = 1
+    return int(digits.translate(_BINARY)[::-1], 2)
 
 
 def _ids(mask: int) -> list[int]:
@@ -243,8 +259,18 @@ def _build_tree(machine: Machine) -> _Tree:
         machine.threads_per_core,
         tuple(smallest),
         tuple(at),
+        _node_cpus(machine),
+        max(machine.all_cpus, default=-1) + 1,
         tuple(shapes.items()),
     )
+
+
+def _node_cpus(machine: Machine) -> dict[int, frozenset[int]]:
+    """The online CPUs of each NUMA node, and of node -1 for CPUs no node lists."""
+    cpus: dict[int, set[int]] = {}
+    for c in machine.cpus.values():
+        cpus.setdefault(c.node, set()).add(c.id)
+    return {n: frozenset(ids) for n, ids in cpus.items()}
 
 
 def _units_at(tree: _Tree, unit: _Unit, depth: int, free: int) -> list[_Unit]:
@@ -475,12 +501,12 @@ def take_cpus(
             f"({cpuset.format(available) or 'none'})"
         )
     tree = _tree(machine)
-    pool = _mask(available)
+    pool = _cpus_mask(tree, available)
     if full_pcpus_only:
         pool = _check_full(tree, pool, count)
     if count == 0:
         return frozenset()
-    preferred = _mask(available & prefer) & pool if prefer else 0
+    preferred = _cpus_mask(tree, available & prefer) & pool if prefer else 0
     if full_pcpus_only:
         preferred = _whole_free(tree, preferred)
     first = min(count, preferred.bit_count())
@@ -509,7 +535,7 @@ def _node_order(machine: Machine, free: frozenset[int]) -> list[int]:
     """NUMA nodes with free CPUs, in the packer's nested order (most used first)."""
     tree = _tree(machine)
     seen: dict[int, None] = {}
-    for u in _units_at(tree, tree.root, tree.depths["node"], _mask(free)):
+    for u in _units_at(tree, tree.root, tree.depths["node"], _cpus_mask(tree, free)):
         seen.setdefault(machine.cpus[min(u.cpus)].node)
     return list(seen)
 
@@ -597,16 +623,15 @@ def take_distributed(
     g = group_size
     free = available
     if full_pcpus_only:
-        free = frozenset(_ids(_check_full(_tree(machine), _mask(available), count)))
+        tree = _tree(machine)
+        free = frozenset(_ids(_check_full(tree, _cpus_mask(tree, available), count)))
         g = math.lcm(g, machine.threads_per_core)
     if count == 0:
         return frozenset()
     if count % g:
         return take_cpus(machine, free, count, full_pcpus_only=full_pcpus_only)
 
-    node_cpus: dict[int, frozenset[int]] = {}
-    for c in machine.cpus.values():
-        node_cpus[c.node] = node_cpus.get(c.node, frozenset()) | {c.id}
+    node_cpus = _tree(machine).node_cpus
     order = _node_order(machine, free)
     free_of = {n: len(node_cpus[n] & free) for n in order}
     groups = -(-len(machine.cpus) // g)
