@@ -110,7 +110,7 @@ _BINARY = bytes.maketrans(b"\x00\x01", b"01")
 
 def _cpus_mask(tree: _Tree, cpus: frozenset[int]) -> int:
     """CPUs of the tree's machine as a bit mask. A large set is written a byte per CPU and read
-    back as binary digits in one go, which takes half the time of shifting CPU by CPU."""
+    back as binary digits in one go: shifting CPU by CPU makes a new big int for each."""
     if len(cpus) < 64:
         return _mask(cpus)
     digits = bytearray(tree.width)
