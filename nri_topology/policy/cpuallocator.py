@@ -217,13 +217,13 @@ def _build_tree(machine: Machine) -> _Tree:
             ids = frozenset(c.id for c in members)
             order = orders[key]
             children = group(members, depth + 1)
-            units.append(_unit(depth, min(ids) if order is None else order, ids, children))
+            units.append(new_unit(depth, min(ids) if order is None else order, ids, children))
         return tuple(units)
 
     core_depth = len(levels) - 1
     pairs = machine.threads_per_core <= 2
 
-    def _unit(depth: int, order: int, ids: frozenset[int], children: tuple[_Unit, ...]) -> _Unit:
+    def new_unit(depth: int, order: int, ids: frozenset[int], children: tuple[_Unit, ...]) -> _Unit:
         return _Unit(
             depth,
             order,
@@ -238,7 +238,7 @@ def _build_tree(machine: Machine) -> _Tree:
             and all(k.chain == core_depth and k.order == min(k.cpus) for k in children),
         )
 
-    root = _unit(-1, 0, machine.all_cpus, group(list(machine.cpus.values()), 0))
+    root = new_unit(-1, 0, machine.all_cpus, group(list(machine.cpus.values()), 0))
     depths = {name: depth for depth, (name, _) in enumerate(named)}
     shapes: dict[tuple[int, ...], int] = {}
     for core in machine.cores:
