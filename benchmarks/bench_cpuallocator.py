@@ -5,9 +5,10 @@ Run: ``.venv/bin/python benchmarks/bench_cpuallocator.py [--calls N] [--json F]`
 Machines (built in memory, no sysfs): 2 x EPYC 9654 NPS1 (384 CPUs, L3 of 8 cores), 2 x EPYC
 7742 NPS4 (256 CPUs, 8 NUMA nodes) and a 16-node flat-distance machine for `best_node_set`.
 Each scenario fragments the machine the same way (every third core half used) and times
-`take_cpus`, `take_distributed` and `best_node_set` with several sizes. Reported: median and
-p99 microseconds per call. The engine calls these once per exclusive allocation, so compare
-with the runtime's request timeout (2 s by default).
+`take_cpus`, `take_distributed` and `best_node_set` with several sizes. Then the typical
+grant: 1 to 16 CPUs of one NUMA node (one pool) of the bundled 4-socket machine, idle and with
+every other core taken, and `grant_nodes` over all its nodes (what the engine asks of every
+pool that spans several). Reported: median and p99 microseconds per call.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from test_cpuallocator import grid
 from test_numasets import machine as distance_machine
 
 from nri_topology.policy.cpuallocator import take_cpus, take_distributed
-from nri_topology.policy.numasets import best_node_set
+from nri_topology.policy.numasets import best_node_set, grant_nodes
+from nri_topology.simulate.machine_spec import load_bundled
 from nri_topology.topology.model import Machine
 
 
@@ -71,6 +73,18 @@ def main() -> int:
             results[f"take_distributed {name} n={count}"] = timed(
                 lambda m=m, free=free, count=count: take_distributed(m, free, count), args.calls
             )
+    four = load_bundled("4-socket")[1]
+    node = four.nodes[four.cpu_nodes[0]].cpus
+    busy = {c for i, core in enumerate(four.cores) if i % 2 for c in core}
+    for load, free in (("idle", node), ("half taken", node - busy)):
+        for count in (1, 2, 4, 8, 16):
+            results[f"take_cpus 4-socket node {load} n={count}"] = timed(
+                lambda free=free, count=count: take_cpus(four, free, count), args.calls
+            )
+    for load, free in (("idle", four.all_cpus), ("half taken", four.all_cpus - busy)):
+        results[f"grant_nodes 4-socket {load} n=2"] = timed(
+            lambda free=free: grant_nodes(four, free, 2, four.cpu_nodes), args.calls
+        )
     free16 = {n: 16 for n in range(16)}
     for need in (20, 70, 130):
         results[f"best_node_set 16 nodes need={need}"] = timed(

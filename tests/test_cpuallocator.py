@@ -12,7 +12,7 @@ import gc
 from collections.abc import Iterable, Mapping
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.policy import cpuallocator
@@ -515,31 +515,3 @@ def test_tree_cache_follows_machine_lifetime() -> None:
     del m
     gc.collect()
     assert key not in cpuallocator._trees
-
-
-@settings(max_examples=150, deadline=None)
-@given(requests(), st.data())
-def test_the_pruned_search_finds_the_first_holder_in_packing_order(
-    req: tuple[Machine, frozenset[int], int], data: st.DataObject
-) -> None:
-    """The packer's search for the smallest unit that holds the rest skips units that do not
-    hold it; that is right only because a unit's descendants never hold more, so it must
-    find exactly the first holding unit of the plain walk, at every depth."""
-    m, available, need = req
-    assume(need > 0)  # the packer searches only while CPUs are still needed
-    tree = cpuallocator._tree(m)
-    free = cpuallocator._mask(available)
-    whole = cpuallocator._whole_free(tree, free)
-    tpc = m.threads_per_core
-    whole_need = need - need % tpc
-    assert cpuallocator._ids(whole) == sorted(
-        c for core in m.cores if core <= available for c in core
-    )
-    depth = data.draw(st.integers(min_value=0, max_value=tree.depths["core"]))
-    plain = [
-        u
-        for u in cpuallocator._units_at(tree.root, depth, free)
-        if (u.mask & free).bit_count() >= need and (u.mask & whole).bit_count() >= whole_need
-    ]
-    found = cpuallocator._first_holder(tree.root, depth, free, need, whole, whole_need)
-    assert found is (plain[0] if plain else None)

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import combinations
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from machines import load
 
 from nri_topology.policy.cpuallocator import AllocationError
-from nri_topology.policy.numasets import average_distance, best_node_set, closest_node_sets
+from nri_topology.policy.numasets import (
+    average_distance,
+    best_node_set,
+    closest_node_sets,
+    grant_nodes,
+)
 from nri_topology.topology.model import Machine, MemoryTier, NumaNode
 
 
@@ -200,3 +207,34 @@ def test_sixteen_nodes_stay_cheap() -> None:
     free = {i: 4 for i in range(n)}
     free[0] = 0
     assert best_node_set(m, free, 28) == (1, 2, 3, 4, 5, 6, 7)
+
+
+GRANT_MACHINES = ["4-socket", "server", "2s4n40c", "amd64-8node", "amd16", "arm128", "sparse"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(GRANT_MACHINES), st.data())
+def test_grant_nodes_is_the_best_set_of_free_cpus(name: str, data: st.DataObject) -> None:
+    """`grant_nodes` stops at the lowest node that holds the grant; that must be the answer of
+    `best_node_set` over the free CPUs of every node, and its refusals must read the same."""
+    m = load(name)
+    nodes = data.draw(st.sets(st.sampled_from(m.cpu_nodes), min_size=1))
+    order = data.draw(st.permutations(sorted(nodes)))
+    within = sorted(c for n in nodes for c in m.nodes[n].cpus)
+    cpus = frozenset(within)
+    if data.draw(st.booleans()):  # part taken
+        cpus = frozenset(data.draw(st.lists(st.sampled_from(within), max_size=len(within))))
+    count = data.draw(st.integers(0, len(within) + 2))
+    full = data.draw(st.booleans())
+    usable = frozenset(c for c in cpus if m.cpus[c].threads <= cpus) if full else cpus
+    per_node = {n: len(usable & m.nodes[n].cpus) for n in order}
+
+    def outcome(pick: Callable[[], tuple[int, ...]]) -> tuple[int, ...] | str:
+        try:
+            return pick()
+        except AllocationError as e:
+            return str(e)
+
+    assert outcome(lambda: grant_nodes(m, cpus, count, order, full)) == outcome(
+        lambda: best_node_set(m, per_node, count)
+    )

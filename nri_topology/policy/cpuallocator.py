@@ -73,6 +73,11 @@ class _Unit:
     children: tuple[_Unit, ...]
     mask: int  # `cpus` as a bit mask: the walks count free CPUs with one AND and a bit count
     size: int  # len(cpus)
+    widest: int  # the size of the largest child (0 for a core): no child holds more
+    chain: int  # the depth down to which the unit goes on as a single child (its own if none)
+    # Every child is one core of at most two threads and is ordered by its lowest CPU: the
+    # first child holding a need is then found on the masks of the cores' lowest threads.
+    core_kids: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +86,16 @@ class _Tree:
 
     root: _Unit
     depths: dict[str, int]  # the depth of each level by name
-    cores: tuple[_Unit, ...]  # the core units, in id order
+    core_depth: int
+    threads_per_core: int
+    smallest: tuple[int, ...]  # by depth, the size of the smallest unit: a need below takes none
+    at: tuple[dict[int, _Unit], ...]  # by depth: CPU id -> its unit at that depth
+    node_cpus: dict[int, frozenset[int]]  # NUMA node id (-1: none) -> its online CPUs
+    width: int  # the highest CPU id + 1
+    # The cores grouped by shape: (offsets of the other threads from the lowest, mask of the
+    # lowest threads). Whole free cores are then found with a few shifts per shape, not a
+    # test per core; a machine has one or two shapes (more only with odd numbering).
+    core_shapes: tuple[tuple[tuple[int, ...], int], ...]
 
 
 def _mask(cpus: Iterable[int]) -> int:
@@ -91,6 +105,20 @@ def _mask(cpus: Iterable[int]) -> int:
     return mask
 
 
+_BINARY = bytes.maketrans(b"\x00\x01", b"01")
+
+
+def _cpus_mask(tree: _Tree, cpus: frozenset[int]) -> int:
+    """CPUs of the tree's machine as a bit mask. A large set is written a byte per CPU and read
+    back as binary digits in one go: shifting CPU by CPU makes a new big int for each."""
+    if len(cpus) < 64:
+        return _mask(cpus)
+    digits = bytearray(tree.width)
+    for c in cpus:
+        digits[c] = 1
+    return int(digits.translate(_BINARY)[::-1], 2)
+
+
 def _ids(mask: int) -> list[int]:
     """The CPU ids of a bit mask, ascending."""
     out = []
@@ -98,6 +126,17 @@ def _ids(mask: int) -> list[int]:
         low = mask & -mask
         out.append(low.bit_length() - 1)
         mask ^= low
+    return out
+
+
+def _lowest(mask: int, n: int) -> int:
+    """The `n` lowest CPUs of a bit mask (all of them when it has fewer)."""
+    out = 0
+    while mask and n:
+        low = mask & -mask
+        out |= low
+        mask ^= low
+        n -= 1
     return out
 
 
@@ -177,181 +216,268 @@ def _build_tree(machine: Machine) -> _Tree:
         for key, members in buckets.items():
             ids = frozenset(c.id for c in members)
             order = orders[key]
-            units.append(
-                _Unit(
-                    depth,
-                    min(ids) if order is None else order,
-                    ids,
-                    group(members, depth + 1),
-                    _mask(ids),
-                    len(ids),
-                )
-            )
+            children = group(members, depth + 1)
+            units.append(new_unit(depth, min(ids) if order is None else order, ids, children))
         return tuple(units)
 
-    all_cpus = machine.all_cpus
-    root = _Unit(
-        -1, 0, all_cpus, group(list(machine.cpus.values()), 0), _mask(all_cpus), len(all_cpus)
-    )
+    core_depth = len(levels) - 1
+    pairs = machine.threads_per_core <= 2
+
+    def new_unit(depth: int, order: int, ids: frozenset[int], children: tuple[_Unit, ...]) -> _Unit:
+        return _Unit(
+            depth,
+            order,
+            ids,
+            children,
+            _mask(ids),
+            len(ids),
+            max((k.size for k in children), default=0),
+            children[0].chain if len(children) == 1 else depth,
+            pairs
+            and bool(children)
+            and all(k.chain == core_depth and k.order == min(k.cpus) for k in children),
+        )
+
+    root = new_unit(-1, 0, machine.all_cpus, group(list(machine.cpus.values()), 0))
     depths = {name: depth for depth, (name, _) in enumerate(named)}
-    cores: list[_Unit] = []
-    level = [root]
+    shapes: dict[tuple[int, ...], int] = {}
+    for core in machine.cores:
+        low, *rest = sorted(core)
+        offsets = tuple(c - low for c in rest)
+        shapes[offsets] = shapes.get(offsets, 0) | 1 << low
+    smallest = [len(machine.all_cpus)] * len(levels)
+    at: list[dict[int, _Unit]] = []
+    level = list(root.children)
     while level:
-        cores += [u for u in level if u.depth == depths["core"]]
+        smallest[level[0].depth] = min(u.size for u in level)
+        at.append({c: u for u in level for c in u.cpus})
         level = [k for u in level for k in u.children]
-    return _Tree(root, depths, tuple(sorted(cores, key=lambda u: min(u.cpus))))
+    return _Tree(
+        root,
+        depths,
+        core_depth,
+        machine.threads_per_core,
+        tuple(smallest),
+        tuple(at),
+        _node_cpus(machine),
+        max(machine.all_cpus, default=-1) + 1,
+        tuple(shapes.items()),
+    )
 
 
-def _units_at(unit: _Unit, depth: int, free: int) -> list[_Unit]:
+def _node_cpus(machine: Machine) -> dict[int, frozenset[int]]:
+    """The online CPUs of each NUMA node, and of node -1 for CPUs no node lists."""
+    cpus: dict[int, set[int]] = {}
+    for c in machine.cpus.values():
+        cpus.setdefault(c.node, set()).add(c.id)
+    return {n: frozenset(ids) for n, ids in cpus.items()}
+
+
+def _units_at(tree: _Tree, unit: _Unit, depth: int, free: int) -> list[_Unit]:
     """Units at `depth` below `unit` with free CPUs (a mask), in nested packing order: siblings
     by fewest free CPUs, then order id."""
     out: list[_Unit] = []
     stack = [unit]
     while stack:
         u = stack.pop()
+        if u.depth < depth and u.mask & free:  # a single child has its parent's free CPUs
+            u = _down_to(u, min(u.chain, depth))
         if u.depth == depth:
             out.append(u)
-            continue
-        kids = u.children
-        if len(kids) == 1:
-            if kids[0].mask & free:
-                stack.append(kids[0])
-            continue
-        ranked = [((k.mask & free).bit_count(), k.order, k) for k in kids if k.mask & free]
-        ranked.sort(key=_count_order)
-        stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
+        elif u.core_kids:  # each child is one unit at `depth`, walked right after `u`
+            at = tree.at[depth]
+            for n in (1, 2):
+                out += [at[c] for c in _ids(_cores_with(tree, free, n) & u.mask)]
+        else:
+            # Order ids differ between siblings, so sorting never compares the units themselves.
+            ranked = [
+                ((k.mask & free).bit_count(), k.order, k) for k in u.children if k.mask & free
+            ]
+            ranked.sort()
+            stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
     return out
 
 
-def _count_order(t: tuple[int, int, _Unit]) -> tuple[int, int]:
-    return t[0], t[1]
+def _deepest_holder(tree: _Tree, scope: _Unit, free: int, need: int) -> _Unit:
+    """The smallest unit below `scope` that can hold the whole rest: `need` free CPUs of which
+    as many as whole cores can give in whole free cores. It is the first such unit, in nested
+    packing order, at the deepest level above the cores that has one; `scope` when none has.
 
-
-def _first_holder(
-    scope: _Unit, depth: int, free: int, need: int, whole: int, whole_need: int
-) -> _Unit | None:
-    """The first unit at `depth` below `scope`, in nested packing order, with `need` free CPUs
-    of which `whole_need` in whole free cores (`whole`). A unit that does not hold this has
-    no descendant that does, so the walk skips it and stops at the first hit."""
+    One walk in packing order, keeping the first unit met at the deepest level so far. A unit
+    that does not hold the rest has no descendant that does, so only holders are entered, and
+    none whose children are all smaller than `need`. A single child holds what its parent
+    does and comes right after it, so chains of them are gone down at once; the walk ends at
+    the first holder whose chain reaches the level above the cores (nothing is deeper)."""
+    last = tree.core_depth - 1
+    if scope.depth >= last:
+        return scope
+    whole_need = need - need % tree.threads_per_core
+    whole = _whole_free(tree, free) if whole_need else 0
+    best = scope
     stack = [scope]
     while stack:
         u = stack.pop()
-        if u.depth == depth:
-            return u
+        if u is not scope:  # a holder (the scope need not be one), and so is its chain
+            if u.chain >= last:
+                return _down_to(u, last)
+            u = _down_to(u, u.chain)
+            if u.depth > best.depth:
+                best = u  # the first one at a new depth: walks in pre-order meet it first
+        if need > u.widest:
+            continue
+        if u.core_kids:
+            found = _first_core(tree, u, free, need)
+            if found is not None:
+                return found
+            continue
         ranked = []
         for k in u.children:
             n = (k.mask & free).bit_count()
-            if n >= need and (k.mask & whole).bit_count() >= whole_need:
+            if n >= need and (not whole_need or (k.mask & whole).bit_count() >= whole_need):
                 ranked.append((n, k.order, k))
         if not ranked:
             continue
-        if u.depth == depth - 1:  # every one is a hit: the first in order is the answer
-            return min(ranked, key=_count_order)[2]
-        ranked.sort(key=_count_order)
+        first = min(ranked)  # order ids differ between siblings: units are never compared
+        if first[2].chain >= last:  # it is walked next
+            return _down_to(first[2], last)
+        ranked.sort()
         stack += [t[2] for t in reversed(ranked)]  # popped from the end: best first
+    return best
+
+
+def _first_core(tree: _Tree, unit: _Unit, free: int, need: int) -> _Unit | None:
+    """The first child of `unit` (one with `core_kids`) holding `need`, at most two, free
+    CPUs, as the walk would find it: fewest free first, then the lowest first CPU. Children of
+    one core hold `need` exactly when that many of its threads are free (two: the core is
+    whole); the answer is its unit at the level above the cores, or None."""
+    for n in range(need, 3):
+        lows = _cores_with(tree, free, n) & unit.mask
+        if lows:
+            return tree.at[tree.core_depth - 1][(lows & -lows).bit_length() - 1]
     return None
+
+
+def _cores_with(tree: _Tree, free: int, n: int) -> int:
+    """The lowest threads (a mask) of the cores with exactly `n` free threads, 1 or 2, on a
+    machine of at most two threads per core."""
+    lows = 0
+    for offsets, base in tree.core_shapes:
+        if not offsets:
+            lows |= free & base if n == 1 else 0
+        elif n == 1:
+            lows |= (free ^ free >> offsets[0]) & base
+        else:
+            lows |= free & free >> offsets[0] & base
+    return lows
+
+
+def _down_to(unit: _Unit, depth: int) -> _Unit:
+    """The unit at `depth` that `unit` goes on as through single children."""
+    while unit.depth < depth:
+        unit = unit.children[0]
+    return unit
 
 
 def _whole_free(tree: _Tree, free: int) -> int:
     """The free CPUs (a mask) that sit in cores whose online threads are all free."""
     whole = 0
-    for c in tree.cores:
-        if c.mask & free == c.mask:
-            whole |= c.mask
+    for offsets, lows in tree.core_shapes:
+        w = free & lows
+        for d in offsets:
+            w &= free >> d
+        for d in offsets:
+            whole |= w << d
+        whole |= w
     return whole
-
-
-def _whole_cores(machine: Machine, cpus: frozenset[int]) -> frozenset[int]:
-    """The CPUs of `cpus` whose physical core has all its online threads in `cpus`."""
-    return frozenset().union(*(core for core in machine.cores if core <= cpus))
 
 
 def _check(machine: Machine, available: frozenset[int], count: int) -> None:
     if count < 0:
         raise AllocationError(f"cannot take {count} CPUs: the count must not be negative")
-    unknown = available - machine.all_cpus
-    if unknown:
+    if not available <= machine.all_cpus:
         raise AllocationError(
-            f"cannot take {count} CPUs: CPUs {cpuset.format(unknown)} are not online CPUs "
-            f"of this machine (online: {cpuset.format(machine.all_cpus)})"
+            f"cannot take {count} CPUs: CPUs {cpuset.format(available - machine.all_cpus)} are "
+            f"not online CPUs of this machine (online: {cpuset.format(machine.all_cpus)})"
         )
 
 
-def _check_full(machine: Machine, available: frozenset[int], count: int) -> frozenset[int]:
-    """The whole free cores of `available`, after checking `count` can be made of them."""
-    tpc = machine.threads_per_core
+def _check_full(tree: _Tree, available: int, count: int) -> int:
+    """The whole free cores of `available` (a mask), after checking `count` can be made of
+    them."""
+    tpc = tree.threads_per_core
     if count % tpc:
         raise AllocationError(
             f"full-pcpus-only: {count} CPUs are not a whole number of physical cores "
             f"({tpc} threads per core); ask for a multiple of {tpc}"
         )
-    whole = _whole_cores(machine, available)
-    if count > len(whole):
+    whole = _whole_free(tree, available)
+    if count > whole.bit_count():
         raise AllocationError(
-            f"full-pcpus-only: {count} CPUs requested but only {len(whole)} of the "
-            f"{len(available)} available CPUs are in free physical cores "
-            f"({cpuset.format(whole) or 'none'})"
+            f"full-pcpus-only: {count} CPUs requested but only {whole.bit_count()} of the "
+            f"{available.bit_count()} available CPUs are in free physical cores "
+            f"({cpuset.format(_ids(whole)) or 'none'})"
         )
     return whole
 
 
-def _pack(machine: Machine, free_in: frozenset[int], count: int, full: bool) -> frozenset[int]:
-    """The packed walk described in the module docstring; `free_in` must hold `count` CPUs.
+def _may_take(tree: _Tree, scope: _Unit, depth: int, free: int, need: int) -> bool:
+    """Whether a unit at `depth` in `scope` may be taken whole, so that the level is worth
+    walking. One that is is not larger than `need` and is all free, so made of whole free
+    cores: with a need or whole free cores of the scope below the smallest unit of the level,
+    none is. (At the scope's own depth the walk is the scope alone: no check needed.)"""
+    smallest = tree.smallest[depth]
+    if need < smallest:
+        return False
+    return depth == scope.depth or (_whole_free(tree, free) & scope.mask).bit_count() >= smallest
 
-    CPU sets are bit masks here: a walk counts the free CPUs of dozens of units."""
-    tree = _tree(machine)
+
+def _pack(tree: _Tree, free: int, count: int, full: bool) -> int:
+    """The packed walk described in the module docstring, on bit masks: `count` CPUs of
+    `free`, which must hold them."""
     root = tree.root
-    core_depth = tree.depths["core"]
-    tpc = machine.threads_per_core
-    free = _mask(free_in)
+    core_depth = tree.core_depth
+    tpc = tree.threads_per_core
+    free_in = free
     taken = 0
     need = count
 
-    def smallest_holder(scope: _Unit) -> _Unit:
-        whole = _whole_free(tree, free)
-        for depth in range(core_depth - 1, scope.depth, -1):
-            u = _first_holder(scope, depth, free, need, whole, need - need % tpc)
-            if u is not None:
-                return u
-        return scope
+    def take(mask: int) -> None:
+        nonlocal taken, free, need
+        taken |= mask
+        free ^= mask
+        need -= mask.bit_count()
 
     scope = root
     for depth in range(core_depth + 1):
         if depth < scope.depth:
             continue
-        for u in _units_at(scope, depth, free):
+        if _may_take(tree, scope, depth, free, need):
+            units = _units_at(tree, scope, depth, free)
+        else:
+            units = []
+        for u in units:
             # With full_pcpus_only, units holding cores that miss a thread (offline sibling)
             # are not taken whole and such cores wait for the second pass below, so they
             # cannot leave a need that no whole core matches.
             odd = full and (u.size < tpc if depth == core_depth else u.size % tpc)
             if u.size <= need and u.mask & free == u.mask and not odd:
-                taken |= u.mask
-                free ^= u.mask
-                need -= u.size
-        if need == 0:
-            return frozenset(_ids(taken))
-        scope = smallest_holder(scope)
-    if full:
-        for area in (scope, root):
-            for u in _units_at(area, core_depth, free):
-                if u.size <= need and u.mask & free == u.mask:
-                    taken |= u.mask
-                    free ^= u.mask
-                    need -= u.size
+                take(u.mask)
+                if need == 0:
+                    return taken
+        scope = _deepest_holder(tree, scope, free, need)
+    for area in (scope, root):
+        for core in _units_at(tree, area, core_depth, free):
+            if not full:
+                take(_lowest(core.mask & free, need))
+            elif core.size <= need and core.mask & free == core.mask:
+                take(core.mask)
             if need == 0:
-                return frozenset(_ids(taken))
+                return taken
+    if full:
         raise AllocationError(
             f"full-pcpus-only: {count} CPUs cannot be made of whole physical cores from "
-            f"{cpuset.format(free_in)} (cores of unequal size); {need} CPUs short"
+            f"{cpuset.format(_ids(free_in))} (cores of unequal size); {need} CPUs short"
         )
-    for area in (scope, root):
-        for core in _units_at(area, core_depth, free):
-            for cpu in _ids(core.mask & free):
-                taken |= 1 << cpu
-                free ^= 1 << cpu
-                need -= 1
-                if need == 0:
-                    return frozenset(_ids(taken))
     raise AssertionError("the packer ran out of CPUs it had counted")  # pragma: no cover
 
 
@@ -374,21 +500,24 @@ def take_cpus(
             f"not enough CPUs: requested {count}, available {len(available)} "
             f"({cpuset.format(available) or 'none'})"
         )
-    pool = _check_full(machine, available, count) if full_pcpus_only else available
+    tree = _tree(machine)
+    pool = _cpus_mask(tree, available)
+    if full_pcpus_only:
+        pool = _check_full(tree, pool, count)
     if count == 0:
         return frozenset()
-    preferred = pool & prefer
+    preferred = _cpus_mask(tree, available & prefer) & pool if prefer else 0
     if full_pcpus_only:
-        preferred = _whole_cores(machine, preferred)
-    first = min(count, len(preferred))
+        preferred = _whole_free(tree, preferred)
+    first = min(count, preferred.bit_count())
     if full_pcpus_only:
-        first -= first % machine.threads_per_core
+        first -= first % tree.threads_per_core
     if first == 0:
-        return _pack(machine, pool, count, full_pcpus_only)
-    head = _pack(machine, preferred, first, full_pcpus_only)
-    if first == count:
-        return head
-    return head | _pack(machine, pool - head, count - first, full_pcpus_only)
+        return frozenset(_ids(_pack(tree, pool, count, full_pcpus_only)))
+    head = _pack(tree, preferred, first, full_pcpus_only)
+    if first < count:
+        head |= _pack(tree, pool & ~head, count - first, full_pcpus_only)
+    return frozenset(_ids(head))
 
 
 def _round3(x: float) -> float:
@@ -406,7 +535,7 @@ def _node_order(machine: Machine, free: frozenset[int]) -> list[int]:
     """NUMA nodes with free CPUs, in the packer's nested order (most used first)."""
     tree = _tree(machine)
     seen: dict[int, None] = {}
-    for u in _units_at(tree.root, tree.depths["node"], _mask(free)):
+    for u in _units_at(tree, tree.root, tree.depths["node"], _cpus_mask(tree, free)):
         seen.setdefault(machine.cpus[min(u.cpus)].node)
     return list(seen)
 
@@ -494,16 +623,15 @@ def take_distributed(
     g = group_size
     free = available
     if full_pcpus_only:
-        free = _check_full(machine, available, count)
+        tree = _tree(machine)
+        free = frozenset(_ids(_check_full(tree, _cpus_mask(tree, available), count)))
         g = math.lcm(g, machine.threads_per_core)
     if count == 0:
         return frozenset()
     if count % g:
         return take_cpus(machine, free, count, full_pcpus_only=full_pcpus_only)
 
-    node_cpus: dict[int, frozenset[int]] = {}
-    for c in machine.cpus.values():
-        node_cpus[c.node] = node_cpus.get(c.node, frozenset()) | {c.id}
+    node_cpus = _tree(machine).node_cpus
     order = _node_order(machine, free)
     free_of = {n: len(node_cpus[n] & free) for n in order}
     groups = -(-len(machine.cpus) // g)

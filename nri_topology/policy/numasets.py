@@ -125,11 +125,13 @@ def grant_nodes(
     usable = cpus
     if full_cores:
         usable = frozenset(c for c in cpus if machine.cpus[c].threads <= cpus)
-    per_node = {n: len(usable & machine.nodes[n].cpus) for n in nodes}
-    one = min((n for n, free in per_node.items() if free >= count), default=None)
-    if one is not None:
-        return (one,)  # best_node_set's answer (self distances are equal), without its pair checks
-    return best_node_set(machine, per_node, count)
+    node_cpus = {n: machine.nodes[n].cpus for n in nodes}
+    per_node: dict[int, int] = {}
+    for n in sorted(node_cpus):  # the lowest node that holds them all is the answer: stop there
+        per_node[n] = len(usable & node_cpus[n])
+        if per_node[n] >= count:
+            return (n,)  # best_node_set's answer (self distances are equal), without pair checks
+    return best_node_set(machine, {n: per_node[n] for n in node_cpus}, count)
 
 
 def _best_of_size(

@@ -70,9 +70,10 @@ class Shaper:
         if len(pool.cpu_nodes) < 2:
             return ()
         free = self.ledger.shared_cpus[pool.index] - self.ledger.partial
-        near = free & self.near_devices(req)
-        if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
-            free = near
+        if req.hint_nodes:
+            near = free & self.near_devices(req)
+            if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)
+                free = near
         try:
             return numasets.grant_nodes(
                 self.machine, free, req.exclusive, pool.cpu_nodes, self.options.full_pcpus_only
@@ -115,12 +116,14 @@ class Shaper:
         excl = self._pick(
             p, sliceable, k, keep, full_pcpus_only, span, prefer, self.near_devices(req)
         )
+        cpus = self.machine.cpus
+        nodes = {cpus[c].node for c in excl} - {-1}
         if kind is CpuKind.EXCLUSIVE:
-            zone, relaxed = self._narrow_zone(excl, zone, relaxed, tiers, size)
-        nodes = sorted({self.machine.cpus[c].node for c in excl} - {-1})
+            zone, relaxed = self._narrow_zone(excl, nodes, zone, relaxed, tiers, size)
         if len(nodes) > 1 and not note:
             avg = numasets.average_distance(self.machine, nodes)
-            note = f"spans NUMA nodes {','.join(map(str, nodes))} (average distance {avg:g})"
+            listed = ",".join(map(str, sorted(nodes)))
+            note = f"spans NUMA nodes {listed} (average distance {avg:g})"
         return GrantShape(p, kind, excl, False, req.shared, zone, relaxed, size, note)
 
     def sliceable(
@@ -155,6 +158,8 @@ class Shaper:
 
     def near_devices(self, req: Request) -> frozenset[int]:
         """The CPUs of the NUMA nodes of the request's devices (none without hints)."""
+        if not req.hint_nodes:
+            return frozenset()
         nodes = self.machine.nodes
         return frozenset().union(*(nodes[n].cpus for n in req.hint_nodes if n in nodes))
 
@@ -252,15 +257,16 @@ class Shaper:
     def _narrow_zone(
         self,
         excl: frozenset[int],
+        nodes: set[int],
         zone: frozenset[int],
         relaxed: bool,
         tiers: frozenset[MemoryTier],
         size: int,
     ) -> tuple[frozenset[int], bool]:
-        """Memory of only the nodes the exclusive CPUs sit on (and their memory-only nodes)."""
+        """Memory of only the nodes the exclusive CPUs (`excl`, on `nodes`) sit on (and their
+        memory-only nodes)."""
         if relaxed:
             return zone, relaxed
-        nodes = {self.machine.cpus[c].node for c in excl} - {-1}
         leaves = [p for p in self._leaves if p.cpu_nodes <= nodes and p.cpus & excl]
         narrow = frozenset().union(*(p.nodes_of(tiers) for p in leaves)) & zone
         if narrow and narrow != zone and self.book.fits(narrow, size):
