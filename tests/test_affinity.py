@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -306,8 +308,6 @@ def _containers(draw):
     st.data(),
 )
 def test_index_agrees_with_the_walk(containers, affinities, data):
-    from dataclasses import replace
-
     from nri_topology.policy.affinity import Index
 
     index = Index()
@@ -322,3 +322,41 @@ def test_index_agrees_with_the_walk(containers, affinities, data):
     for c in live:
         index.remove(c.container_id)
     assert index.all == set() and index.weights(req) == {}
+
+
+_RULES = st.lists(
+    st.builds(Affinity, _expressions(), _expressions(), st.integers(-1000, 1000)), max_size=3
+)
+
+
+@st.composite
+def _operations(draw):
+    """Adds (also of a live id again, with other affinities) and removes in any order, each
+    followed by a question: the index picks which keys it holds from the affinities of what is
+    live and of what was asked."""
+    pool = draw(_containers())
+    ops = []
+    for _ in range(draw(st.integers(1, 24))):
+        kind = draw(st.sampled_from(["add", "add", "remove"]))
+        change = replace(draw(st.sampled_from(pool)), affinities=tuple(draw(_RULES)))
+        asked = replace(draw(st.sampled_from(pool)), affinities=tuple(draw(_RULES)))
+        ops.append((kind, change, asked))
+    return ops
+
+
+@settings(max_examples=300, deadline=None)
+@given(_operations())
+def test_index_agrees_with_the_walk_while_containers_come_and_go(ops):
+    from nri_topology.policy.affinity import Index
+
+    index = Index()
+    live: dict[str, Request] = {}
+    for kind, change, asked in ops:
+        if kind == "add":
+            index.add(change)
+            live[change.container_id] = change
+        else:
+            index.remove(change.container_id)
+            live.pop(change.container_id, None)
+        assert index.weights(asked) == container_weights(asked, list(live.values()))
+    assert set(index.all) == set(live)

@@ -384,81 +384,126 @@ def container_weights(req: Request, others: Iterable[Request]) -> dict[str, int]
     return {cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total}
 
 
-def _pairs(req: Request) -> list[tuple[str, str]]:
-    """(expression key, value) of every key a container has a value for."""
-    pairs = [(key, value) for key, get in _GETTERS.items() if (value := get(req)) is not None]
-    pairs += [(f"labels/{k}", v) for k, v in req.labels.items()]
-    pairs += [(f"pod/labels/{k}", v) for k, v in req.pod_labels.items()]
-    return pairs
+def _named(req: Request) -> set[str]:
+    """The expression keys a container's affinities test (ALWAYS tests none)."""
+    return {
+        e.key
+        for a in req.affinities
+        if isinstance(a, Affinity)
+        for e in (a.scope, a.match)
+        if e.operator is not Operator.ALWAYS_TRUE
+    }
 
 
 _NONE: frozenset[str] = frozenset()
 
 
+class _Key:
+    """The live containers by their value of one expression key."""
+
+    __slots__ = ("by", "get", "has")
+
+    def __init__(self, key: str, live: Iterable[Request]) -> None:
+        self.get = getter(key)
+        self.by: dict[str, set[str]] = {}  # value -> container ids
+        self.has: set[str] = set()  # ids of containers with a value
+        for req in live:
+            self.add(req)
+
+    def add(self, req: Request) -> None:
+        value = self.get(req)
+        if value is not None:
+            cid = req.container_id
+            self.by.setdefault(value, set()).add(cid)
+            self.has.add(cid)
+
+    def remove(self, req: Request) -> None:
+        value = self.get(req)
+        if value is not None:
+            cid = req.container_id
+            ids = self.by[value]
+            ids.discard(cid)
+            if not ids:
+                del self.by[value]
+            self.has.discard(cid)
+
+
 class Index:
-    """The live containers by the value of every expression key, so that an expression is
-    answered by dictionary lookups (Equals, In, Exists and their negations) or by one glob match
-    per distinct value (Matches...), never by a walk over every container. Agrees with
+    """The live containers by the value of expression keys, so that an expression is answered
+    by dictionary lookups (Equals, In, Exists and their negations) or by one glob match per
+    distinct value (Matches...), never by a walk over every container. Agrees with
     `container_weights`, which states the meaning; the engine keeps it in step with its grants.
+
+    Only the keys that affinities test are indexed, since nearly every container has none: a key
+    is indexed from the first `weights` that tests it (one walk over the live containers) while
+    a live container's affinities test it, or until another `weights` asks for other keys; so
+    at most the keys of the live containers' affinities and of the last request asked about.
     """
 
     def __init__(self) -> None:
-        self.all: set[str] = set()
-        self._by: dict[str, dict[str, set[str]]] = {}  # key -> value -> container ids
-        self._has: dict[str, set[str]] = {}  # key -> ids of containers with a value
-        self._pairs: dict[str, list[tuple[str, str]]] = {}  # id -> what to remove
+        self._live: dict[str, Request] = {}
+        self.all: Set[str] = self._live.keys()
+        self._keys: dict[str, _Key] = {}  # the indexed keys
+        self._named: dict[str, int] = {}  # key -> live containers whose affinities test it
 
     def add(self, req: Request) -> None:
         cid = req.container_id
-        if cid in self.all:
+        if cid in self._live:
             self.remove(cid)
-        pairs = _pairs(req)
-        self._pairs[cid] = pairs
-        self.all.add(cid)
-        for key, value in pairs:
-            self._by.setdefault(key, {}).setdefault(value, set()).add(cid)
-            self._has.setdefault(key, set()).add(cid)
+        self._live[cid] = req
+        for index in self._keys.values():
+            index.add(req)
+        if req.affinities:
+            named = self._named
+            for key in _named(req):
+                named[key] = named.get(key, 0) + 1
 
     def remove(self, cid: str) -> None:
-        pairs = self._pairs.pop(cid, None)
-        if pairs is None:
+        req = self._live.pop(cid, None)
+        if req is None:
             return
-        self.all.discard(cid)
-        for key, value in pairs:
-            by = self._by[key]
-            ids = by[value]
-            ids.discard(cid)
-            if not ids:
-                del by[value]
-                if not by:
-                    del self._by[key]
-            has = self._has[key]
-            has.discard(cid)
-            if not has:
-                del self._has[key]
+        for index in self._keys.values():
+            index.remove(req)
+        if req.affinities:
+            named = self._named
+            for key in _named(req):
+                named[key] -= 1
+                if not named[key]:
+                    del named[key]
+                    self._keys.pop(key, None)
 
-    def matching(self, e: Expression) -> Set[str]:
-        """Ids of the live containers for which the expression holds (never to be mutated)."""
+    def _indexed(self, keys: Set[str]) -> None:
+        """Index exactly `keys` and those the live containers' affinities test."""
+        for key in [k for k in self._keys if k not in keys and k not in self._named]:
+            del self._keys[key]
+        for key in keys:
+            if key not in self._keys:
+                self._keys[key] = _Key(key, self._live.values())
+
+    def _matching(self, e: Expression) -> Set[str]:
+        """Ids of the live containers for which the expression holds (never to be mutated);
+        its key must be indexed."""
         op = e.operator
         if op is Operator.ALWAYS_TRUE:
             return self.all
-        by = self._by.get(e.key, {})
+        index = self._keys[e.key]
+        by = index.by
         match op:
             case Operator.EQUALS:
                 return by.get(e.values[0], _NONE)
             case Operator.NOT_EQUAL:
                 return self.all - by.get(e.values[0], _NONE)
             case Operator.EXISTS:
-                return self._has.get(e.key, _NONE)
+                return index.has
             case Operator.NOT_EXIST:
-                return self.all - self._has.get(e.key, _NONE)
+                return self.all - index.has
         if op in (Operator.IN, Operator.NOT_IN):
             hits = set().union(*(by.get(v, _NONE) for v in e.values))
         else:
             glob = e.glob
             assert glob is not None
             if glob.everything:
-                hits = set(self._has.get(e.key, _NONE))
+                hits = set(index.has)
             else:
                 hits = set().union(*(by.get(v, _NONE) for v in glob.exact))
                 wild = glob.wild
@@ -470,12 +515,15 @@ class Index:
 
     def weights(self, req: Request) -> dict[str, int]:
         """`container_weights(req, live containers)`, from the index."""
+        if not req.affinities:
+            return {}
+        self._indexed(_named(req))
         sums: dict[str, int] = {}
         get = sums.get
         for a in req.affinities:
             if not isinstance(a, Affinity):
                 continue
-            scope, match = self.matching(a.scope), self.matching(a.match)
+            scope, match = self._matching(a.scope), self._matching(a.match)
             hits = scope & match if len(scope) <= len(match) else match & scope
             weight = a.weight
             for cid in hits:
