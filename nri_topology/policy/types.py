@@ -2,6 +2,10 @@
 
 The policy knows nothing of NRI or protobuf: the daemon converts runtime messages into these
 plain values and converts decisions back into adjustments and updates.
+
+They are all values, never changed once made. Those made for every decision (`Request`,
+`Decision`, `PoolScore`) are not frozen, since a frozen dataclass pays a call per field at every
+construction; they hash as the frozen ones do (`unsafe_hash`), and nothing assigns to them.
 """
 
 from __future__ import annotations
@@ -149,7 +153,7 @@ class Verdict(NamedTuple):
 CHOSEN = Verdict(Outcome.CHOSEN)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class PoolScore:
     """One line of a decision's trace: a pool, its sort key and why it lost (or won)."""
 
@@ -172,7 +176,7 @@ class ColdStart:
     then_mems: frozenset[int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class Decision:
     container_id: str
     pool: str
@@ -230,7 +234,7 @@ def qualified_name(namespace: str, pod: str, container: str) -> str:
     return f"{namespace}/{pod}/{container}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class Request:
     """A container's classified resource request: what the engine places.
 
