@@ -345,11 +345,11 @@ def _operations(draw):
 
 
 @settings(max_examples=300, deadline=None)
-@given(_operations())
-def test_index_agrees_with_the_walk_while_containers_come_and_go(ops):
+@given(_operations(), st.integers(0, 3))
+def test_index_agrees_with_the_walk_while_containers_come_and_go(ops, spare):
     from nri_topology.policy.affinity import Index
 
-    index = Index()
+    index = Index(spare)
     live: dict[str, Request] = {}
     for kind, change, asked in ops:
         if kind == "add":
@@ -359,4 +359,27 @@ def test_index_agrees_with_the_walk_while_containers_come_and_go(ops):
             index.remove(change.container_id)
             live.pop(change.container_id, None)
         assert index.weights(asked) == container_weights(asked, list(live.values()))
+        assert len(index._spare) <= spare  # the keys no live container's affinities test
     assert set(index.all) == set(live)
+
+
+@pytest.mark.parametrize("spare", [0, 16])
+def test_index_keeps_its_keys_in_step_with_the_live_containers(spare):
+    from nri_topology.policy.affinity import Index
+
+    rule = Affinity(
+        Expression("name", Operator.EXISTS), Expression("name", Operator.IN, ("web", "db")), 5
+    )
+    web, db = request("a", "web"), request("b", "db", affinities=(rule,))
+    asker = request("q", "x", affinities=(rule,))
+    index = Index(spare)
+    index.add(web)
+    index.add(db)
+    assert index.weights(asker) == {"a": 5, "b": 5}
+    index.remove("a")  # under a key kept: db's affinities test it
+    assert index.weights(asker) == {"b": 5}
+    index.remove("b")  # no live container's affinities test the key any more
+    index.add(web)
+    assert index.weights(asker) == {"a": 5}
+    index.remove("a")
+    assert index.weights(asker) == {}

@@ -428,23 +428,29 @@ class _Key:
             self.has.discard(cid)
 
 
+SPARE_KEYS = 16  # keys kept indexed that no live container's affinities test (2 x 8 rules)
+
+
 class Index:
     """The live containers by the value of expression keys, so that an expression is answered
     by dictionary lookups (Equals, In, Exists and their negations) or by one glob match per
     distinct value (Matches...), never by a walk over every container. Agrees with
     `container_weights`, which states the meaning; the engine keeps it in step with its grants.
 
-    Only the keys that affinities test are indexed, since nearly every container has none: a key
-    is indexed from the first `weights` that tests it (one walk over the live containers) while
-    a live container's affinities test it, or until another `weights` asks for other keys; so
-    at most the keys of the live containers' affinities and of the last request asked about.
+    Only keys that affinities test are indexed, since nearly every container has none: a key is
+    indexed by the first `weights` that tests it (one walk over the live containers), then kept
+    while a live container's affinities test it; after that it is one of at most `spare` keys
+    kept, the most recently asked for, so that containers with the same affinities coming and
+    going one at a time (replicas of a deployment, jobs) do not walk every time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, spare: int = SPARE_KEYS) -> None:
         self._live: dict[str, Request] = {}
         self.all: Set[str] = self._live.keys()
         self._keys: dict[str, _Key] = {}  # the indexed keys
         self._named: dict[str, int] = {}  # key -> live containers whose affinities test it
+        self._spare: dict[str, None] = {}  # indexed keys not in _named, least recently asked first
+        self._spare_max = spare
 
     def add(self, req: Request) -> None:
         cid = req.container_id
@@ -457,6 +463,7 @@ class Index:
             named = self._named
             for key in _named(req):
                 named[key] = named.get(key, 0) + 1
+                self._spare.pop(key, None)
 
     def remove(self, cid: str) -> None:
         req = self._live.pop(cid, None)
@@ -470,15 +477,26 @@ class Index:
                 named[key] -= 1
                 if not named[key]:
                     del named[key]
-                    self._keys.pop(key, None)
+                    if key in self._keys:
+                        self._spare[key] = None
+            self._trim()
 
-    def _indexed(self, keys: Set[str]) -> None:
-        """Index exactly `keys` and those the live containers' affinities test."""
-        for key in [k for k in self._keys if k not in keys and k not in self._named]:
-            del self._keys[key]
+    def _index(self, keys: Set[str]) -> None:
+        """Index `keys`, each now the most recently asked for."""
         for key in keys:
             if key not in self._keys:
                 self._keys[key] = _Key(key, self._live.values())
+            if key not in self._named:
+                self._spare.pop(key, None)
+                self._spare[key] = None
+
+    def _trim(self) -> None:
+        """Drop the least recently asked-for spare keys beyond the bound."""
+        spare = self._spare
+        while len(spare) > self._spare_max:
+            key = next(iter(spare))
+            del spare[key]
+            del self._keys[key]
 
     def _matching(self, e: Expression) -> Set[str]:
         """Ids of the live containers for which the expression holds (never to be mutated);
@@ -517,7 +535,7 @@ class Index:
         """`container_weights(req, live containers)`, from the index."""
         if not req.affinities:
             return {}
-        self._indexed(_named(req))
+        self._index(_named(req))
         sums: dict[str, int] = {}
         get = sums.get
         for a in req.affinities:
@@ -529,6 +547,7 @@ class Index:
             for cid in hits:
                 sums[cid] = get(cid, 0) + weight
         sums.pop(req.container_id, None)
+        self._trim()
         return {
             cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total
         }
