@@ -3,9 +3,10 @@
 The policy knows nothing of NRI or protobuf: the daemon converts runtime messages into these
 plain values and converts decisions back into adjustments and updates.
 
-They are all values, never changed once made. Those made for every decision (`Request`,
-`Decision`, `PoolScore`) are not frozen, since a frozen dataclass pays a call per field at every
-construction; they hash as the frozen ones do (`unsafe_hash`), and nothing assigns to them.
+They are all values, never changed once made. Those made for every container or decision
+(`Resources`, `PodInfo`, `ContainerInfo`, `Request`, `Decision`, `PoolScore`) are not frozen,
+since a frozen dataclass pays a call per field at every construction; they hash as the frozen
+ones do (`unsafe_hash`), and nothing assigns to them.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ class CpuPriority(StrEnum):
     NONE = "none"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class Resources:
     """The Linux resources the runtime reports for a container (None = not set)."""
 
@@ -62,7 +63,7 @@ class Resources:
     cpuset_mems: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class PodInfo:
     id: str
     name: str
@@ -95,7 +96,7 @@ class TopologyHint:
     cpus: frozenset[int] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class ContainerInfo:
     id: str
     pod_id: str
