@@ -216,8 +216,8 @@ def _refused(w: str, key: str, e: Refused, value: str) -> AnnotationError:
 
 @lru_cache(maxsize=16)
 def _globs(globs: tuple[str, ...]) -> Callable[[str], object]:
-    """Whether a namespace matches any of the globs (case-sensitive fnmatch), as one regex: the
-    options hold a few glob lists, asked about for every container."""
+    """A match of a namespace against any of the globs (case-sensitive fnmatch) as one regex:
+    the options hold a few glob lists, asked about for every container."""
     if not globs:
         return lambda namespace: None
     return re.compile("|".join(f"(?:{translate(glob)})" for glob in globs)).match
@@ -230,7 +230,8 @@ def in_namespaces(namespace: str, globs: tuple[str, ...]) -> bool:
 
 class _Annotations:
     """Effective-annotation reads for one container, each value size-checked and validated;
-    what was ignored or cut back is collected in `warnings`."""
+    what was ignored or cut back is collected in `warnings`. Without a key in the policy domains
+    (most pods) every read is None at once."""
 
     def __init__(self, pod: PodInfo, container: ContainerInfo, options: Options) -> None:
         self.pod = pod

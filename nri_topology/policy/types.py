@@ -101,7 +101,7 @@ class ContainerInfo:
     id: str
     pod_id: str
     name: str
-    resources: Resources = Resources()
+    resources: Resources = field(default_factory=Resources)
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     oom_score_adj: int | None = None
