@@ -3,7 +3,11 @@
 The runtime side is containerd/nri's `pkg/adaptation` (the code containerd embeds), driven by
 `go_side/harness`; the floor is `go_side/noop`, NRI's template plugin with empty handlers on
 `pkg/stub`. A third plugin, our own stub and protocol stack serving a no-op plugin
-(`bench_roundtrip.py --serve`), tells the share of our Python wire path from the policy's. The
+(`bench_roundtrip.py --serve`), tells the share of our Python wire path from the policy's. A
+fourth, `go-pin`, is the same Go plugin answering each probe's create and stop with the reply
+ours gave it (recorded by the harness in ours' first run of each live count): the cpuset
+adjustment and the updates of other containers that any placement plugin sends and the
+runtime side must decode, validate and merge, at no cost of the plugin's own. The
 Go programs are built from Debian 13's Go toolchain and containerd/nri packages by
 `go_side/build.sh` (downloaded once into `.cache/go-side`, not installed). Ours is the real
 `nri-topology run` process on a sysfs tree written from a committed machine file.
@@ -13,11 +17,12 @@ the adaptation (pod run, create, start, applying the plugin's adjustments and up
 times `Adaptation.CreateContainer` of each probe in turns, stopping and removing the probe again
 after each sample (not timed): `guaranteed-2cpu` takes 2 exclusive CPUs (on a filled node it
 re-pins the shared containers of its pool; the time includes the adaptation merging those
-updates), `burstable` is a 250m/1000m container in the shared pool. Rounds alternate the two
+updates), `burstable` is a 250m/1000m container in the shared pool. Rounds alternate the
 plugins (which goes first alternates too); the figures are the medians over rounds of each
-run's p50 and p99. Runs with a fill also restart the plugin before timing and report its
-registration and Synchronize with every fill container running (ours reads its checkpoint and
-must move none).
+run's p50 and p99, with ours' ratios to the no-op (the target) and to go-pin (the part left to
+the plugin once the runtime side's handling of a placement reply is paid). Runs with a fill
+also restart the plugin before timing and report its registration and Synchronize with every
+fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
         [--samples 500] [--out benchmarks/results/go_side.json]
@@ -40,6 +45,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.plugin_side import OUT_ENV
 from benchmarks.workload import MACHINES, Spec, daemon_command, fill_spec, nri_pair, sysfs_root
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import QoS
@@ -51,7 +57,7 @@ PROBES = {
     "guaranteed-2cpu": Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI),
     "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
 }
-PLUGINS = ("ours", "noop", "python-noop")
+PLUGINS = ("ours", "noop", "python-noop", "go-pin")  # ours first: go-pin replays its replies
 
 
 def toolchain_cached() -> bool:
@@ -83,40 +89,146 @@ def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Con
             f.write(struct.pack(">I", len(body)) + body)
 
 
-def plugin_command(plugin: str, tools: dict[str, str], sock: Path, sysfs: Path) -> list[str]:
+def plugin_command(
+    plugin: str,
+    tools: dict[str, str],
+    sock: Path,
+    sysfs: Path,
+    replies: Path | None,
+    split: bool = False,
+) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
+    if plugin == "go-pin":
+        if replies is None or not replies.exists():
+            raise SystemExit(
+                f"go-pin needs ours' replies to the probes ({replies}): run ours first"
+            )
+        return [tools["NOOP"], f"-socket={sock}", f"-replies={replies}"]
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
-    return daemon_command(sock, sysfs, sock.parent, "warning")
+    command = daemon_command(sock, sysfs, sock.parent, "warning")
+    if split:  # the same daemon, timing its share (`plugin_side.py`)
+        assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
+        command[1:3] = ["-m", "benchmarks.plugin_side"]
+    return command
 
 
 def run_once(
-    plugin: str, tools: dict[str, str], sysfs: Path, fill: Path | None, probes: Path, samples: int
+    plugin: str,
+    tools: dict[str, str],
+    sysfs: Path,
+    fill: Path | None,
+    probes: Path,
+    samples: int,
+    replies: Path | None = None,
+    record: Path | None = None,
+    split: bool = False,
 ) -> dict[str, Any]:
-    """One harness run: start the plugin, fill, time the probes; the harness's report."""
+    """One harness run: start the plugin, fill, time the probes; the harness's report.
+
+    go-pin answers with the `replies` ours gave on this fill; `record` is where the harness
+    writes the replies of this run. With `split`, ours times its own share of each probe's
+    create (`plugin_side.py`), added to the report as `split`."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
         cmd += [f"-fill={fill}", "-restart"] if fill else []
-        cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_command(plugin, tools, sock, sysfs)]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        cmd += [f"-record={record}"] if record else []
+        split = split and plugin == "ours"
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split)
+        cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
+        split_out = Path(tmp) / "split.json"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), OUT_ENV: str(split_out)}
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+        timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
             logs = "".join(
                 p.read_text()[-2000:] for p in Path(tmp).glob("*.log") if p.stat().st_size
             )
             raise SystemExit(f"harness with {plugin} failed: {proc.stderr.strip()}\n{logs}")
     report = json.loads(proc.stdout)
-    if plugin == "ours":  # a closed or refusing plugin answers nothing: never time that
+    if split:
+        if timed is None:
+            raise SystemExit("ours ran with --split but wrote no timings")
+        report["split"] = split_medians(timed)
+    if plugin in ("ours", "go-pin"):  # a closed or refusing plugin answers nothing: never time that
         case = report["cases"]["guaranteed-2cpu"]
         if case["adjusted"] != case["samples"]:
-            raise SystemExit(f"our plugin pinned {case['adjusted']} of {case['samples']} probes")
+            raise SystemExit(f"{plugin} pinned {case['adjusted']} of {case['samples']} probes")
     return report
 
 
+def split_medians(timed: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, float]]:
+    """Per probe, the median ms of each part `plugin_side.py` timed (probe = container id)."""
+    return {
+        probe: {
+            part: round(statistics.median(by_id[probe]) / 1e6, 4)
+            for part, by_id in timed.items()
+            if by_id.get(probe)
+        }
+        for probe in PROBES
+    }
+
+
+def split_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Inside ours, medians over rounds: the request from its bytes in to its reply out, the
+    plugin's handling and the policy's decision, with ours' round trip of the same runs."""
+    rows = []
+    for (live, plugin), reports in sorted(runs.items()):
+        if plugin != "ours" or not all("split" in r for r in reports):
+            continue
+        for probe in PROBES:
+            row: dict[str, Any] = {
+                "live": live,
+                "probe": probe,
+                "round_trip_ms": statistics.median(r["cases"][probe]["p50_ms"] for r in reports),
+            }
+            for part in ("request", "plugin", "policy"):
+                row[f"{part}_ms"] = statistics.median(r["split"][probe][part] for r in reports)
+            rows.append(row)
+    return rows
+
+
+def split_table(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| live | probe | round trip p50 ms | inside ours: request ms | "
+        "plugin.create_container ms | Policy.create ms | request / round trip |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['live']} | {r['probe']} | {r['round_trip_ms']:.3f} | {r['request_ms']:.3f} | "
+            f"{r['plugin_ms']:.3f} | {r['policy_ms']:.3f} | "
+            f"{r['request_ms'] / r['round_trip_ms']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def reply_shape(replies: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per probe, what the recorded reply carries (protobuf's JSON mapping, as the harness
+    writes it): the new container's cpuset and shares, how many environment variables, and
+    how many other containers its create and its stop update."""
+    shapes = {}
+    for probe, reply in replies.items():
+        create, stop = reply["create"], reply["stop"]
+        adjust = create.get("adjust", {})
+        cpu = adjust.get("linux", {}).get("resources", {}).get("cpu", {})
+        shares = cpu.get("shares", {}).get("value")
+        shapes[probe] = {
+            "cpus": cpu.get("cpus", ""),
+            "mems": cpu.get("mems", ""),
+            "shares": int(shares) if shares is not None else None,
+            "env": len(adjust.get("env", [])),
+            "create_updates": len(create.get("update", [])),
+            "stop_updates": len(stop.get("update", [])),
+        }
+    return shapes
+
+
 def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per live count and probe: medians over rounds of p50 and p99, ours and no-op, ratios."""
+    """Per live count and probe: medians over rounds of p50 and p99 of every plugin; ours
+    against the no-op (the target) and against go-pin (what is left to the plugin)."""
     rows = []
     for live in sorted({live for live, _ in runs}):
         for case in PROBES:
@@ -131,6 +243,9 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
                 }
             for q in ("p50", "p99"):
                 row[f"{q}_ratio"] = round(row["ours"][f"{q}_ms"] / row["noop"][f"{q}_ms"], 2)
+                row[f"{q}_ratio_go_pin"] = round(
+                    row["ours"][f"{q}_ms"] / row["go-pin"][f"{q}_ms"], 2
+                )
             rows.append(row)
     return rows
 
@@ -152,18 +267,63 @@ def restarts(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str
     return out
 
 
+def collections(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per live count and plugin, the runtime side's heap allocation per create and its Go
+    garbage collection over the probe loop (a probe is one create and stop), medians over
+    rounds: what the garbage of a placement reply costs the runtime side on top of its merge."""
+    out = []
+    for (live, plugin), reports in sorted(runs.items()):
+        gcs = [r["gc"] for r in reports]
+        out.append(
+            {
+                "live": live,
+                "plugin": plugin,
+                "alloc_kb": {
+                    case: round(statistics.median(r["cases"][case]["alloc_kb"] for r in reports))
+                    for case in PROBES
+                },
+                "gc_cycles_per_1000_probes": round(
+                    statistics.median(1000 * g["cycles"] / g["creates"] for g in gcs), 1
+                ),
+                "gc_cpu_ms_per_probe": round(
+                    statistics.median(g["cpu_ms"] / g["creates"] for g in gcs), 3
+                ),
+            }
+        )
+    return out
+
+
+def gc_table(gcs: list[dict[str, Any]]) -> str:
+    lines = [
+        "| live | plugin | runtime side's allocation per create, "
+        + " / ".join(PROBES)
+        + " KB | GC cycles per 1000 probes | GC CPU ms per probe |",
+        "|---|---|---|---|---|",
+    ]
+    for g in gcs:
+        alloc = " / ".join(f"{g['alloc_kb'][case]:g}" for case in PROBES)
+        lines.append(
+            f"| {g['live']} | {g['plugin']} | {alloc} | {g['gc_cycles_per_1000_probes']:g} | "
+            f"{g['gc_cpu_ms_per_probe']:g} |"
+        )
+    return "\n".join(lines)
+
+
 def table(rows: list[dict[str, Any]]) -> str:
+    def both(r: dict[str, Any], plugin: str) -> str:
+        return f"{r[plugin]['p50_ms']} / {r[plugin]['p99_ms']}"
+
     lines = [
         "| live | probe | ours p50 / p99 ms | Go no-op p50 / p99 ms | ratio p50 / p99 |"
+        " Go plugin answering a fixed cpuset p50 / p99 ms | ours / fixed p50 / p99 |"
         " our stub with a no-op plugin p50 / p99 ms | updates per reply |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['live']} | {r['probe']} | {r['ours']['p50_ms']} / {r['ours']['p99_ms']} | "
-            f"{r['noop']['p50_ms']} / {r['noop']['p99_ms']} | "
-            f"{r['p50_ratio']} / {r['p99_ratio']} | "
-            f"{r['python-noop']['p50_ms']} / {r['python-noop']['p99_ms']} | "
+            f"| {r['live']} | {r['probe']} | {both(r, 'ours')} | {both(r, 'noop')} | "
+            f"{r['p50_ratio']} / {r['p99_ratio']} | {both(r, 'go-pin')} | "
+            f"{r['p50_ratio_go_pin']} / {r['p99_ratio_go_pin']} | {both(r, 'python-noop')} | "
             f"{r['ours']['updates']:g} |"
         )
     return "\n".join(lines)
@@ -178,6 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", type=Path, default=ROOT / "benchmarks" / "results" / "go_side.json"
     )
+    parser.add_argument(
+        "--split",
+        action="store_true",
+        help="ours also times its own share of each create (benchmarks/plugin_side.py)",
+    )
     args = parser.parse_args(argv)
     tools = build()
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
@@ -190,6 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         write_requests(probes, [nri_pair(name, spec) for name, spec in PROBES.items()])
         for n in range(args.rounds):
             for live in args.live:
+                replies = work / f"replies-{live}.json"
                 fill = None
                 if live:
                     fill = work / f"fill-{live}.bin"
@@ -198,7 +364,18 @@ def main(argv: list[str] | None = None) -> int:
                             fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(live)]
                         )
                 for plugin in PLUGINS if n % 2 == 0 else PLUGINS[::-1]:
-                    report = run_once(plugin, tools, sysfs, fill, probes, args.samples)
+                    record = replies if plugin == "ours" and not replies.exists() else None
+                    report = run_once(
+                        plugin,
+                        tools,
+                        sysfs,
+                        fill,
+                        probes,
+                        args.samples,
+                        replies,
+                        record,
+                        args.split,
+                    )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
                         f"round {n + 1}/{args.rounds} live {live} {plugin}: "
@@ -209,6 +386,13 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+        answers = [
+            {"live": live, "probe": probe, **shape}
+            for live in args.live
+            for probe, shape in reply_shape(
+                json.loads((work / f"replies-{live}.json").read_text())
+            ).items()
+        ]
     rows = summarize(runs)
     load = {
         "loadavg_1m_before": round(load_before[0], 2),
@@ -223,11 +407,25 @@ def main(argv: list[str] | None = None) -> int:
         "minutes": round((time.monotonic() - started) / 60, 1),
         "load": load,
         "rows": rows,
+        "go_pin_answers": answers,
+        "runtime_gc": collections(runs),
         "restarts": restarts(runs),
+        "split": split_rows(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
+    print()
+    print(gc_table(out["runtime_gc"]))
+    if out["split"]:
+        print()
+        print(split_table(out["split"]))
+    for a in answers:
+        print(
+            f"go-pin answers {a['probe']} at {a['live']} live as ours did: cpus {a['cpus']} "
+            f"mems {a['mems']} shares {a['shares']}, {a['env']} env, updates of "
+            f"{a['create_updates']} containers on create and {a['stop_updates']} on stop"
+        )
     for r in out["restarts"]:
         print(
             f"restart of {r['plugin']} with {r['live']} running: process start to synchronized "

@@ -2,7 +2,8 @@
 # Build the Go runtime-side harness and the no-op Go plugin, and print where they are, as
 # KEY=VALUE lines:
 #   HARNESS  runtime side: containerd/nri's pkg/adaptation driving one plugin (harness/)
-#   NOOP     a no-op plugin on containerd/nri's pkg/stub (noop/)
+#   NOOP     a no-op plugin on containerd/nri's pkg/stub (noop/); with -replies FILE it answers
+#            the containers in FILE with the replies recorded there (harness -record)
 #   GO       the go command used, NRI  the containerd/nri version built against
 #
 # The Go toolchain and containerd/nri with its dependencies are Debian 13's packages (Go 1.24,

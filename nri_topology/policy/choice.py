@@ -166,13 +166,23 @@ def options(
     unfit_pools: list[PoolScore] = []
     pack = board.pack
     strict_hints = req.strict_hints and bool(req.hint_nodes)
+    # what does not depend on the pool, asked once
+    k = req.exclusive
+    isolated = req.kind is CpuKind.ISOLATED
+    burst_limit = (
+        req.cpu_limit
+        if req.qos is QoS.BURSTABLE and req.cpu_limit is not None and not uses_exclusive
+        else None
+    )
+    hint_nodes = req.hint_nodes
     for p in board.pools:
+        i = p.index
         reason = unfit(req, p, ledger, uses_exclusive)
         if reason is None and strict_hints:
             reason = hints_problem(req, p)
         if reason is None:
             try:
-                zone, relaxed = zone_of(p.index, tiers, size, widen, squeeze)
+                zone, relaxed = zone_of(i, tiers, size, widen, squeeze)
             except LookupError as e:
                 reason = f"memory: {e}"
             else:
@@ -183,32 +193,25 @@ def options(
         if reason is not None:
             unfit_pools.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
             continue
-        iso_short = req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p.index]) < req.exclusive
         span = shaper.span(req, p) if spans else ()
-        n_nodes, dist = board.numa[p.index]
-        k = req.exclusive
+        n_nodes, dist = board.numa[i]
         if span:
             n_nodes, dist = len(span), numasets.average_distance(board.machine, span)
-        alloc = ledger.allocatable(p.index)
+        alloc = ledger.allocatable(i)
         cand = scoring.Candidate(
             pool=p,
-            affinity=weights[p.index],
-            hint_miss=len(req.hint_nodes - p.cpu_nodes - p.nodes) if req.hint_nodes else 0,
-            tier_miss=not tiers <= board.pool_tiers[p.index],
+            affinity=weights[i],
+            hint_miss=len(hint_nodes - p.cpu_nodes - p.nodes) if hint_nodes else 0,
+            tier_miss=not tiers <= board.pool_tiers[i],
             relaxed=relaxed,
-            burst_short=(
-                req.qos is QoS.BURSTABLE
-                and req.cpu_limit is not None
-                and not uses_exclusive
-                and alloc < req.cpu_limit
-            ),
-            isolated_short=iso_short,
+            burst_short=burst_limit is not None and alloc < burst_limit,
+            isolated_short=isolated and len(ledger.free_iso[i]) < k,
             numa_nodes=n_nodes,
             numa_distance=dist,
-            cores_short=bool(preferred) and len(ledger.shared_cpus[p.index] & preferred) < k,
+            cores_short=bool(preferred) and len(ledger.shared_cpus[i] & preferred) < k,
             exclusive=uses_exclusive,
             # packing: pools already hosting shared containers first, whole pools stay free
-            colocated=int(not ledger.sub_users[p.index]) if pack else len(ledger.users[p.index]),
+            colocated=int(not ledger.sub_users[i]) if pack else len(ledger.users[i]),
             free_shared=alloc,
         )
         options.append(Option(scoring.sort_key(cand), cand, zone, relaxed, span))

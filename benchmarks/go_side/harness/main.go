@@ -8,7 +8,8 @@
 // containers in turn. Each probe is stopped and removed again after its sample (not timed), so
 // every sample sees the same fill. It prints one JSON object with p50/p99 per probe, or exits
 // non-zero with the adaptation's error: an update or adjustment the adaptation refuses fails
-// the run.
+// the run. With -record it also writes the plugin's last reply to each probe's create and stop
+// (JSON, protobuf's JSON mapping), which the no-op plugin replays with -replies.
 //
 // The requests are read from files of length-prefixed (4 bytes, big endian) serialized
 // CreateContainerRequest messages, written by benchmarks/go_side.py from benchmarks/workload.py.
@@ -24,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/metrics"
 	"sort"
 	"sync"
 	"syscall"
@@ -32,6 +34,7 @@ import (
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 	"github.com/sirupsen/logrus"
+	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -117,6 +120,15 @@ type result struct {
 	Samples  int     `json:"samples"`
 	Adjusted int     `json:"adjusted"` // replies carrying an adjustment of the new container
 	Updates  int     `json:"updates"`  // median updates of other containers per reply
+	AllocKB  float64 `json:"alloc_kb"` // mean heap allocated by this process during a create
+}
+
+// collected is the Go garbage collection of this process (the runtime side) over the probe
+// loop: every create and stop of a probe, the warm-up included.
+type collected struct {
+	Creates int     `json:"creates"`
+	Cycles  uint64  `json:"cycles"`
+	CPUms   float64 `json:"cpu_ms"` // CPU the collection took from the program (not idle time)
 }
 
 // restarted is a plugin restart with the fill running: process start to synchronized, and how
@@ -132,6 +144,34 @@ type report struct {
 	FillMs        float64           `json:"fill_ms"`
 	Restart       *restarted        `json:"restart,omitempty"`
 	Cases         map[string]result `json:"cases"`
+	GC            collected         `json:"gc"`
+}
+
+// gcMetrics are read through runtime/metrics, which does not stop the world: the allocation,
+// the cycles, then the Go runtime's estimates of the CPU time its collector took from the
+// program (mark assists, dedicated mark workers, pauses; marking on idle CPUs is left out).
+var gcMetrics = []metrics.Sample{
+	{Name: "/gc/heap/allocs:bytes"},
+	{Name: "/gc/cycles/total:gc-cycles"},
+	{Name: "/cpu/classes/gc/mark/assist:cpu-seconds"},
+	{Name: "/cpu/classes/gc/mark/dedicated:cpu-seconds"},
+	{Name: "/cpu/classes/gc/pause:cpu-seconds"},
+}
+
+// allocated is the heap this process has allocated so far, counted a span (a few KB) at a
+// time when its allocation cache is refilled: only a mean over many creates says much.
+func allocated() uint64 {
+	metrics.Read(gcMetrics[:1])
+	return gcMetrics[0].Value.Uint64()
+}
+
+func gcSoFar() (uint64, float64) {
+	metrics.Read(gcMetrics[1:])
+	cpu := 0.0
+	for _, m := range gcMetrics[2:] {
+		cpu += m.Value.Float64()
+	}
+	return gcMetrics[1].Value.Uint64(), cpu
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
@@ -211,6 +251,7 @@ func run() error {
 	pluginLog := flag.String("plugin-log", os.DevNull, "file for the plugin's output")
 	restart := flag.Bool("restart", false, "after the fill, restart the plugin and time its "+
 		"registration and Synchronize with every fill container running")
+	record := flag.String("record", "", "file for the plugin's last replies to the probes")
 	flag.Parse()
 	if *socket == "" || *probeFile == "" || flag.NArg() == 0 {
 		return errors.New("usage: harness -socket PATH -probes FILE [-fill FILE] -- PLUGIN ARGS...")
@@ -305,30 +346,40 @@ func run() error {
 	times := make([][]time.Duration, len(probes))
 	updates := make([][]int, len(probes))
 	adjusted := make([]int, len(probes))
-	for n := 0; n < *warmup+*samples*len(probes); n++ {
+	replies := make([]recorded, len(probes))
+	allocs := make([]uint64, len(probes))
+	creates := *warmup + *samples*len(probes)
+	cycles, gcCPU := gcSoFar()
+	for n := 0; n < creates; n++ {
 		k := n % len(probes)
 		req := proto.Clone(probes[k]).(*api.CreateContainerRequest)
+		before := allocated()
 		t0 := time.Now()
 		rpl, err := nri.CreateContainer(ctx, req)
 		took := time.Since(t0)
+		alloc := allocated() - before
 		if err != nil {
 			return fmt.Errorf("CreateContainer %s: %w", req.Container.Id, err)
 		}
 		rt.created(req.Container, rpl)
+		replies[k].Create = rpl
 		if n >= *warmup {
 			times[k] = append(times[k], took)
+			allocs[k] += alloc
 			updates[k] = append(updates[k], len(rpl.Update))
 			if adjusts(rpl.Adjust) {
 				adjusted[k]++
 			}
 		}
-		if err := rt.stopRemove(ctx, nri, req); err != nil {
+		if replies[k].Stop, err = rt.stopRemove(ctx, nri, req); err != nil {
 			return err
 		}
 		if p.exited() {
 			return fmt.Errorf("plugin exited during the run (see %s)", *pluginLog)
 		}
 	}
+	cyclesAfter, gcCPUAfter := gcSoFar()
+	rep.GC = collected{Creates: creates, Cycles: cyclesAfter - cycles, CPUms: (gcCPUAfter - gcCPU) * 1e3}
 	rep.Cases = map[string]result{}
 	for k, req := range probes {
 		sort.Slice(times[k], func(i, j int) bool { return times[k][i] < times[k][j] })
@@ -336,9 +387,82 @@ func run() error {
 		rep.Cases[req.Container.Id] = result{
 			P50ms: quantile(times[k], 0.50), P99ms: quantile(times[k], 0.99),
 			Samples: len(times[k]), Adjusted: adjusted[k], Updates: updates[k][len(updates[k])/2],
+			AllocKB: float64(allocs[k]) / float64(len(times[k])) / 1024,
+		}
+	}
+	if *record != "" {
+		if err := writeReplies(*record, probes, replies); err != nil {
+			return err
 		}
 	}
 	return json.NewEncoder(os.Stdout).Encode(rep)
+}
+
+// recorded is what the adaptation made of the plugin's replies to one probe's create and stop.
+type recorded struct {
+	Create *api.CreateContainerResponse
+	Stop   *api.StopContainerResponse
+}
+
+// writeReplies writes {probe id: {"create": reply, "stop": reply}}. With one plugin the
+// adaptation's response holds that plugin's reply field for field, plus the empty defaults it
+// starts every result with; those are dropped so a replay sends what the plugin sent.
+func writeReplies(path string, probes []*api.CreateContainerRequest, replies []recorded) error {
+	out := map[string]map[string]json.RawMessage{}
+	for k, req := range probes {
+		create := proto.Clone(replies[k].Create).(*api.CreateContainerResponse)
+		stop := proto.Clone(replies[k].Stop).(*api.StopContainerResponse)
+		if a := create.Adjust; a != nil {
+			if proto.Size(a.Hooks) == 0 {
+				a.Hooks = nil
+			}
+			if a.Linux != nil {
+				a.Linux.Resources = trimResources(a.Linux.Resources)
+				if proto.Size(a.Linux) == 0 {
+					a.Linux = nil
+				}
+			}
+		}
+		for _, updates := range [][]*api.ContainerUpdate{create.Update, stop.Update} {
+			for _, u := range updates {
+				if u.Linux != nil {
+					u.Linux.Resources = trimResources(u.Linux.Resources)
+				}
+			}
+		}
+		c, err := protojson.Marshal(create)
+		if err != nil {
+			return err
+		}
+		s, err := protojson.Marshal(stop)
+		if err != nil {
+			return err
+		}
+		out[req.Container.Id] = map[string]json.RawMessage{"create": c, "stop": s}
+	}
+	data, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
+}
+
+// trimResources drops the empty memory and CPU messages the adaptation adds; nil if nothing
+// is left.
+func trimResources(r *api.LinuxResources) *api.LinuxResources {
+	if r == nil {
+		return nil
+	}
+	if proto.Size(r.Memory) == 0 {
+		r.Memory = nil
+	}
+	if proto.Size(r.Cpu) == 0 {
+		r.Cpu = nil
+	}
+	if proto.Size(r) == 0 {
+		return nil
+	}
+	return r
 }
 
 func adjusts(a *api.ContainerAdjustment) bool {
@@ -388,17 +512,17 @@ func (r *runtime) start(ctx context.Context, nri *adaptation.Adaptation, req *ap
 	return nil
 }
 
-func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
+func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) (*api.StopContainerResponse, error) {
 	rpl, err := nri.StopContainer(ctx, &api.StopContainerRequest{Pod: req.Pod, Container: req.Container})
 	if err != nil {
-		return fmt.Errorf("StopContainer %s: %w", req.Container.Id, err)
+		return nil, fmt.Errorf("StopContainer %s: %w", req.Container.Id, err)
 	}
 	r.apply(rpl.Update)
 	r.mu.Lock()
 	delete(r.containers, req.Container.Id)
 	r.mu.Unlock()
 	if err := nri.RemoveContainer(ctx, &api.StateChangeEvent{Pod: req.Pod, Container: req.Container}); err != nil {
-		return fmt.Errorf("RemoveContainer %s: %w", req.Container.Id, err)
+		return nil, fmt.Errorf("RemoveContainer %s: %w", req.Container.Id, err)
 	}
-	return nil
+	return rpl, nil
 }
