@@ -26,7 +26,8 @@ containers without any explicit affinity or anti-affinity.
 Cost is bounded: the value is read by `bounded.load_yaml` (no anchors, aliases or deep nesting),
 an expression takes at most `AnnotationLimits.max_affinity_values` values of at most
 `MAX_PATTERN_CHARS` characters, and `Index` evaluates an expression once against the distinct
-values of its key among the live containers instead of once per container.
+values of its key among the live containers instead of once per container (a key it does not
+hold yet costs one walk over the live containers to index, at most two keys a rule).
 """
 
 from __future__ import annotations
@@ -404,11 +405,20 @@ class _Key:
     __slots__ = ("by", "get", "has")
 
     def __init__(self, key: str, live: Iterable[Request]) -> None:
-        self.get = getter(key)
+        self.get = get = getter(key)
         self.by: dict[str, set[str]] = {}  # value -> container ids
         self.has: set[str] = set()  # ids of containers with a value
-        for req in live:
-            self.add(req)
+        by, has = self.by, self.has
+        for req in live:  # `add` inlined: a key is indexed while a decision waits for it
+            value = get(req)
+            if value is not None:
+                cid = req.container_id
+                ids = by.get(value)
+                if ids is None:
+                    by[value] = {cid}
+                else:
+                    ids.add(cid)
+                has.add(cid)
 
     def add(self, req: Request) -> None:
         value = self.get(req)
@@ -428,13 +438,16 @@ class _Key:
             self.has.discard(cid)
 
 
-SPARE_KEYS = 16  # keys kept indexed that no live container's affinities test (2 x 8 rules)
+# Keys kept indexed that no live container's affinities test: enough for the few keys affinities
+# usually test (pod, name, an app label), few enough that every add and remove, which pays for
+# each indexed key, stays cheap.
+SPARE_KEYS = 4
 
 
 class Index:
     """The live containers by the value of expression keys, so that an expression is answered
     by dictionary lookups (Equals, In, Exists and their negations) or by one glob match per
-    distinct value (Matches...), never by a walk over every container. Agrees with
+    distinct value (Matches...), not by evaluating it on every container. Agrees with
     `container_weights`, which states the meaning; the engine keeps it in step with its grants.
 
     Only keys that affinities test are indexed, since nearly every container has none: a key is
