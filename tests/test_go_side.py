@@ -174,7 +174,10 @@ def test_split_medians_per_probe_and_over_rounds() -> None:
     timed = {
         # the harness's warm-up creates come first: not in its figures, left out of ours
         "request": {"burstable": [9_000_000, 300_000, 100_000, 200_000], "fill0001": [9_000]},
-        "plugin": {"burstable": [150_000], "guaranteed-2cpu": [7_000_000, 90_000, 100_000, 110_000]},
+        "plugin": {
+            "burstable": [150_000],
+            "guaranteed-2cpu": [7_000_000, 90_000, 100_000, 110_000],
+        },
         "policy": {"burstable": [100_000], "guaranteed-2cpu": [50_000]},
     }
     medians = go_side.split_medians(timed, samples=3)
