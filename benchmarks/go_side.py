@@ -151,7 +151,7 @@ def run_once(
     if split:
         if timed is None:
             raise SystemExit("ours ran with --split but wrote no timings")
-        report["split"] = split_medians(timed)
+        report["split"] = split_medians(timed, samples)
     if plugin in ("ours", "go-pin"):  # a closed or refusing plugin answers nothing: never time that
         case = report["cases"]["guaranteed-2cpu"]
         if case["adjusted"] != case["samples"]:
@@ -159,11 +159,14 @@ def run_once(
     return report
 
 
-def split_medians(timed: dict[str, dict[str, list[int]]]) -> dict[str, dict[str, float]]:
-    """Per probe, the median ms of each part `plugin_side.py` timed (probe = container id)."""
+def split_medians(
+    timed: dict[str, dict[str, list[int]]], samples: int
+) -> dict[str, dict[str, float]]:
+    """Per probe, the median ms of each part `plugin_side.py` timed (probe = container id), over
+    the last `samples` creates of the probe: those the harness timed, after its warm-up."""
     return {
         probe: {
-            part: round(statistics.median(by_id[probe]) / 1e6, 4)
+            part: round(statistics.median(by_id[probe][-samples:]) / 1e6, 4)
             for part, by_id in timed.items()
             if by_id.get(probe)
         }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import yaml
 from hypothesis import given, settings
@@ -306,8 +308,6 @@ def _containers(draw):
     st.data(),
 )
 def test_index_agrees_with_the_walk(containers, affinities, data):
-    from dataclasses import replace
-
     from nri_topology.policy.affinity import Index
 
     index = Index()
@@ -322,3 +322,64 @@ def test_index_agrees_with_the_walk(containers, affinities, data):
     for c in live:
         index.remove(c.container_id)
     assert index.all == set() and index.weights(req) == {}
+
+
+_RULES = st.lists(
+    st.builds(Affinity, _expressions(), _expressions(), st.integers(-1000, 1000)), max_size=3
+)
+
+
+@st.composite
+def _operations(draw):
+    """Adds (also of a live id again, with other affinities) and removes in any order, each
+    followed by a question: the index picks which keys it holds from the affinities of what is
+    live and of what was asked."""
+    pool = draw(_containers())
+    ops = []
+    for _ in range(draw(st.integers(1, 24))):
+        kind = draw(st.sampled_from(["add", "add", "remove"]))
+        change = replace(draw(st.sampled_from(pool)), affinities=tuple(draw(_RULES)))
+        asked = replace(draw(st.sampled_from(pool)), affinities=tuple(draw(_RULES)))
+        ops.append((kind, change, asked))
+    return ops
+
+
+@settings(max_examples=300, deadline=None)
+@given(_operations(), st.integers(0, 3))
+def test_index_agrees_with_the_walk_while_containers_come_and_go(ops, spare):
+    from nri_topology.policy.affinity import Index
+
+    index = Index(spare)
+    live: dict[str, Request] = {}
+    for kind, change, asked in ops:
+        if kind == "add":
+            index.add(change)
+            live[change.container_id] = change
+        else:
+            index.remove(change.container_id)
+            live.pop(change.container_id, None)
+        assert index.weights(asked) == container_weights(asked, list(live.values()))
+        assert len(index._spare) <= spare  # the keys no live container's affinities test
+    assert set(index.all) == set(live)
+
+
+@pytest.mark.parametrize("spare", [0, 16])
+def test_index_keeps_its_keys_in_step_with_the_live_containers(spare):
+    from nri_topology.policy.affinity import Index
+
+    rule = Affinity(
+        Expression("name", Operator.EXISTS), Expression("name", Operator.IN, ("web", "db")), 5
+    )
+    web, db = request("a", "web"), request("b", "db", affinities=(rule,))
+    asker = request("q", "x", affinities=(rule,))
+    index = Index(spare)
+    index.add(web)
+    index.add(db)
+    assert index.weights(asker) == {"a": 5, "b": 5}
+    index.remove("a")  # under a key kept: db's affinities test it
+    assert index.weights(asker) == {"b": 5}
+    index.remove("b")  # no live container's affinities test the key any more
+    index.add(web)
+    assert index.weights(asker) == {"a": 5}
+    index.remove("a")
+    assert index.weights(asker) == {}

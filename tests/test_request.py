@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from nri_topology.policy.options import Options, Trust
 from nri_topology.policy.request import (
     build_request,
+    in_namespaces,
     parse_bool,
     parse_duration,
     shares_to_milli,
@@ -633,3 +634,19 @@ def test_classification_invariants(milli, qos, namespace, keys, prefer_shared, p
         assert r.kind is CpuKind.ISOLATED and r.exclusive <= len(ISOLATING.isolated)
     if qos is not QoS.GUARANTEED:
         assert r.kind in {CpuKind.SHARED, CpuKind.RESERVED, CpuKind.PRESERVE}
+
+
+_GLOB_PARTS = st.sampled_from(["kube", "-", "system", "*", "?", "[a-k]", "[!x]", "s", "]", "\\"])
+
+
+@settings(max_examples=500)
+@given(
+    st.lists(st.lists(_GLOB_PARTS, max_size=5).map("".join), max_size=3).map(tuple),
+    st.lists(st.sampled_from(["kube", "-", "system", "s", "x", "]", "\\", "\n"]), max_size=5).map(
+        "".join
+    ),
+)
+def test_namespace_globs_match_as_fnmatch_does(globs, namespace):
+    from fnmatch import fnmatchcase
+
+    assert in_namespaces(namespace, globs) == any(fnmatchcase(namespace, g) for g in globs)

@@ -26,7 +26,8 @@ containers without any explicit affinity or anti-affinity.
 Cost is bounded: the value is read by `bounded.load_yaml` (no anchors, aliases or deep nesting),
 an expression takes at most `AnnotationLimits.max_affinity_values` values of at most
 `MAX_PATTERN_CHARS` characters, and `Index` evaluates an expression once against the distinct
-values of its key among the live containers instead of once per container.
+values of its key among the live containers instead of once per container (a key it does not
+hold yet costs one walk over the live containers to index, at most two keys a rule).
 """
 
 from __future__ import annotations
@@ -384,81 +385,156 @@ def container_weights(req: Request, others: Iterable[Request]) -> dict[str, int]
     return {cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total}
 
 
-def _pairs(req: Request) -> list[tuple[str, str]]:
-    """(expression key, value) of every key a container has a value for."""
-    pairs = [(key, value) for key, get in _GETTERS.items() if (value := get(req)) is not None]
-    pairs += [(f"labels/{k}", v) for k, v in req.labels.items()]
-    pairs += [(f"pod/labels/{k}", v) for k, v in req.pod_labels.items()]
-    return pairs
+def _named(req: Request) -> set[str]:
+    """The expression keys a container's affinities test (ALWAYS tests none)."""
+    return {
+        e.key
+        for a in req.affinities
+        if isinstance(a, Affinity)
+        for e in (a.scope, a.match)
+        if e.operator is not Operator.ALWAYS_TRUE
+    }
 
 
 _NONE: frozenset[str] = frozenset()
 
 
+class _Key:
+    """The live containers by their value of one expression key."""
+
+    __slots__ = ("by", "get", "has")
+
+    def __init__(self, key: str, live: Iterable[Request]) -> None:
+        self.get = get = getter(key)
+        self.by: dict[str, set[str]] = {}  # value -> container ids
+        self.has: set[str] = set()  # ids of containers with a value
+        by, has = self.by, self.has
+        for req in live:  # `add` inlined: a key is indexed while a decision waits for it
+            value = get(req)
+            if value is not None:
+                cid = req.container_id
+                ids = by.get(value)
+                if ids is None:
+                    by[value] = {cid}
+                else:
+                    ids.add(cid)
+                has.add(cid)
+
+    def add(self, req: Request) -> None:
+        value = self.get(req)
+        if value is not None:
+            cid = req.container_id
+            self.by.setdefault(value, set()).add(cid)
+            self.has.add(cid)
+
+    def remove(self, req: Request) -> None:
+        value = self.get(req)
+        if value is not None:
+            cid = req.container_id
+            ids = self.by[value]
+            ids.discard(cid)
+            if not ids:
+                del self.by[value]
+            self.has.discard(cid)
+
+
+# Keys kept indexed that no live container's affinities test: enough for the few keys affinities
+# usually test (pod, name, an app label), few enough that every add and remove, which pays for
+# each indexed key, stays cheap.
+SPARE_KEYS = 4
+
+
 class Index:
-    """The live containers by the value of every expression key, so that an expression is
-    answered by dictionary lookups (Equals, In, Exists and their negations) or by one glob match
-    per distinct value (Matches...), never by a walk over every container. Agrees with
+    """The live containers by the value of expression keys, so that an expression is answered
+    by dictionary lookups (Equals, In, Exists and their negations) or by one glob match per
+    distinct value (Matches...), not by evaluating it on every container. Agrees with
     `container_weights`, which states the meaning; the engine keeps it in step with its grants.
+
+    Only keys that affinities test are indexed, since nearly every container has none: a key is
+    indexed by the first `weights` that tests it (one walk over the live containers), then kept
+    while a live container's affinities test it; after that it is one of at most `spare` keys
+    kept, the most recently asked for, so that containers with the same affinities coming and
+    going one at a time (replicas of a deployment, jobs) do not walk every time.
     """
 
-    def __init__(self) -> None:
-        self.all: set[str] = set()
-        self._by: dict[str, dict[str, set[str]]] = {}  # key -> value -> container ids
-        self._has: dict[str, set[str]] = {}  # key -> ids of containers with a value
-        self._pairs: dict[str, list[tuple[str, str]]] = {}  # id -> what to remove
+    def __init__(self, spare: int = SPARE_KEYS) -> None:
+        self._live: dict[str, Request] = {}
+        self.all: Set[str] = self._live.keys()
+        self._keys: dict[str, _Key] = {}  # the indexed keys
+        self._named: dict[str, int] = {}  # key -> live containers whose affinities test it
+        self._spare: dict[str, None] = {}  # indexed keys not in _named, least recently asked first
+        self._spare_max = spare
 
     def add(self, req: Request) -> None:
         cid = req.container_id
-        if cid in self.all:
+        if cid in self._live:
             self.remove(cid)
-        pairs = _pairs(req)
-        self._pairs[cid] = pairs
-        self.all.add(cid)
-        for key, value in pairs:
-            self._by.setdefault(key, {}).setdefault(value, set()).add(cid)
-            self._has.setdefault(key, set()).add(cid)
+        self._live[cid] = req
+        for index in self._keys.values():
+            index.add(req)
+        if req.affinities:
+            named = self._named
+            for key in _named(req):
+                named[key] = named.get(key, 0) + 1
+                self._spare.pop(key, None)
 
     def remove(self, cid: str) -> None:
-        pairs = self._pairs.pop(cid, None)
-        if pairs is None:
+        req = self._live.pop(cid, None)
+        if req is None:
             return
-        self.all.discard(cid)
-        for key, value in pairs:
-            by = self._by[key]
-            ids = by[value]
-            ids.discard(cid)
-            if not ids:
-                del by[value]
-                if not by:
-                    del self._by[key]
-            has = self._has[key]
-            has.discard(cid)
-            if not has:
-                del self._has[key]
+        for index in self._keys.values():
+            index.remove(req)
+        if req.affinities:
+            named = self._named
+            for key in _named(req):
+                named[key] -= 1
+                if not named[key]:
+                    del named[key]
+                    if key in self._keys:
+                        self._spare[key] = None
+            self._trim()
 
-    def matching(self, e: Expression) -> Set[str]:
-        """Ids of the live containers for which the expression holds (never to be mutated)."""
+    def _index(self, keys: Set[str]) -> None:
+        """Index `keys`, each now the most recently asked for."""
+        for key in keys:
+            if key not in self._keys:
+                self._keys[key] = _Key(key, self._live.values())
+            if key not in self._named:
+                self._spare.pop(key, None)
+                self._spare[key] = None
+
+    def _trim(self) -> None:
+        """Drop the least recently asked-for spare keys beyond the bound."""
+        spare = self._spare
+        while len(spare) > self._spare_max:
+            key = next(iter(spare))
+            del spare[key]
+            del self._keys[key]
+
+    def _matching(self, e: Expression) -> Set[str]:
+        """Ids of the live containers for which the expression holds (never to be mutated);
+        its key must be indexed."""
         op = e.operator
         if op is Operator.ALWAYS_TRUE:
             return self.all
-        by = self._by.get(e.key, {})
+        index = self._keys[e.key]
+        by = index.by
         match op:
             case Operator.EQUALS:
                 return by.get(e.values[0], _NONE)
             case Operator.NOT_EQUAL:
                 return self.all - by.get(e.values[0], _NONE)
             case Operator.EXISTS:
-                return self._has.get(e.key, _NONE)
+                return index.has
             case Operator.NOT_EXIST:
-                return self.all - self._has.get(e.key, _NONE)
+                return self.all - index.has
         if op in (Operator.IN, Operator.NOT_IN):
             hits = set().union(*(by.get(v, _NONE) for v in e.values))
         else:
             glob = e.glob
             assert glob is not None
             if glob.everything:
-                hits = set(self._has.get(e.key, _NONE))
+                hits = set(index.has)
             else:
                 hits = set().union(*(by.get(v, _NONE) for v in glob.exact))
                 wild = glob.wild
@@ -470,17 +546,21 @@ class Index:
 
     def weights(self, req: Request) -> dict[str, int]:
         """`container_weights(req, live containers)`, from the index."""
+        if not req.affinities:
+            return {}
+        self._index(_named(req))
         sums: dict[str, int] = {}
         get = sums.get
         for a in req.affinities:
             if not isinstance(a, Affinity):
                 continue
-            scope, match = self.matching(a.scope), self.matching(a.match)
+            scope, match = self._matching(a.scope), self._matching(a.match)
             hits = scope & match if len(scope) <= len(match) else match & scope
             weight = a.weight
             for cid in hits:
                 sums[cid] = get(cid, 0) + weight
         sums.pop(req.container_id, None)
+        self._trim()
         return {
             cid: max(-MAX_WEIGHT, min(MAX_WEIGHT, total)) for cid, total in sums.items() if total
         }

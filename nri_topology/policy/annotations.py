@@ -213,7 +213,7 @@ def in_domains(key: str) -> bool:
 
 def relevant(annotations: Mapping[str, str]) -> bool:
     """Whether any key is in one of the policy domains (else every lookup finds nothing)."""
-    return any(in_domains(key) for key in annotations)
+    return bool(annotations) and any(in_domains(key) for key in annotations)
 
 
 def lookup(

@@ -56,9 +56,10 @@ the annotation key, the value (shortened) and what is accepted, or the limit it 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from fnmatch import fnmatchcase
+from collections.abc import Callable, Mapping
+from fnmatch import translate
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from nri_topology.policy import affinity
@@ -213,13 +214,24 @@ def _refused(w: str, key: str, e: Refused, value: str) -> AnnotationError:
     )
 
 
-def _trusted(namespace: str, globs: tuple[str, ...]) -> bool:
-    return any(fnmatchcase(namespace, glob) for glob in globs)
+@lru_cache(maxsize=16)
+def _globs(globs: tuple[str, ...]) -> Callable[[str], object]:
+    """A match of a namespace against any of the globs (case-sensitive fnmatch) as one regex:
+    the options hold a few glob lists, asked about for every container."""
+    if not globs:
+        return lambda namespace: None
+    return re.compile("|".join(f"(?:{translate(glob)})" for glob in globs)).match
+
+
+def in_namespaces(namespace: str, globs: tuple[str, ...]) -> bool:
+    """Whether `namespace` matches one of the `globs`."""
+    return _globs(globs)(namespace) is not None
 
 
 class _Annotations:
     """Effective-annotation reads for one container, each value size-checked and validated;
-    what was ignored or cut back is collected in `warnings`."""
+    what was ignored or cut back is collected in `warnings`. Without a key in the policy domains
+    (most pods) every read is None at once."""
 
     def __init__(self, pod: PodInfo, container: ContainerInfo, options: Options) -> None:
         self.pod = pod
@@ -240,8 +252,10 @@ class _Annotations:
     def privileged(self, name: str, trusted: tuple[str, ...]) -> tuple[bool, Scope] | None:
         """A boolean annotation that only trusted namespaces may set to true; an untrusted true
         is ignored (as if not annotated) with a warning."""
+        if not self.any:
+            return None
         value = self.boolean(name)
-        if value is None or not value[0] or _trusted(self.pod.namespace, trusted):
+        if value is None or not value[0] or in_namespaces(self.pod.namespace, trusted):
             return value
         self.warnings.append(
             AnnotationWarning(
@@ -253,6 +267,8 @@ class _Annotations:
         return None
 
     def boolean(self, name: str) -> tuple[bool, Scope] | None:
+        if not self.any:
+            return None
         found = self.find(name)
         if found is None:
             return None
@@ -264,6 +280,7 @@ class _Annotations:
 
 _TIER_NAMES = {t.value: frozenset({t}) for t in MemoryTier} | {"mixed": frozenset(MemoryTier)}
 _TIER_HELP = "expected a comma list of dram, pmem, hbm, cxl or mixed"
+_DRAM = tier_set({MemoryTier.DRAM})  # where memory goes when no tier asked for is on the machine
 
 
 def _memory_tiers(a: _Annotations) -> frozenset[MemoryTier] | None:
@@ -471,10 +488,6 @@ def _within(
     return (cpu_req, cpu_limit, mem_req, mem_limit), cut
 
 
-def _in_reserved_namespace(namespace: str, options: Options) -> bool:
-    return any(fnmatchcase(namespace, glob) for glob in options.reserved_namespaces)
-
-
 def _isolation(a: _Annotations, trusted: tuple[str, ...]) -> tuple[bool, bool] | None:
     """(prefer isolated, strictly required) from the annotations, None when not annotated.
 
@@ -506,7 +519,7 @@ def _classify(
         return CpuKind.PRESERVE, 0, cpu_req, False
     if reserved is not None and reserved[0]:
         return CpuKind.RESERVED, 0, cpu_req, False
-    if reserved is None and _in_reserved_namespace(a.pod.namespace, options):
+    if reserved is None and in_namespaces(a.pod.namespace, options.reserved_namespaces):
         return CpuKind.RESERVED, 0, cpu_req, False
     if qos is not QoS.GUARANTEED:
         return CpuKind.SHARED, 0, cpu_req if qos is QoS.BURSTABLE else 0, False
@@ -582,6 +595,8 @@ _NO_NODES: frozenset[int] = frozenset()  # kept by most requests: one object, no
 
 def hint_nodes(hints: tuple[TopologyHint, ...], machine: Machine) -> frozenset[int]:
     """NUMA nodes of the hints; a hint with CPUs but no nodes counts the nodes of its CPUs."""
+    if not hints:
+        return _NO_NODES
     nodes: set[int] = set()
     for h in hints:
         nodes |= h.nodes
@@ -626,10 +641,6 @@ def _cpu_priority(a: _Annotations, qos: QoS) -> CpuPriority:
         raise _invalid(a.who, found, _PRIORITY_HELP) from None
 
 
-def _machine_tiers(machine: Machine) -> frozenset[MemoryTier]:
-    return frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
-
-
 def build_request(
     pod: PodInfo,
     container: ContainerInfo,
@@ -639,8 +650,8 @@ def build_request(
     resources: Resources | None = None,
 ) -> Request:
     """Classify a container's resource request; `resources` overrides its own (resize)."""
-    w = qualified_name(pod.namespace, pod.name, container.name)
     a = _Annotations(pod, container, options)
+    w = a.who
     qos = qos_of(pod)
     limits = options.annotation_limits
 
@@ -672,7 +683,7 @@ def build_request(
     if cold_start_ns and not asked:
         # A cold start means "start on PMEM, add DRAM later", whatever the default tiers are.
         wanted |= {MemoryTier.PMEM}
-    tiers = tier_set(wanted & _machine_tiers(machine) or {MemoryTier.DRAM})
+    tiers = tier_set(wanted & machine.memory_tiers or _DRAM)
     if memory_preserve:
         cold_start_ns = 0
     elif cold_start_ns:
@@ -683,7 +694,7 @@ def build_request(
 
     hide = a.boolean("hide-hyperthreads")
     sources = _hint_sources(a, options)
-    hints = tuple(h for h in container.hints if h.source in sources)
+    hints = tuple(h for h in container.hints if h.source in sources) if container.hints else ()
     strict = a.boolean("strict.topologyhints")
     single_numa = _single_numa(a, options)
     cpu_priority = _cpu_priority(a, qos)

@@ -2,6 +2,11 @@
 
 The policy knows nothing of NRI or protobuf: the daemon converts runtime messages into these
 plain values and converts decisions back into adjustments and updates.
+
+They are all values, never changed once made. Those made for every container or decision
+(`Resources`, `PodInfo`, `ContainerInfo`, `Request`, `Decision`, `PoolScore`) are not frozen,
+since a frozen dataclass pays a call per field at every construction; they hash as the frozen
+ones do (`unsafe_hash`), and nothing assigns to them.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ class CpuPriority(StrEnum):
     NONE = "none"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class Resources:
     """The Linux resources the runtime reports for a container (None = not set)."""
 
@@ -58,7 +63,7 @@ class Resources:
     cpuset_mems: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class PodInfo:
     id: str
     name: str
@@ -91,12 +96,12 @@ class TopologyHint:
     cpus: frozenset[int] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class ContainerInfo:
     id: str
     pod_id: str
     name: str
-    resources: Resources = Resources()
+    resources: Resources = field(default_factory=Resources)
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     oom_score_adj: int | None = None
@@ -149,7 +154,7 @@ class Verdict(NamedTuple):
 CHOSEN = Verdict(Outcome.CHOSEN)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class PoolScore:
     """One line of a decision's trace: a pool, its sort key and why it lost (or won)."""
 
@@ -172,7 +177,7 @@ class ColdStart:
     then_mems: frozenset[int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class Decision:
     container_id: str
     pool: str
@@ -230,7 +235,7 @@ def qualified_name(namespace: str, pod: str, container: str) -> str:
     return f"{namespace}/{pod}/{container}"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
 class Request:
     """A container's classified resource request: what the engine places.
 

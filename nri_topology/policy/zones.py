@@ -30,7 +30,7 @@ class Zones:
         self._pools = pools
         self._chain = chain  # per pool: itself, then its ancestors up to the root
         self._book = book
-        self._tiers_on_machine = frozenset(n.tier for n in machine.nodes.values() if n.memory > 0)
+        self._tiers_on_machine = machine.memory_tiers
         # Per (pool, tier set): its nodes; per tier set: with normal memory ensured; per zone:
         # its tiers. Asked for by every decision, for every pool.
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}

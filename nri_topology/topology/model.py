@@ -125,6 +125,11 @@ class Machine:
         return tuple(sorted(n.id for n in self.nodes.values() if n.cpus))
 
     @cached_property
+    def memory_tiers(self) -> frozenset[MemoryTier]:
+        """Tiers some NUMA node has memory in."""
+        return tier_set(n.tier for n in self.nodes.values() if n.memory > 0)
+
+    @cached_property
     def memory_only_nodes(self) -> tuple[int, ...]:
         """Ids of NUMA nodes with memory but no online CPU (PMEM, HBM, CXL, device memory)."""
         return tuple(sorted(n.id for n in self.nodes.values() if not n.cpus and n.memory > 0))
