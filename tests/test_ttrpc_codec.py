@@ -97,6 +97,24 @@ def test_any_split_gives_the_same_frames(frames: list[Frame], cuts: list[int]) -
     assert FrameDecoder().feed(wire) == frames
 
 
+@settings(max_examples=60)
+@given(st.lists(st.tuples(frames_st, st.integers(0, 12)), max_size=6))
+def test_whole_frames_and_pieces_give_the_same_frames(fed: list[tuple[Frame, int]]) -> None:
+    """A frame fed whole (the decoder's short cut) or cut in two at `cut` (its general path),
+    in any mix: the same frames, nothing left over."""
+    decoder = FrameDecoder()
+    out: list[Frame | Oversized] = []
+    for frame, cut in fed:
+        data = codec.encode_frame(frame)
+        if cut:
+            out += decoder.feed(data[:cut])
+            out += decoder.feed(data[cut:])
+        else:
+            out += decoder.feed(data)
+    assert out == [frame for frame, _ in fed]
+    assert decoder.buffered == 0
+
+
 @settings(max_examples=25)
 @given(st.lists(frames_st, min_size=1, max_size=3))
 def test_one_byte_at_a_time(frames: list[Frame]) -> None:

@@ -87,6 +87,11 @@ class MuxDecoder:
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         if self._failed is not None:
             raise self._failed
+        if not self._buffer and len(data) >= HEADER_SIZE:
+            # Most reads are one whole frame: no copy into the buffer and out again.
+            conn_id, length = HEADER.unpack_from(data)
+            if len(data) == HEADER_SIZE + length and length <= self._max_payload:
+                return [(conn_id, bytes(data[HEADER_SIZE:]))]
         self._buffer += data
         frames: list[tuple[int, bytes]] = []
         offset = 0

@@ -146,6 +146,11 @@ class FrameDecoder:
         """Consume ``data``; return every frame (or oversize notice) it completes, in order."""
         if self._error is not None:
             raise self._error
+        if not self._buffer and not self._skip and len(data) >= HEADER_SIZE:
+            # Most reads are one whole frame: no copy into the buffer and out again.
+            length, stream_id, type_, flags = _HEADER.unpack_from(data)
+            if len(data) == HEADER_SIZE + length and type_ in KNOWN_TYPES and length <= MAX_DATA:
+                return [Frame(stream_id, type_, flags, bytes(data[HEADER_SIZE:]))]
         buffer = self._buffer
         buffer += data
         out: list[Frame | Oversized] = []
