@@ -98,6 +98,8 @@ class TtrpcServer:
             self._ended.set()
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """A task from the start, also for the many handlers that never suspend: before their
+        first await they may need to be in one (`asyncio.timeout`, a ttrpc call's deadline)."""
         task = asyncio.get_running_loop().create_task(coro)
         self._handlers.add(task)
         task.add_done_callback(self._handlers.discard)
