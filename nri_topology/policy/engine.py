@@ -715,12 +715,12 @@ class Engine:
 
         def attempt(o: choice.Option) -> Grant:
             shape = self._shaper.shape(
-                req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
+                req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
             g = self._grant(req, shape)
-            g.reason = _reason(g, o.candidate.pool.name, fallback, shape.note)
+            g.reason = _reason(g, o.pool.name, fallback, shape.note)
             if req.hint_nodes:
-                g.reason += "; " + _hinted(req, o.candidate.hint_miss)
+                g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
         chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
