@@ -4,7 +4,7 @@ A zone is the pool's nodes of the request's tiers; when they are full, the neare
 (up the tree), then, for a request that may be degraded, the next tiers (`admission.TIER_ORDER`).
 Only the `MemoryBook` changes between decisions; the caches here depend on the machine and the
 pool tree alone, which are fixed for one engine, so they are never invalidated, and bounded by
-(pools x tier sets) and the zones grants were given.
+(pools x tier sets), the tier sets asked for and the zones grants were given.
 """
 
 from __future__ import annotations
@@ -34,6 +34,8 @@ class Zones:
         # Per (pool, tier set): its nodes; per tier set: with normal memory ensured; per zone:
         # its tiers. Asked for by every decision, for every pool.
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
+        # Per tier set: per pool, the zones `_zone_in` tries up its chain (`_chain_zones`).
+        self._chains_cache: dict[frozenset[MemoryTier], tuple[tuple[frozenset[int], ...], ...]] = {}
         self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
         self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
 
@@ -118,19 +120,31 @@ class Zones:
                 raise
             return zone, True
 
+    def _chain_zones(self, tiers: frozenset[MemoryTier]) -> tuple[tuple[frozenset[int], ...], ...]:
+        """Per pool, the zones tried for memory of the tiers: its nodes of them, then each
+        ancestor's that differ from the last tried (none where a pool has no such nodes)."""
+        chains = self._chains_cache.get(tiers)
+        if chains is None:
+            per_pool = []
+            for p in range(len(self._pools)):
+                zones: list[frozenset[int]] = []
+                for a in self._chain[p]:
+                    zone = self._nodes_of(a, tiers)
+                    if zone and (not zones or zone != zones[-1]):
+                        zones.append(zone)
+                per_pool.append(tuple(zones))
+            chains = self._chains_cache[tiers] = tuple(per_pool)
+        return chains
+
     def _zone_in(
         self, p: int, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
-        first = True
-        last: frozenset[int] = frozenset()
-        for a in self._chain[p]:
-            zone = self._nodes_of(a, tiers)
-            if not zone or zone == last:
-                continue
-            last = zone
-            if self._book.fits(zone, size):
-                return zone, not first
-            first = False
-        if not last:
+        zones = self._chain_zones(tiers)[p]
+        fits = self._book.fits
+        for i, zone in enumerate(zones):
+            if fits(zone, size):
+                return zone, i > 0
+        if not zones:
             raise LookupError("no memory of the requested tiers")
-        raise LookupError(f"{size} bytes do not fit, {max(self._book.free(last), 0)} bytes free")
+        free = max(self._book.free(zones[-1]), 0)
+        raise LookupError(f"{size} bytes do not fit, {free} bytes free")
