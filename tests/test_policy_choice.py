@@ -15,10 +15,9 @@ POOLS = Engine(machines.load("server"), Options()).pools
 ORDER = {p.name: p.index for p in POOLS}
 
 
-def option(pool: Pool, hint_miss: int = 0, free_shared: int = 1000) -> choice.Option:
+def option(pool: Pool, hint_miss: int = 0) -> choice.Option:
     numa = (len(pool.cpu_nodes), 10.0)
-    load = (0, free_shared)
-    key = scoring.sort_key(pool, 0.0, hint_miss, False, False, False, False, numa, False, load)
+    key = scoring.sort_key(pool, 0.0, hint_miss, False, False, False, False, numa, False, 0, 1000)
     return choice.Option(key, pool, hint_miss, frozenset(), False, ())
 
 

@@ -105,41 +105,52 @@ def demand(req: Request, uses_exclusive: bool) -> Demand:
     )
 
 
-def unfit(d: Demand, pool: Pool, ledger: Ledger) -> str | None:
-    """Why the pool's CPUs cannot hold the demand, or None."""
+def room(d: Demand, pool: Pool, ledger: Ledger) -> tuple[str | None, int]:
+    """Why the pool's CPUs cannot hold the demand, with 0; or None when they can, with the
+    milli-CPU still grantable from its shared CPUs (`Ledger.allocatable`, found on the same
+    walk up its chain)."""
     p = pool.index
     k, shared_part, new_user = d.exclusive, d.shared, d.new_user
+    shared_cpus = ledger.shared_cpus
     if d.isolated and len(ledger.free_iso[p]) >= k:
         k = 0  # the exclusive part comes from isolated CPUs
     elif d.require_isolated:
-        return f"{len(ledger.free_iso[p])} free isolated CPUs, {d.asked_exclusive} required"
-    shared_cpus = ledger.shared_cpus
+        why = f"{len(ledger.free_iso[p])} free isolated CPUs, {d.asked_exclusive} required"
+        return why, 0
     if k:
         partial = ledger.partial
         to_slice = len(shared_cpus[p] - partial) if partial else len(shared_cpus[p])
         if to_slice < k:
-            return f"{to_slice} CPUs free to slice, {k} needed"
+            return f"{to_slice} CPUs free to slice, {k} needed", 0
     sub_shared, sub_users, reserved_in = (
         ledger.sub_shared,
         ledger.sub_users,
         ledger.partial_reserved_in,
     )
+    least: int | None = None
     for a in ledger.chain[p]:  # need_cpus inlined: this runs for every pool of a decision
-        need = -(-(sub_shared[a] + shared_part + reserved_in[a]) // 1000)
+        n = len(shared_cpus[a])
+        granted = sub_shared[a] + reserved_in[a]
+        need = -(-(granted + shared_part) // 1000)
         if need < 1 and sub_users[a] + new_user > 0:
             need = 1
-        if len(shared_cpus[a]) - k < need:
+        if n - k < need:
             if a == p:
-                return (
+                why = (
                     f"{ledger.allocatable(p)}m shared capacity left, {d.asked_shared}m shared "
                     f"and {k} exclusive CPUs requested"
                 )
-            return f"ancestor {ledger.pool_names[a]} keeps too few shared CPUs"
+                return why, 0
+            return f"ancestor {ledger.pool_names[a]} keeps too few shared CPUs", 0
+        left = 1000 * n - granted
+        if least is None or left < least:
+            least = left
+    assert least is not None  # a chain holds at least the pool itself
     if new_user and not shared_cpus[p]:
-        return "no shared CPU left"
+        return "no shared CPU left", 0
     if not pool.cpus:
-        return "no CPUs"
-    return None
+        return "no CPUs", 0
+    return None, least
 
 
 def not_single_numa(pool: Pool, relaxed: bool) -> str | None:
@@ -160,7 +171,7 @@ class Board:
     pools: tuple[Pool, ...]
     ledger: Ledger
     shaper: Shaper
-    numa: tuple[tuple[int, float], ...]  # per pool: its CPUs' NUMA nodes, their mean distance
+    numa: tuple[tuple[int, float], ...]  # per pool: its CPUs' `scoring.numa_measure`
     pool_tiers: tuple[frozenset[MemoryTier], ...]
     pack: bool  # shared_placement "pack": pools already hosting shared containers first
 
@@ -209,7 +220,7 @@ def options(
     )
     for p in board.pools:
         i = p.index
-        reason = unfit(asked, p, ledger)
+        reason, alloc = room(asked, p, ledger)
         if reason is None and strict_hints:
             reason = hints_problem(req, p)
         if reason is None:
@@ -228,8 +239,7 @@ def options(
         span = shaper.span(req, p) if spans else ()
         numa = board.numa[i]
         if span:
-            numa = (len(span), numasets.average_distance(board.machine, span))
-        alloc = ledger.allocatable(i)
+            numa = scoring.numa_measure(len(span), numasets.average_distance(board.machine, span))
         hint_miss = len(hint_nodes - p.cpu_nodes - p.nodes) if hint_nodes else 0
         if uses_exclusive:  # spread exclusive CPUs to the pool with most room
             colocated = 0
@@ -247,7 +257,8 @@ def options(
             isolated and len(free_iso[i]) < k,
             numa,
             bool(preferred) and len(shared_cpus[i] & preferred) < k,
-            (colocated, alloc),
+            colocated,
+            alloc,
         )
         options.append(Option(key, p, hint_miss, zone, relaxed, span))
     return options, unfit_pools

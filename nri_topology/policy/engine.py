@@ -7,7 +7,7 @@ format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zone
 choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
 the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
-Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
   of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
@@ -275,7 +275,7 @@ class Engine:
         if not nodes:
             return (0, 0.0)
         total = sum(self.machine.distance(a, b) for a in nodes for b in nodes)
-        return (len(nodes), total / (len(nodes) ** 2))
+        return scoring.numa_measure(len(nodes), total / (len(nodes) ** 2))
 
     # ----------------------------------------------------------------------------------------
     # Accounting helpers

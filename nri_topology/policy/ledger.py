@@ -2,7 +2,7 @@
 and the shared milli-CPU and containers of its subtree; and the capacity questions asked of them.
 
 The engine changes the accounts when it commits or undoes a grant; the pool choice only reads
-them (`choice.unfit`). The lists are changed in place and never replaced, so a reader may keep
+them (`choice.room`). The lists are changed in place and never replaced, so a reader may keep
 them for the length of one decision.
 """
 

@@ -74,6 +74,12 @@ CRITERIA = (
 DISTANCE_DECAY = 0.75
 
 
+def numa_measure(nodes: int, distance: float) -> tuple[int, float]:
+    """The `numa` criterion of nodes spanned at an average distance: rounded, so that float
+    noise in the distance never decides."""
+    return (nodes, round(distance, 9))
+
+
 def sort_key(
     pool: Pool,
     affinity: float,
@@ -84,28 +90,27 @@ def sort_key(
     isolated_short: bool,
     numa: tuple[int, float],
     cores_short: bool,
-    load: tuple[int, int],
+    colocated: int,
+    free_shared: int,
 ) -> tuple[object, ...]:
     """The documented sort key of a feasible pool (see the module docstring) from what was
     measured of it for one request.
 
     `hint_miss`: hinted NUMA nodes the pool does not cover; `numa`: the nodes the grant would
-    span and their average distance; `cores_short`: too few free CPUs of the preferred core kind
-    (hybrid machines); `load`: (0, free shared milli-CPU) for a request taking whole CPUs
-    (spreading), else (its colocation count, free shared milli-CPU). Positional and building
-    the tuple directly: the engine asks for one per feasible pool per decision.
+    span (`numa_measure`); `cores_short`: too few free CPUs of the preferred core kind (hybrid
+    machines); `colocated`: 0 for a request taking whole CPUs (spreading), else the pool's
+    colocation count; `free_shared`: milli-CPU. Positional and building the tuple directly: the
+    engine asks for one per feasible pool per decision.
     """
-    nodes, distance = numa
-    colocated, free_shared = load
     return (
         -round(affinity, 9) if affinity else -affinity,  # most requests have none
         hint_miss,
-        int(tier_miss),
-        int(relaxed),
-        int(burst_short),
-        int(isolated_short),
-        (nodes, round(distance, 9)),
-        int(cores_short),
+        1 if tier_miss else 0,
+        1 if relaxed else 0,
+        1 if burst_short else 0,
+        1 if isolated_short else 0,
+        numa,
+        1 if cores_short else 0,
         -pool.depth,
         (colocated, -free_shared),
         pool.index,

@@ -139,7 +139,8 @@ class Zones:
     def _zone_in(
         self, p: int, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
-        zones = self._chain_zones(tiers)[p]
+        chains = self._chains_cache.get(tiers) or self._chain_zones(tiers)
+        zones = chains[p]
         fits = self._book.fits
         for i, zone in enumerate(zones):
             if fits(zone, size):
