@@ -8,7 +8,7 @@ zone to the nodes those CPUs sit on. It reads the ledger and the memory book and
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nri_topology.policy import cpuallocator, numasets
 from nri_topology.policy.choice import GrantFailed
@@ -20,9 +20,9 @@ from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, CpuPriority, Req
 from nri_topology.topology.model import Machine, MemoryTier
 
 
-@dataclass(frozen=True, slots=True)
-class GrantShape:
-    """What a grant is made of before it exists: where, which CPUs, how much, which memory."""
+class GrantShape(NamedTuple):
+    """What a grant is made of before it exists: where, which CPUs, how much, which memory (a
+    tuple: one is made per decision)."""
 
     pool: int
     kind: CpuKind
