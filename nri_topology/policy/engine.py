@@ -54,6 +54,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
 
 from nri_topology.policy import (
@@ -809,7 +811,7 @@ class Engine:
             for a in self._chain[g.pool]:
                 self._ledger.sub_shared[a] += g.shared
                 self._ledger.sub_users[a] += 1
-            self._ledger.users[g.pool][cid] = g
+            self._ledger.add_user(g.pool, cid, g, self._plain(g))
         self._book.charge(g.zone, g.memory)
         self._memory_requested += g.request.memory_request
         self._grants[cid] = g
@@ -840,7 +842,7 @@ class Engine:
             for a in self._chain[g.pool]:
                 self._ledger.sub_shared[a] -= g.shared
                 self._ledger.sub_users[a] -= 1
-            del self._ledger.users[g.pool][cid]
+            self._ledger.remove_user(g.pool, cid)
         self._book.refund(g.zone, g.memory)
         self._memory_requested -= g.request.memory_request
 
@@ -862,44 +864,68 @@ class Engine:
             seen.update(self._pools_of_cpu.get(c, ()))
         return sorted(seen)
 
-    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
-        """Updates for shared containers in touched pools whose cpuset really changed.
+    def _plain(self, g: Grant) -> bool:
+        """Whether a shared user is pinned to exactly its pool's shared set (`pin`)."""
+        return self.options.pin_cpu and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
 
-        Containers on nothing but their pool's shared CPUs are handled per pool: they all get the
-        pool's shared set object, an unchanged one is seen by identity, and their Updates are
-        kept per shared set and container (shared containers move among a few sets).
+    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
+        """Updates, by container id, for shared containers in touched pools whose cpuset really
+        changed; `skip` (the container the operation is for) is left alone.
+
+        The plain ones, on nothing but their pool's shared set, are handled per pool in bulk
+        (`_repin`); the others are pinned one by one.
         """
-        changed: dict[str, Update] = {}
-        plain_ok = self.options.pin_cpu
-        shared_kind = CpuKind.SHARED
+        ledger = self._ledger
+        runs: list[list[Update]] = []  # each in container id order
         for x in op.touched:
-            users = self._ledger.users[x]
-            if not users:
-                continue
-            shared = self._ledger.shared_cpus[x]
-            kept: tuple[Placement, dict[str, Update]] | None = None
-            for cid, g in users.items():
+            if ledger.plain_ids[x]:
+                run = self._repin(x, skip)
+                if run:
+                    runs.append(run)
+            for cid, g in ledger.pinned[x].items():
                 if cid == skip:
-                    continue
-                if plain_ok and g.kind is shared_kind and not g.request.hide_hyperthreads:
-                    old = g.cpus
-                    if old is shared:
-                        continue
-                    g.cpus = shared
-                    if old == shared:
-                        continue
-                    if kept is None:  # a set not interned (a pool's initial one) gets its own
-                        kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
-                    u = kept[1].get(cid)
-                    if u is None:
-                        u = kept[1][cid] = Update(cid, kept[0])
-                    changed[cid] = u
                     continue
                 cpus = self.pin(g)
                 if cpus != g.cpus:
                     g.cpus = cpus
-                    changed[cid] = Update(cid, Placement(cpus=cpus, mems=None))
-        return tuple([changed[cid] for cid in sorted(changed)])
+                    runs.append([Update(cid, Placement(cpus=cpus, mems=None))])
+        if not runs:
+            return ()
+        if len(runs) == 1:
+            return tuple(runs[0])
+        return tuple(sorted(chain.from_iterable(runs), key=_BY_CONTAINER))
+
+    def _repin(self, x: int, skip: str) -> list[Update]:
+        """Pin the plain users of pool x (but `skip`) to its shared set; the Updates, in
+        container id order, of those whose cpuset changed.
+
+        They all get the pool's shared set object, so an unchanged one is seen by identity, and
+        their Updates are kept per shared set and container (shared containers move among a few
+        sets).
+        """
+        ledger = self._ledger
+        shared = ledger.shared_cpus[x]
+        grants = ledger.plain_grants[x]
+        protect = ledger.plain_grant(x, skip) if skip else None
+        moved: list[Grant] = []
+        for g in grants:
+            old = g.cpus
+            if old is not shared and g is not protect:
+                g.cpus = shared
+                if old != shared:
+                    moved.append(g)
+        if not moved:
+            return []
+        ids = ledger.plain_ids[x] if len(moved) == len(grants) else [_ID(g) for g in moved]
+        # a set not interned (a pool's initial one) gets its own
+        placement, kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
+        updates = list(map(kept.get, ids))
+        if not all(updates):  # (not `None in`: that calls Update.__eq__ on each)
+            for i, u in enumerate(updates):
+                if u is None:
+                    cid = ids[i]
+                    updates[i] = kept[cid] = Update(cid, placement)
+        return updates  # type: ignore[return-value]  # no None left
 
     def _decision(
         self,
@@ -950,7 +976,10 @@ class Engine:
             return self.place(req)
         if _same_amounts(old.request, req):
             self._memory_requested += req.memory_request - old.request.memory_request
+            plain = old.uses_shared and self._plain(old)
             old.request = req  # pinning details (hyperthreads, memory) may still change
+            if old.uses_shared and self._plain(old) != plain:
+                self._ledger.refile(old.pool, cid, old, not plain)
             self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
@@ -1146,6 +1175,10 @@ class Engine:
                     )
                 )
         return tuple(updates)
+
+
+_BY_CONTAINER = attrgetter("container_id")  # Update.container_id
+_ID = attrgetter("request.container_id")  # Grant's
 
 
 def _same_amounts(a: Request, b: Request) -> bool:
