@@ -117,9 +117,8 @@ def room(d: Demand, pool: Pool, ledger: Ledger) -> tuple[str | None, int]:
     elif d.require_isolated:
         why = f"{len(ledger.free_iso[p])} free isolated CPUs, {d.asked_exclusive} required"
         return why, 0
-    if k:
-        partial = ledger.partial
-        to_slice = len(shared_cpus[p] - partial) if partial else len(shared_cpus[p])
+    if k:  # (without a set difference of the shared CPUs: the partial set is one CPU at most)
+        to_slice = len(shared_cpus[p]) - len(ledger.partial & shared_cpus[p])
         if to_slice < k:
             return f"{to_slice} CPUs free to slice, {k} needed", 0
     sub_shared, sub_users, reserved_in = (

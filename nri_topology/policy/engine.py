@@ -88,7 +88,7 @@ from nri_topology.policy.types import (
 )
 from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Machine, MemoryTier, tier_set
+from nri_topology.topology.model import Machine, MemoryTier
 
 # Containers named changed (`take_changed`) before the engine stops naming them and reports all:
 # more than change between two checkpoint writes, and a bound when nobody asks.
@@ -940,7 +940,7 @@ class Engine:
             kind=g.kind,
             placement=self.placement(g),
             exclusive=g.exclusive,
-            memory_tiers=tier_set(self.machine.nodes[n].tier for n in g.zone),
+            memory_tiers=self._zones.tiers_of(g.zone),
             updates=updates,
             reason=g.reason,
             trace=trace,

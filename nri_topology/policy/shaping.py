@@ -69,7 +69,9 @@ class Shaper:
         pool has one node (its own measure holds) or its nodes cannot hold the request."""
         if len(pool.cpu_nodes) < 2:
             return ()
-        free = self.ledger.shared_cpus[pool.index] - self.ledger.partial
+        free = self.ledger.shared_cpus[pool.index]
+        if not self.ledger.partial.isdisjoint(free):  # (asked per pool: no copy without need)
+            free = free - self.ledger.partial
         if req.hint_nodes:
             near = free & self.near_devices(req)
             if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)

@@ -13,7 +13,7 @@ from nri_topology.policy import admission
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.pools import Pool
 from nri_topology.policy.types import PolicyError, Request
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
 
 class Zones:
@@ -40,10 +40,10 @@ class Zones:
         self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
 
     def tiers_of(self, zone: frozenset[int]) -> frozenset[MemoryTier]:
-        """The tiers of a zone's nodes."""
+        """The tiers of a zone's nodes (`tier_set`: one object per value)."""
         tiers = self._zone_tiers.get(zone)
         if tiers is None:
-            tiers = self._zone_tiers[zone] = frozenset(self._machine.nodes[n].tier for n in zone)
+            tiers = self._zone_tiers[zone] = tier_set(self._machine.nodes[n].tier for n in zone)
         return tiers
 
     def tiers(self, req: Request) -> frozenset[MemoryTier]:
