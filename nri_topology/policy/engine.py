@@ -907,16 +907,22 @@ class Engine:
         shared = ledger.shared_cpus[x]
         grants = ledger.plain_grants[x]
         protect = ledger.plain_grant(x, skip) if skip else None
-        moved: list[Grant] = []
-        for g in grants:
-            old = g.cpus
-            if old is not shared and g is not protect:
+        if protect is None and shared not in list(map(_CPUS, grants)):
+            # the usual case, the pool's shared set changed under all of them: no test each
+            for g in grants:
                 g.cpus = shared
-                if old != shared:
-                    moved.append(g)
-        if not moved:
-            return []
-        ids = ledger.plain_ids[x] if len(moved) == len(grants) else [_ID(g) for g in moved]
+            ids = ledger.plain_ids[x]
+        else:
+            moved: list[Grant] = []
+            for g in grants:
+                old = g.cpus
+                if old is not shared and g is not protect:
+                    g.cpus = shared
+                    if old != shared:
+                        moved.append(g)
+            if not moved:
+                return []
+            ids = ledger.plain_ids[x] if len(moved) == len(grants) else [_ID(g) for g in moved]
         # a set not interned (a pool's initial one) gets its own
         placement, kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
         updates = list(map(kept.get, ids))
@@ -1179,6 +1185,7 @@ class Engine:
 
 _BY_CONTAINER = attrgetter("container_id")  # Update.container_id
 _ID = attrgetter("request.container_id")  # Grant's
+_CPUS = attrgetter("cpus")  # Grant's
 
 
 def _same_amounts(a: Request, b: Request) -> bool:
