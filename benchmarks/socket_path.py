@@ -12,6 +12,8 @@
 * Resident memory: the real `nri-topology run` process, read from /proc/PID/status after it
   registered (topology read, policy built, plugin registered and synchronized) and after 1000
   containers were created through the socket.
+* `--in-process`: the daemon's own share without the socket, `TopologyPlugin.create_container` less
+  the `Policy.create` inside it, for the probes of `go_side.py` on an empty node (CPU time).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import logging
 import os
 import pstats
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -265,6 +268,60 @@ def _roundtrip(
     }
 
 
+def in_process(machine: Machine, samples: int, warmup: int = 300) -> dict[str, object]:
+    """Per probe of `go_side.py`: medians of `create_container`, of the `Policy.create` inside
+    it, and of their difference (the daemon's glue), in microseconds of CPU time. Each probe is
+    stopped and removed again between samples, so every sample sees the same empty node."""
+    policy = Policy(machine, Options())
+    gc.collect()
+    gc.freeze()
+    try:
+        return asyncio.run(_in_process(policy, samples, warmup))
+    finally:
+        gc.unfreeze()
+
+
+async def _in_process(policy: Policy, samples: int, warmup: int) -> dict[str, object]:
+    from benchmarks.go_side import PROBES
+
+    inner: list[int] = []
+    create = policy.create
+
+    def timed(pod: Any, ctr: Any) -> Any:
+        start = time.thread_time_ns()
+        try:
+            return create(pod, ctr)
+        finally:
+            inner.append(time.thread_time_ns() - start)
+
+    policy.create = timed  # type: ignore[method-assign]
+    out: dict[str, object] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        plugin = TopologyPlugin(policy, checkpoint=Checkpoint(Path(tmp) / "state.json"))
+        for name, spec in PROBES.items():
+            pod, ctr = nri_pair("probe", spec)
+            whole: list[int] = []
+            inner.clear()
+            for _ in range(warmup + samples):
+                start = time.thread_time_ns()
+                await plugin.create_container(pod, ctr)
+                whole.append(time.thread_time_ns() - start)
+                await asyncio.sleep(0)  # what follows the reply (its log line) is not timed
+                await plugin.stop_container(pod, ctr)
+                await plugin.remove_container(pod, ctr)
+                await asyncio.sleep(0)
+            pairs = list(zip(whole, inner, strict=True))[warmup:]
+            out[name] = {
+                f"{what}_us": round(statistics.median(f(w, p) for w, p in pairs) / 1000, 1)
+                for what, f in (
+                    ("create", lambda w, p: w),
+                    ("policy", lambda w, p: p),
+                    ("glue", lambda w, p: w - p),
+                )
+            }
+    return out
+
+
 def running_containers(
     machine: Machine, count: int
 ) -> tuple[list[api_pb2.PodSandbox], list[api_pb2.Container], dict]:
@@ -382,11 +439,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=1000, help="per block; three blocks")
     parser.add_argument("--probe", choices=PROBES, default="mix", help="what is created")
     parser.add_argument("--profile", type=Path, help="save cProfile statistics of the run")
+    parser.add_argument(
+        "--in-process", action="store_true", help="only the daemon's share, without the socket"
+    )
     args = parser.parse_args(argv)
     # As run.py does: errors only, so the figures do not include writing logs to a terminal.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.ERROR))
     with tempfile.TemporaryDirectory() as tmp:
         machine = load_machine(args.machine, Path(tmp))
+        if args.in_process:
+            out = in_process(machine, args.samples)
+            print(json.dumps({"machine": args.machine, "in_process": out}), flush=True)
+            return 0
         for live in args.live:
             out = roundtrip(machine, live, args.samples, profile=args.profile, probe=args.probe)
             print(json.dumps({"machine": args.machine} | out), flush=True)

@@ -128,6 +128,17 @@ def test_annotation_benchmark_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     assert [p["cycles"] for p in rss["rss"]] == [0, 10, 20] and rss["refused"] == 2
 
 
+@pytest.mark.usefixtures("restore_logging")  # the benchmark silences structlog
+def test_in_process_glue_benchmark_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from benchmarks import socket_path
+
+    assert socket_path.main(["--machine", "4-socket", "--in-process", "--samples", "5"]) == 0
+    out = json.loads(capsys.readouterr().out)["in_process"]
+    assert set(out) == {"guaranteed-2cpu", "burstable"}
+    for probe in out.values():
+        assert 0 < probe["policy_us"] < probe["create_us"]
+
+
 def test_a_failed_soak_still_says_over_how_many_machines_and_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

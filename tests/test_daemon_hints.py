@@ -9,6 +9,7 @@ import pytest
 import structlog
 
 from nri_topology.config.schema import Config
+from nri_topology.daemon import convert
 from nri_topology.daemon.hints import HintFinder
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.daemon.service import hint_finder
@@ -154,3 +155,26 @@ async def test_synchronize_finds_device_hints_for_containers_it_must_re_place(
     (update,) = [u for u in updates if u.container_id == "c1"]
     assert {machine.cpus[x].node for x in cpuset.parse(update.linux.resources.cpu.cpus)} == {3}
     await plugin.shutdown()
+
+
+async def test_without_devices_only_the_kubelet_is_asked_and_only_when_allowed(
+    sys_root: Path,
+) -> None:
+    """No device refs: nothing to look up in sysfs; the kubelet is asked on creation, never
+    when `kubelet=False` (Synchronize), and without either source there is nothing to find."""
+    asked: list[str] = []
+
+    class Client:  # the one call HintFinder makes of a PodResourcesClient
+        async def pod(self, namespace: str, name: str) -> dict[str, tuple[object, ...]]:
+            asked.append(f"{namespace}/{name}")
+            return {}
+
+    p = pod()
+    pod_info, info = convert.pod_info(p), convert.container_info(guaranteed("c1", 2, p))
+    locator = DeviceLocator(str(sys_root))
+    assert await HintFinder(locator, None).find(pod_info, info, (), OPTS) == ()
+    finder = HintFinder(locator, Client(), budget_s=5)  # type: ignore[arg-type]
+    assert await finder.find(pod_info, info, (), OPTS, kubelet=False) == ()
+    assert asked == []
+    assert await finder.find(pod_info, info, (), OPTS) == ()
+    assert asked == ["ml/train"]

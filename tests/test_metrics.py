@@ -102,6 +102,23 @@ async def test_metrics_endpoint_lists_pools_containers_and_counters(served) -> N
     assert s[("nri_topology_registered", ())] == 1
 
 
+async def test_bound_series_count_in_the_labelled_ones(served) -> None:
+    """`request` and `observe` update the series `labels()` names, listed methods or not."""
+    server, metrics, _ = served
+    metrics.request("CreateContainer")
+    metrics.requests.labels("CreateContainer").inc()
+    metrics.request("PostStartContainer")  # not exported from the start: made when first counted
+    metrics.observe("create", 0.003)
+    metrics.observe("create", 0.5)
+    s = _samples((await _get(server.port, "/metrics"))[2])
+    requests = "nri_topology_nri_requests_total"
+    assert s[(requests, (("method", "CreateContainer"),))] == 2
+    assert s[(requests, (("method", "PostStartContainer"),))] == 1
+    create = (("operation", "create"),)
+    assert s[("nri_topology_decision_duration_seconds_count", create)] == 2
+    assert s[("nri_topology_decision_duration_seconds_sum", create)] == pytest.approx(0.503)
+
+
 async def test_series_follow_prometheus_conventions(served) -> None:
     server, metrics, _ = served
     metrics.decision_latency.labels("create").observe(0.00003)

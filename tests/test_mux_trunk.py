@@ -8,16 +8,23 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nri_topology.nri.mux import HEADER, MAX_ACCEPTED_PAYLOAD, Mux, MuxClosedError, MuxDecoder
+from nri_topology.nri.mux import (
+    HEADER,
+    MAX_ACCEPTED_PAYLOAD,
+    Mux,
+    MuxClosedError,
+    MuxDecoder,
+    connect,
+)
 from nri_topology.testing.go_reader import GoConnReader
 
 
 @pytest.fixture
 async def trunk() -> AsyncIterator[tuple[Mux, asyncio.StreamReader, asyncio.StreamWriter]]:
     ours, theirs = socket.socketpair()
-    reader, writer = await asyncio.open_unix_connection(sock=ours)
+    trunk, writer = await connect(sock=ours)
     peer_reader, peer_writer = await asyncio.open_unix_connection(sock=theirs)
-    mux = Mux(reader, writer)
+    mux = Mux(trunk, writer)
     yield mux, peer_reader, peer_writer
     await mux.close()
     peer_writer.close()
@@ -109,8 +116,7 @@ async def test_absurd_length_closes_without_allocating(trunk) -> None:  # type: 
 def test_open_rules() -> None:
     async def main() -> None:
         ours, _theirs = socket.socketpair()
-        reader, writer = await asyncio.open_unix_connection(sock=ours)
-        mux = Mux(reader, writer)
+        mux = Mux(*await connect(sock=ours))
         with pytest.raises(ValueError, match="reserved"):
             mux.open(0)
         mux.open(1)
@@ -150,3 +156,30 @@ async def test_concurrent_large_sends_stay_contiguous(trunk) -> None:  # type: i
     await asyncio.gather(sender(1), sender(2), receive())
     for conn in (1, 2):
         assert received[conn] == [message(conn, i, n) for i, n in enumerate(sizes)]
+
+
+async def test_nothing_is_read_before_start() -> None:
+    ours, theirs = socket.socketpair()
+    mux = Mux(*await connect(sock=ours))
+    theirs.sendall(HEADER.pack(1, 2) + b"hi")
+    theirs.close()
+    await asyncio.sleep(0.05)
+    assert not mux.closed  # neither the frame nor the end was read
+    one = mux.open(1)  # a channel opened late still sees the first bytes
+    mux.start()
+    assert await one.recv() == b"hi"
+    assert await one.recv() == b""
+    assert mux.error is None
+
+
+async def test_a_socket_lost_before_start_ends_the_mux_at_start() -> None:
+    ours, _theirs = socket.socketpair()
+    trunk, writer = await connect(sock=ours)
+    mux = Mux(trunk, writer)
+    one = mux.open(1)
+    writer.transport.abort()
+    await asyncio.sleep(0)
+    assert not mux.closed
+    mux.start()
+    assert mux.closed and mux.error is None
+    assert await one.recv() == b""

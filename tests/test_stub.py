@@ -747,6 +747,36 @@ def test_encoded_updates_give_the_bytes_of_copied_ones(
     )
 
 
+@given(
+    st.lists(st.integers(0, 300), max_size=20),
+    st.booleans(),
+    st.lists(st.text("abz=/ é0", max_size=30), max_size=4),
+    st.sampled_from(["", "0-3", "0-143"]),
+)
+def test_create_reply_encoded_directly_is_the_copied_one(
+    ids: list[int], adjusted: bool, env: list[str], cpus: str
+) -> None:
+    """The adjustment written into the reply's bytes gives what copying it into the message
+    gives, with and without updates, and for an empty adjustment."""
+    updates = [_update(i) for i in ids]
+    adjust = None
+    if adjusted:
+        adjust = api_pb2.ContainerAdjustment()
+        if cpus:
+            adjust.linux.resources.cpu.cpus = cpus
+        for value in env:
+            adjust.env.add(key="K", value=value)
+    reference = api_pb2.CreateContainerResponse()
+    if adjust is not None:
+        reference.adjust.CopyFrom(adjust)
+    reference.update.extend(updates)
+    batch = stub.EncodedUpdates((u, stub.delimited(u)) for u in updates)
+    for given_updates in (batch, updates):
+        got = stub.create_reply(adjust, given_updates)
+        data = got if isinstance(got, bytes) else got.SerializeToString()
+        assert data == reference.SerializeToString()
+
+
 async def test_unreachable_runtime_is_logged_with_its_errno_and_a_short_delay() -> None:
     with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
         path = os.path.join(tmp, "absent.sock")

@@ -111,6 +111,8 @@ class HintFinder:
 
         `kubelet=False` leaves the PodResources API out (Synchronize, where waiting for it per
         pod would hold up the whole restart)."""
+        if not refs and (not kubelet or self.pod_resources is None):
+            return ()  # nothing to ask: which sources the container wants does not matter
         sources = hint_sources(pod, info, options)
         container = info.name
         who = qualified_name(pod.namespace, pod.name, container)

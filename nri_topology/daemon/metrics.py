@@ -310,10 +310,27 @@ class Metrics:
             self.errors.labels(reason)
         for result in RELOAD_RESULTS:
             self.reloads.labels(result)
-        for method in REQUEST_METHODS:
-            self.requests.labels(method)
-        for operation in OPERATIONS:
-            self.decision_latency.labels(operation)
+        # The series the daemon updates on every request, bound once per label value: `labels()`
+        # checks its arguments and takes a lock at every call, several times per container.
+        # Keys: the request methods and operations named by the daemon's code, so bounded.
+        self._requests: dict[str, Counter] = {m: self.requests.labels(m) for m in REQUEST_METHODS}
+        self._latencies: dict[str, Histogram] = {
+            operation: self.decision_latency.labels(operation) for operation in OPERATIONS
+        }
+
+    def request(self, method: str) -> None:
+        """Counts one NRI request of `method`."""
+        counter = self._requests.get(method)
+        if counter is None:
+            counter = self._requests[method] = self.requests.labels(method)
+        counter.inc()
+
+    def observe(self, operation: str, seconds: float) -> None:
+        """Records the time the policy took for one `operation`."""
+        histogram = self._latencies.get(operation)
+        if histogram is None:
+            histogram = self._latencies[operation] = self.decision_latency.labels(operation)
+        histogram.observe(seconds)
 
     def error(self, reason: str, count: int = 1) -> None:
         """Counts `count` errors of `reason`, one of `ERROR_REASONS`."""

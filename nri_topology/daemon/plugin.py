@@ -202,7 +202,7 @@ class TopologyPlugin(Plugin):
     # --- NRI handlers -------------------------------------------------------------------------
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
-        self.metrics.requests.labels("Configure").inc()
+        self.metrics.request("Configure")
         if req.config.strip() and self._runtime_config is not None:
             await self._runtime_config(req.config)
         return None
@@ -210,7 +210,7 @@ class TopologyPlugin(Plugin):
     async def synchronize(
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
     ) -> Updates:
-        self.metrics.requests.labels("Synchronize").inc()
+        self.metrics.request("Synchronize")
         pod_infos = [convert.pod_info(p) for p in pods]
         live = [c for c in containers if c.state in _LIVE_STATES]
         infos = [convert.container_info(c) for c in live]
@@ -279,12 +279,12 @@ class TopologyPlugin(Plugin):
         return convert.updates(report.updates, ignore_failure=True)
 
     async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
-        self.metrics.requests.labels("RunPodSandbox").inc()
+        self.metrics.request("RunPodSandbox")
         if self.hints is not None:
             self.hints.pod_started(convert.pod_info(pod))
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
-        self.metrics.requests.labels("RemovePodSandbox").inc()
+        self.metrics.request("RemovePodSandbox")
         if self.hints is not None:
             self.hints.pod_removed(pod.id)
         self._keys_reported.pop(pod.id, None)
@@ -292,7 +292,7 @@ class TopologyPlugin(Plugin):
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
-        self.metrics.requests.labels("CreateContainer").inc()
+        self.metrics.request("CreateContainer")
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
         if self.hints is not None:  # before the lock: other events go on while it looks
             refs = convert.device_refs(ctr)
@@ -325,7 +325,7 @@ class TopologyPlugin(Plugin):
         return adjust, convert.updates(decision.updates)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
-        self.metrics.requests.labels("StartContainer").inc()
+        self.metrics.request("StartContainer")
         async with self._lock:
             delay = self._timers.pending.pop(ctr.id, None)
             if delay is None:
@@ -335,7 +335,7 @@ class TopologyPlugin(Plugin):
             self._commit()
 
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
-        self.metrics.requests.labels("PostStartContainer").inc()
+        self.metrics.request("PostStartContainer")
         if self.verifier is not None and self._placed(ctr.id):
             self.verifier.track(ctr.id, ctr.linux.cgroups_path)
             self._spawn(self._verify([ctr.id], "post_start"))
@@ -346,7 +346,7 @@ class TopologyPlugin(Plugin):
         ctr: api_pb2.Container,
         resources: api_pb2.LinuxResources,
     ) -> Updates:
-        self.metrics.requests.labels("UpdateContainer").inc()
+        self.metrics.request("UpdateContainer")
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
@@ -370,11 +370,11 @@ class TopologyPlugin(Plugin):
         return [*convert.updates(others), own]
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
-        self.metrics.requests.labels("StopContainer").inc()
+        self.metrics.request("StopContainer")
         return await self._release(ctr.id, "stopped")
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
-        self.metrics.requests.labels("RemoveContainer").inc()
+        self.metrics.request("RemoveContainer")
         # Normally released at stop already; a removal without a stop must not leak resources.
         # Other containers' updates have no reply to ride on here, so they go out separately.
         updates = await self._release(ctr.id, "removed")
@@ -516,7 +516,7 @@ class TopologyPlugin(Plugin):
             await self._writer.flush()
 
     def _observe(self, operation: str, started: float) -> None:
-        self.metrics.decision_latency.labels(operation).observe(time.perf_counter() - started)
+        self.metrics.observe(operation, time.perf_counter() - started)
 
     def _decide(
         self, operation: str, pod: PodInfo, info: ContainerInfo, call: Callable[[], Decision]
@@ -565,6 +565,8 @@ class TopologyPlugin(Plugin):
 
     def _report_keys(self, pod: PodInfo, info: ContainerInfo) -> None:
         """Warn once per pod about keys of our domains that the policy does not act on."""
+        if not pod.annotations and not info.annotations:
+            return
         reported = self._keys_reported.get(pod.id, ())
         keys = [
             k for k in (*pod.annotations, *info.annotations) if in_domains(k) and k not in reported
@@ -589,7 +591,9 @@ class TopologyPlugin(Plugin):
                 return []
             updates = self._release_locked(container_id)
             self._commit()
-        _log.info("released", container_id=container_id, why=why, **logs.summarize_updates(updates))
+        if logs.enabled(logging.INFO):  # binding a filtered line's logger costs more than asking
+            summary = logs.summarize_updates(updates)
+            _log.info("released", container_id=container_id, why=why, **summary)
         if self.files is not None:
             self.files.updated(updates)
         return convert.updates(updates, ignore_failure=True)
@@ -722,15 +726,19 @@ class TopologyPlugin(Plugin):
     def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:
         """Log and keep a decision once the reply carrying it is out: its fields (the cpusets of
         dozens of updated containers) are a visible share of a reply's time."""
-        known = self.policy.container(decision.container_id)
-        pod_name = f"{known[0].namespace}/{known[0].name}" if known else ""
-        name = f"{pod_name}/{known[1].name}" if known else decision.container_id
-        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, name, pod_name, why)
+        known = self.policy.container(decision.container_id)  # as it is now: names are values
+        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, known, why)
 
     def _after_reply(
-        self, decision: Decision, what: str, name: str, pod_name: str, why: str
+        self,
+        decision: Decision,
+        what: str,
+        known: tuple[PodInfo, ContainerInfo] | None,
+        why: str,
     ) -> None:
         if logs.enabled(logging.INFO):
+            pod_name = f"{known[0].namespace}/{known[0].name}" if known else ""
+            name = f"{pod_name}/{known[1].name}" if known else decision.container_id
             fields = logs.decision_fields(decision, name, pod_name)
             if why:
                 fields["why"] = why

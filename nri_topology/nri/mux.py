@@ -2,15 +2,18 @@
 
 The wire format is `[u32 BE conn id][u32 BE length][payload]` (docs/protocol.md §3). The
 sans-IO part (`frame_message`, `MuxDecoder`) knows nothing about sockets, so the framing rules the
-Go peer depends on can be tested byte by byte; `Mux` is the asyncio trunk on top of it: one reader
-task handing payloads to per-connection `MuxChannel`s, straight into the ttrpc endpoint reading
-each, and one lock so that the frames of a ttrpc message leave contiguously.
+Go peer depends on can be tested byte by byte; `Mux` is the asyncio trunk on top of it: the socket's
+protocol (`Trunk`, opened by `connect`) hands each read to it as the event loop makes it, and it
+passes the payloads to per-connection `MuxChannel`s, straight into the ttrpc endpoint reading each
+(no reader task, so a request costs no task step and no loop pass of its own before its
+handler); one lock so that the frames of a ttrpc message leave contiguously.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import struct
 from collections.abc import Callable, Iterable
 
@@ -35,8 +38,6 @@ GO_MAX_PAYLOAD = 10 + (4 << 20)
 MAX_ACCEPTED_PAYLOAD = 1 << 24
 """Largest frame payload we accept. Older Go muxes (NRI v0.2.0) wrote frames up to 16 MiB; an
 announced length beyond that can only be garbage, so we fail instead of buffering it."""
-
-READ_CHUNK = 1 << 16
 
 
 class MuxProtocolError(Exception):
@@ -86,6 +87,11 @@ class MuxDecoder:
     def feed(self, data: bytes) -> list[tuple[int, bytes]]:
         if self._failed is not None:
             raise self._failed
+        if not self._buffer and len(data) >= HEADER_SIZE:
+            # Most reads are one whole frame: no copy into the buffer and out again.
+            conn_id, length = HEADER.unpack_from(data)
+            if len(data) == HEADER_SIZE + length and length <= self._max_payload:
+                return [(conn_id, bytes(data[HEADER_SIZE:]))]
         self._buffer += data
         frames: list[tuple[int, bytes]] = []
         offset = 0
@@ -173,23 +179,80 @@ class MuxChannel:
         self._close_read()
 
 
+class Trunk(asyncio.StreamReaderProtocol):
+    """The protocol of the socket under a `Mux`: hands the mux every read as the event loop makes
+    it. Reading waits for `Mux.start`; an end of the stream that came before is kept until then.
+    Writes go through an `asyncio.StreamWriter` on it, which keeps the streams' flow control."""
+
+    def __init__(self) -> None:
+        # Never read: the writer takes it, as from `asyncio.open_unix_connection`, to raise
+        # the connection's failure from `drain`.
+        self.reader = asyncio.StreamReader()
+        super().__init__(self.reader)
+        self._mux: Mux | None = None
+        self._socket: asyncio.Transport | None = None
+        self._ended: tuple[BaseException | None] | None = None  # before the mux started
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(transport, asyncio.Transport)
+        self._socket = transport
+        transport.pause_reading()  # until the mux has its channels and starts
+
+    def start(self, mux: Mux) -> None:
+        """Feed `mux` from now on."""
+        self._mux = mux
+        if self._ended is not None:
+            mux._ended(*self._ended)
+        elif self._socket is not None and not self._socket.is_closing():
+            self._socket.resume_reading()
+
+    def data_received(self, data: bytes) -> None:
+        if self._mux is not None:
+            self._mux._received(data)
+
+    def eof_received(self) -> bool:
+        self._end(None)
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._end(exc)
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._mux is not None:
+            self._mux._ended(error)
+        elif self._ended is None:
+            self._ended = (error,)
+
+
+async def connect(
+    path: str | None = None, *, sock: socket.socket | None = None
+) -> tuple[Trunk, asyncio.StreamWriter]:
+    """Open a unix socket (a path, or a connected socket) for a `Mux`: its protocol and writer."""
+    loop = asyncio.get_running_loop()
+    trunk = Trunk()
+    transport, _ = await loop.create_unix_connection(lambda: trunk, path, sock=sock)
+    return trunk, asyncio.StreamWriter(transport, trunk, trunk.reader, loop)
+
+
 class Mux:
     """The asyncio trunk: routes incoming frames to channels, writes each message contiguously."""
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
+        trunk: Trunk,
         writer: asyncio.StreamWriter,
         *,
         framer: Callable[[int, bytes], Iterable[bytes]] = frame_message,
     ) -> None:
-        self._reader = reader
+        self._trunk = trunk
         self._writer = writer
         self._framer = framer
         self._decoder = MuxDecoder()
         self._channels: dict[int, MuxChannel] = {}
         self._write_lock = asyncio.Lock()
-        self._reader_task: asyncio.Task[None] | None = None
+        self._started = False
         self._closed = asyncio.Event()
         self.error: BaseException | None = None
         """Why the trunk closed: None for a clean EOF or a local close."""
@@ -210,8 +273,9 @@ class Mux:
 
     def start(self) -> None:
         """Start reading the trunk; call after the channels that must see the first bytes exist."""
-        if self._reader_task is None:
-            self._reader_task = asyncio.get_running_loop().create_task(self._read_loop())
+        if not self._started:
+            self._started = True
+            self._trunk.start(self)
 
     @property
     def closed(self) -> bool:
@@ -237,10 +301,6 @@ class Mux:
     async def close(self) -> None:
         """Close the trunk and end every channel's stream."""
         self._shutdown(None)
-        if self._reader_task is not None and self._reader_task is not asyncio.current_task():
-            self._reader_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader_task
         with contextlib.suppress(ConnectionError, OSError):
             await self._writer.wait_closed()
 
@@ -256,29 +316,31 @@ class Mux:
         for channel in list(self._channels.values()):
             channel._close_read()
 
-    async def _read_loop(self) -> None:
-        error: BaseException | None = None
+    def _received(self, data: bytes) -> None:
+        """Bytes the trunk read: their complete frames go to their channels."""
+        if self._closed.is_set():
+            return
         try:
-            while True:
-                data = await self._reader.read(READ_CHUNK)
-                if not data:
-                    if self._decoder.buffered:
-                        error = MuxProtocolError(
-                            f"NRI connection closed inside a frame "
-                            f"({self._decoder.buffered} bytes pending)"
-                        )
-                    break
-                for conn_id, payload in self._decoder.feed(data):
-                    channel = self._channels.get(conn_id)
-                    if channel is None:
-                        self.dropped_frames += 1
-                        log.debug("mux frame for unopened connection dropped", conn_id=conn_id)
-                        continue
-                    channel._deliver(payload)
+            frames = self._decoder.feed(data)
         except MuxProtocolError as exc:
-            error = exc
-        except (ConnectionError, OSError) as exc:
-            error = exc
+            self._ended(exc)
+            return
+        for conn_id, payload in frames:
+            channel = self._channels.get(conn_id)
+            if channel is None:
+                self.dropped_frames += 1
+                log.debug("mux frame for unopened connection dropped", conn_id=conn_id)
+                continue
+            channel._deliver(payload)
+
+    def _ended(self, error: BaseException | None) -> None:
+        """The trunk's incoming stream ended: EOF (`error` None), a broken frame, or a failure."""
+        if self._closed.is_set():
+            return  # closed here first: what the socket does next is no news
+        if error is None and self._decoder.buffered:
+            error = MuxProtocolError(
+                f"NRI connection closed inside a frame ({self._decoder.buffered} bytes pending)"
+            )
         if error is not None:
             log.warning("NRI connection failed", error=str(error))
         self._shutdown(error)

@@ -34,10 +34,10 @@ from google.protobuf.message import DecodeError, Message
 from google.protobuf.message_factory import GetMessageClass
 
 from nri_topology.nri import api_pb2
-from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux
+from nri_topology.nri.mux import PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN, Mux, Trunk, connect
 from nri_topology.nri.versions import event_bit, valid_events
 from nri_topology.ttrpc.client import TtrpcClient
-from nri_topology.ttrpc.codec import Code, TtrpcError
+from nri_topology.ttrpc.codec import Code, TtrpcError, varint
 from nri_topology.ttrpc.server import CallContext, Handler, TtrpcServer
 
 log = structlog.get_logger(__name__)
@@ -81,13 +81,7 @@ class EncodedUpdates(tuple[api_pb2.ContainerUpdate, ...]):
 def delimited(message: Message) -> bytes:
     """`message` as an element of a repeated field, less the tag: length varint, then body."""
     body = message.SerializeToString()
-    size = len(body)
-    prefix = bytearray()
-    while size > 0x7F:
-        prefix.append(size & 0x7F | 0x80)
-        size >>= 7
-    prefix.append(size)
-    return bytes(prefix) + body
+    return varint(len(body)) + body
 
 
 def with_updates(message: Message, updates: Updates) -> Message | bytes:
@@ -101,9 +95,31 @@ def with_updates(message: Message, updates: Updates) -> Message | bytes:
         return message
     if not updates:
         return message
-    number = message.DESCRIPTOR.fields_by_name["update"].number
+    return message.SerializeToString() + _update_fields(message.DESCRIPTOR, updates)
+
+
+def _update_fields(descriptor: Any, updates: EncodedUpdates) -> bytes:
+    """The encoded `update` fields of a message of `descriptor`."""
+    if not updates:
+        return b""
+    number = descriptor.fields_by_name["update"].number
     tag = bytes([number << 3 | 2])  # field numbers below 16 take one byte
-    return message.SerializeToString() + tag + tag.join(updates.delimited)
+    return tag + tag.join(updates.delimited)
+
+
+_CREATE_REPLY = api_pb2.CreateContainerResponse.DESCRIPTOR
+_ADJUST_TAG = bytes([_CREATE_REPLY.fields_by_name["adjust"].number << 3 | 2])
+
+
+def create_reply(adjust: api_pb2.ContainerAdjustment | None, updates: Updates) -> Message | bytes:
+    """The CreateContainer reply, the adjustment encoded into it rather than copied in: the
+    same bytes, since `adjust` comes before `update` and the plugin sets no later field."""
+    if adjust is None or not isinstance(updates, EncodedUpdates):
+        reply = api_pb2.CreateContainerResponse()
+        if adjust is not None:
+            reply.adjust.CopyFrom(adjust)
+        return with_updates(reply, updates)
+    return _ADJUST_TAG + delimited(adjust) + _update_fields(_CREATE_REPLY, updates)
 
 
 class Plugin:
@@ -367,7 +383,7 @@ class Stub:
         attempt = 0
         while not self._stopping.is_set():
             try:
-                reader, writer = await self._open()
+                trunk, writer = await self._open()
             except OSError as exc:
                 if self.launched:
                     raise StubError(f"cannot use the NRI socket handed over: {exc}") from exc
@@ -382,7 +398,7 @@ class Stub:
                 )
                 await self._sleep(delay)
                 continue
-            registered = await self._serve(reader, writer)
+            registered = await self._serve(trunk, writer)
             if self.launched:
                 return
             attempt = 0 if registered else attempt + 1
@@ -420,17 +436,17 @@ class Stub:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stopping.wait(), delay)
 
-    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open(self) -> tuple[Trunk, asyncio.StreamWriter]:
         if self._sock is not None:
             sock, self._sock = self._sock, None
             if sock.fileno() < 0:
                 raise OSError("NRI socket already closed")
-            return await asyncio.open_unix_connection(sock=sock)
-        return await asyncio.open_unix_connection(self.socket_path)
+            return await connect(sock=sock)
+        return await connect(self.socket_path)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _serve(self, trunk: Trunk, writer: asyncio.StreamWriter) -> bool:
         """One connection from registration to close; returns whether registration succeeded."""
-        mux = Mux(reader, writer)
+        mux = Mux(trunk, writer)
         plugin_conn = mux.open(PLUGIN_SERVICE_CONN)
         runtime_conn = mux.open(RUNTIME_SERVICE_CONN)
         session = _Session(mux=mux, client=TtrpcClient(runtime_conn))
@@ -622,10 +638,7 @@ class _PluginService:
     ) -> Message | bytes:
         _log_event(ctx.method, req.pod, req.container)
         adjust, updates = await self.plugin.create_container(req.pod, req.container)
-        reply = api_pb2.CreateContainerResponse()
-        if adjust is not None:
-            reply.adjust.CopyFrom(adjust)
-        return with_updates(reply, updates)
+        return create_reply(adjust, updates)
 
     async def update_container(
         self, req: api_pb2.UpdateContainerRequest, ctx: CallContext

@@ -146,6 +146,11 @@ class FrameDecoder:
         """Consume ``data``; return every frame (or oversize notice) it completes, in order."""
         if self._error is not None:
             raise self._error
+        if not self._buffer and not self._skip and len(data) >= HEADER_SIZE:
+            # Most reads are one whole frame: no copy into the buffer and out again.
+            length, stream_id, type_, flags = _HEADER.unpack_from(data)
+            if len(data) == HEADER_SIZE + length and type_ in KNOWN_TYPES and length <= MAX_DATA:
+                return [Frame(stream_id, type_, flags, bytes(data[HEADER_SIZE:]))]
         buffer = self._buffer
         buffer += data
         out: list[Frame | Oversized] = []
@@ -237,17 +242,33 @@ def decode_request(data: bytes) -> RequestEnvelope:
         request.ParseFromString(data)
     except (DecodeError, ValueError) as exc:
         raise ProtocolError(f"invalid ttrpc Request ({len(data)} bytes): {exc}") from None
+    metadata = request.metadata
     return RequestEnvelope(
-        service=request.service,
-        method=request.method,
-        payload=request.payload,
-        timeout_nano=request.timeout_nano,
-        metadata=tuple((kv.key, kv.value) for kv in request.metadata),
+        request.service,
+        request.method,
+        request.payload,
+        request.timeout_nano,
+        tuple((kv.key, kv.value) for kv in metadata) if metadata else (),
     )
+
+
+def varint(value: int) -> bytes:
+    """A non-negative integer as protobuf writes it: 7 bits a byte, low first."""
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+_RESPONSE_PAYLOAD = bytes([2 << 3 | 2])  # Response.payload: field 2, length-delimited
 
 
 def encode_response(payload: bytes = b"", status: Status | None = None) -> bytes:
     """Serialized Response: success is payload only (empty ⇒ zero bytes), errors add a status."""
+    if status is None:  # every reply of a handler: its one field written directly
+        return _RESPONSE_PAYLOAD + varint(len(payload)) + payload if payload else b""
     response = request_pb2.Response(payload=payload)
     if status is not None:
         response.status.CopyFrom(status_pb2.Status(code=int(status.code), message=status.message))

@@ -123,22 +123,22 @@ class TtrpcServer:
 
     async def _run(self, handler: Handler, payload: bytes, context: CallContext) -> bytes:
         """The response message for one handler call; failures become statuses."""
-        name = f"{context.service}/{context.method}"
         stream_id = context.stream_id
         try:
             result = await handler(payload, context)
         except TtrpcError as exc:
             return self._conn.fail(stream_id, exc.code, exc.message)
         except Exception as exc:
-            _log.exception("ttrpc server: handler %s failed", name)
+            _log.exception("ttrpc server: handler %s failed", _name(context))
             return self._conn.fail(stream_id, Code.UNKNOWN, str(exc) or type(exc).__name__)
         if not isinstance(result, bytes | bytearray):
-            _log.error("ttrpc server: handler %s returned %s", name, type(result).__name__)
-            message = f"ttrpc: handler returned {type(result).__name__}"
-            return self._conn.fail(stream_id, Code.UNKNOWN, message)
+            kind = type(result).__name__
+            _log.error("ttrpc server: handler %s returned %s", _name(context), kind)
+            return self._conn.fail(stream_id, Code.UNKNOWN, f"ttrpc: handler returned {kind}")
         try:
             return self._conn.respond(stream_id, bytes(result))
         except MessageTooLarge as exc:
+            name = _name(context)
             _log.error("ttrpc server: %s response of %d bytes is too large", name, exc.length)
             return self._conn.fail(stream_id, exc.code, exc.message)
 
@@ -149,3 +149,7 @@ class TtrpcServer:
             except Exception as exc:
                 # The read side sees the same failure and ends serve().
                 _log.warning("ttrpc server: reply on stream %d not sent: %s", stream_id, exc)
+
+
+def _name(context: CallContext) -> str:
+    return f"{context.service}/{context.method}"
