@@ -204,6 +204,7 @@ class Engine:
         self._grants_view = MappingProxyType(self._grants)
         self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self._book = MemoryBook(machine)
+        self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
         self._board = choice.Board(
@@ -564,7 +565,7 @@ class Engine:
         memory requests known (a Burstable container's may be unknown, 0 here, while its limit
         is charged) within the machine's memory."""
         total = self._memory_requested + req.memory_request
-        return total <= self._book.capacity(frozenset(self.machine.nodes))
+        return total <= self._memory_capacity
 
     def _on_reserved(self, req: Request) -> Grant | None:
         """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
