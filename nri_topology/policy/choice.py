@@ -211,6 +211,7 @@ def options(
         else None
     )
     hint_nodes = req.hint_nodes
+    single_numa = req.single_numa
     free_iso, shared_cpus, users, sub_users = (
         ledger.free_iso,
         ledger.shared_cpus,
@@ -230,7 +231,7 @@ def options(
             else:
                 if relaxed and strict_hints:
                     reason = "strict topology hints: memory would widen beyond the pool"
-        if reason is None and req.single_numa:
+        if reason is None and single_numa:
             reason = not_single_numa(p, relaxed)
         if reason is not None:
             unfit_pools.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))

@@ -102,23 +102,22 @@ class Zones:
         unless `widen` and `squeeze`: then the root's nodes of every tier tried, which the grant is
         charged what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
         """
-        try:
-            return self._zone_in(p, tiers, size)
-        except LookupError:
-            wider: frozenset[MemoryTier] | None = tiers
-            widest = tiers
-            while widen and wider is not None:
-                wider = admission.widen_tiers(wider, self._tiers_on_machine)
-                if wider is not None:
-                    widest = wider
-                    try:
-                        return self._zone_in(p, wider, size)
-                    except LookupError:
-                        continue
-            zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
-            if not zone:
-                raise
-            return zone, True
+        found = self._zone_in(p, tiers, size)
+        if found is not None:
+            return found
+        wider: frozenset[MemoryTier] | None = tiers
+        widest = tiers
+        while widen and wider is not None:
+            wider = admission.widen_tiers(wider, self._tiers_on_machine)
+            if wider is not None:
+                widest = wider
+                found = self._zone_in(p, wider, size)
+                if found is not None:
+                    return found
+        zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
+        if not zone:
+            raise LookupError(self._no_room(p, tiers, size))
+        return zone, True
 
     def _chain_zones(self, tiers: frozenset[MemoryTier]) -> tuple[tuple[frozenset[int], ...], ...]:
         """Per pool, the zones tried for memory of the tiers: its nodes of them, then each
@@ -138,14 +137,19 @@ class Zones:
 
     def _zone_in(
         self, p: int, tiers: frozenset[MemoryTier], size: int
-    ) -> tuple[frozenset[int], bool]:
+    ) -> tuple[frozenset[int], bool] | None:
+        """The first zone up the pool's chain that holds `size` more bytes, and whether it is
+        not the pool's own; None when none does."""
         chains = self._chains_cache.get(tiers) or self._chain_zones(tiers)
-        zones = chains[p]
         fits = self._book.fits
-        for i, zone in enumerate(zones):
+        for i, zone in enumerate(chains[p]):
             if fits(zone, size):
                 return zone, i > 0
+        return None
+
+    def _no_room(self, p: int, tiers: frozenset[MemoryTier], size: int) -> str:
+        """Why `_zone_in` found no zone."""
+        zones = self._chain_zones(tiers)[p]
         if not zones:
-            raise LookupError("no memory of the requested tiers")
-        free = max(self._book.free(zones[-1]), 0)
-        raise LookupError(f"{size} bytes do not fit, {free} bytes free")
+            return "no memory of the requested tiers"
+        return f"{size} bytes do not fit, {max(self._book.free(zones[-1]), 0)} bytes free"
