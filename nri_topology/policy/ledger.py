@@ -1,5 +1,6 @@
 """The CPU accounts of the pool tree: per pool its shared cpuset, its isolated CPUs not granted,
-and the shared milli-CPU and containers of its subtree; and the capacity questions asked of them.
+the shared milli-CPU and containers of its subtree and the shared containers placed in it; and
+the capacity questions asked of them.
 
 The engine changes the accounts when it commits or undoes a grant; the pool choice only reads
 them (`choice.room`). The lists are changed in place and never replaced, so a reader may keep
