@@ -11,6 +11,7 @@ devices without it are left out, as they say nothing about where to place.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -86,7 +87,16 @@ class PodResourcesClient:
             request_serializer=lambda m: m.SerializeToString(),
             response_deserializer=reply.FromString,
         )
-        return await call(request, timeout=self.timeout_s, wait_for_ready=True)
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            return await call(request, timeout=self.timeout_s, wait_for_ready=True)
+        except grpc.aio.AioRpcError as e:
+            left = deadline - time.monotonic()
+            if e.code() is not grpc.StatusCode.UNAVAILABLE or left <= 0:
+                raise
+            # A kubelet that restarted under a connection gRPC still held breaks the call on
+            # it; the channel reconnects, and the question is safe to ask again (read-only).
+            return await call(request, timeout=left, wait_for_ready=True)
 
     async def pod(self, namespace: str, name: str) -> dict[str, tuple[DeviceAssignment, ...]]:
         """The pod's devices by container; PodResourcesError when the kubelet cannot tell."""
