@@ -15,30 +15,17 @@ POOLS = Engine(machines.load("server"), Options()).pools
 ORDER = {p.name: p.index for p in POOLS}
 
 
-def option(pool: Pool, hint_miss: int = 0, free_shared: int = 1000) -> choice.Option:
-    cand = scoring.Candidate(
-        pool=pool,
-        affinity=0.0,
-        hint_miss=hint_miss,
-        tier_miss=False,
-        relaxed=False,
-        burst_short=False,
-        isolated_short=False,
-        numa_nodes=len(pool.cpu_nodes),
-        numa_distance=10.0,
-        cores_short=False,
-        exclusive=False,
-        colocated=0,
-        free_shared=free_shared,
-    )
-    return choice.Option(scoring.sort_key(cand), cand, frozenset(), False, ())
+def option(pool: Pool, hint_miss: int = 0) -> choice.Option:
+    numa = (len(pool.cpu_nodes), 10.0)
+    key = scoring.sort_key(pool, 0.0, hint_miss, False, False, False, False, numa, False, 0, 1000)
+    return choice.Option(key, pool, hint_miss, frozenset(), False, ())
 
 
 def grant_unless(failing: set[str]):
     def attempt(o: choice.Option) -> str:
-        if o.candidate.pool.name in failing:
+        if o.pool.name in failing:
             raise choice.GrantFailed("cannot slice")
-        return o.candidate.pool.name
+        return o.pool.name
 
     return attempt
 

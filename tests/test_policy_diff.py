@@ -3,6 +3,7 @@ holding their pool's shared set object (the fast path compares by identity)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from unittest import mock
 
 from hypothesis import given, settings
@@ -28,8 +29,11 @@ SHAPES = (
     (CpuKind.RESERVED, 0, 100, False),
 )
 
+# (action, shape, slot); action 0 creates (releases when the slot is taken), 1 releases, 2
+# resizes in place with hyperthreads hidden or shown the other way round (its pinning changes
+# kind: plain shared or pinned on its own)
 steps = st.lists(
-    st.tuples(st.booleans(), st.integers(0, len(SHAPES) - 1), st.integers(0, 11)),
+    st.tuples(st.integers(0, 2), st.integers(0, len(SHAPES) - 1), st.integers(0, 11)),
     min_size=1,
     max_size=40,
 )
@@ -58,12 +62,16 @@ def check_updates(
             assert g.cpus == e.shared_cpus(g.pool), f"{cid}: not the pool's shared set"
 
 
-def run_steps(e: Engine, steps: list[tuple[bool, int, int]]) -> None:
-    """Create or release containers by slot, checking every step's updates."""
-    for n, (create, shape, slot) in enumerate(steps):
+def run_steps(e: Engine, steps: list[tuple[int, int, int]]) -> None:
+    """Create, resize or release containers by slot, checking every step's updates."""
+    for n, (action, shape, slot) in enumerate(steps):
         before = {cid: g.cpus for cid, g in e.grants.items()}
         cid = f"c{slot}"
-        if create and cid not in e.grants:
+        if action == 2 and cid in e.grants:
+            asked = e.grants[cid].request
+            d = e.resize(replace(asked, hide_hyperthreads=not asked.hide_hyperthreads))
+            check_updates(e, before, d.updates, cid)
+        elif action == 0 and cid not in e.grants:
             kind, excl, shared, hide = SHAPES[shape]
             try:
                 d = e.place(req(cid, kind, exclusive=excl, shared=shared, hide_hyperthreads=hide))
@@ -78,7 +86,7 @@ def run_steps(e: Engine, steps: list[tuple[bool, int, int]]) -> None:
 @settings(max_examples=40, deadline=None)
 @given(steps=steps, reserve=st.integers(0, len(OPTIONS) - 1))
 def test_diff_names_exactly_the_changed_containers(
-    steps: list[tuple[bool, int, int]], reserve: int
+    steps: list[tuple[int, int, int]], reserve: int
 ) -> None:
     run_steps(Engine(MACHINE, OPTIONS[reserve]), steps)
 
@@ -131,9 +139,42 @@ def test_a_pool_back_at_an_earlier_shared_set_gives_the_same_updates() -> None:
 
 @settings(max_examples=20, deadline=None)
 @given(steps=steps)
-def test_forgetting_kept_shared_sets_changes_no_update(steps: list[tuple[bool, int, int]]) -> None:
+def test_forgetting_kept_shared_sets_changes_no_update(steps: list[tuple[int, int, int]]) -> None:
     """With room for only two shared sets, kept sets are forgotten all the time; updates stay
     exactly the changed containers."""
     e = Engine(MACHINE, Options())
     with mock.patch.object(engine_module, "_SHARED_SETS_KEPT", 2):
         run_steps(e, steps)
+
+
+def test_a_resize_that_hides_hyperthreads_keeps_later_updates_exact() -> None:
+    """Resized in place, a shared container changes from plain (pinned to the pool's shared set)
+    to pinned on its own and back; the diffs that follow treat it as what it now is."""
+    e = Engine(MACHINE, Options(reserved_resources=CpuAmount(milli=0)))
+    pool = e.pool_index(e.place(req("s", shared=100)).pool)
+    for hide in (True, False):
+        e.resize(req("s", shared=100, hide_hyperthreads=hide))
+        before = {cid: g.cpus for cid, g in e.grants.items()}
+        d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=pool)
+        assert d.pool == e.pools[pool].name
+        check_updates(e, before, d.updates, "x")
+        assert [u.container_id for u in d.updates] == ["s"]
+        before = {cid: g.cpus for cid, g in e.grants.items()}
+        check_updates(e, before, e.release("x"), "x")
+
+
+def test_updates_of_several_pools_come_in_container_id_order() -> None:
+    """Exclusive CPUs of a NUMA node leave the shared sets of its socket and of the root too:
+    the shared containers of all three are updated, in one list by container id."""
+    e = Engine(MACHINE, Options(reserved_resources=CpuAmount(milli=0)))
+    leaf = next(p.index for p in e.pools if not p.children)
+    socket = e.pools[leaf].parent
+    assert socket is not None
+    for cid, pool in (("a", leaf), ("b", 0), ("c", socket), ("d", leaf), ("e", 0)):
+        assert e.place(req(cid, shared=100), hint=pool).pool == e.pools[pool].name
+    e.resize(req("d", shared=100, hide_hyperthreads=True))  # pinned on its own
+    before = {cid: g.cpus for cid, g in e.grants.items()}
+    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2), hint=leaf)
+    assert d.pool == e.pools[leaf].name
+    check_updates(e, before, d.updates, "x")
+    assert [u.container_id for u in d.updates] == ["a", "b", "c", "d", "e"]

@@ -2,9 +2,10 @@
 constraints put on pools, the order feasible pools are tried in, and the trace that says, as data,
 why each pool won or lost.
 
-Pure: the engine scores the pools from its accounting (`scoring.Candidate`) and passes a function
-that computes a grant in one pool; the first pool in order whose grant can be computed wins, every
-later one lost to it on the first sort-key criterion that told them apart.
+Pure: each feasible pool gets its sort key (`scoring.sort_key`) from the engine's accounting, and
+the engine passes a function that computes a grant in one pool; the first pool in order whose
+grant can be computed wins, every later one lost to it on the first sort-key criterion that told
+them apart.
 """
 
 from __future__ import annotations
@@ -47,14 +48,14 @@ class Option(NamedTuple):
     tuple: one is made per feasible pool per decision)."""
 
     key: tuple[object, ...]
-    candidate: scoring.Candidate
+    pool: Pool
+    hint_miss: int  # hinted NUMA nodes the pool does not cover
     zone: frozenset[int]
     relaxed: bool  # the zone widened beyond the pool's own nodes
     span: tuple[int, ...]  # the nodes exclusive CPUs would span (scored by them), or ()
 
 
-@dataclass(frozen=True, slots=True)
-class Chosen(Generic[T]):
+class Chosen(NamedTuple, Generic[T]):
     """The result of a choice: the grant (None when no pool could make one), the trace in pool
     order and the runner-up, the first pool that lost to the winner."""
 
@@ -76,45 +77,79 @@ def hints_problem(req: Request, pool: Pool) -> str | None:
     )
 
 
-def unfit(req: Request, pool: Pool, ledger: Ledger, uses_exclusive: bool) -> str | None:
-    """Why the pool's CPUs cannot hold the request's, or None."""
-    p = pool.index
-    k = req.exclusive if uses_exclusive else 0
-    shared_part = req.shared if req.kind is not CpuKind.EXCLUSIVE else 0
-    new_user = int(
-        req.kind is not CpuKind.EXCLUSIVE and not (req.kind is CpuKind.ISOLATED and req.shared == 0)
+class Demand(NamedTuple):
+    """What a request asks of every pool's CPU accounts, worked out once per decision."""
+
+    exclusive: int  # CPUs to slice off the shared ones (none for a shared request)
+    shared: int  # milli-CPU charged to shared capacity
+    new_user: int  # 1 when the container will run on shared CPUs
+    isolated: bool  # its exclusive CPUs may come from isolated ones (kind ISOLATED)
+    require_isolated: bool
+    asked_exclusive: int  # as requested, for the reasons given
+    asked_shared: int
+
+
+def demand(req: Request, uses_exclusive: bool) -> Demand:
+    """The request's `Demand`; `uses_exclusive`: its kind takes exclusive CPUs."""
+    kind = req.kind
+    return Demand(
+        exclusive=req.exclusive if uses_exclusive else 0,
+        shared=req.shared if kind is not CpuKind.EXCLUSIVE else 0,
+        new_user=int(
+            kind is not CpuKind.EXCLUSIVE and not (kind is CpuKind.ISOLATED and req.shared == 0)
+        ),
+        isolated=kind is CpuKind.ISOLATED,
+        require_isolated=req.require_isolated,
+        asked_exclusive=req.exclusive,
+        asked_shared=req.shared,
     )
-    if req.kind is CpuKind.ISOLATED and len(ledger.free_iso[p]) >= k:
-        k = 0  # the exclusive part comes from isolated CPUs
-    elif req.require_isolated:
-        return f"{len(ledger.free_iso[p])} free isolated CPUs, {req.exclusive} required"
+
+
+def room(d: Demand, pool: Pool, ledger: Ledger) -> tuple[str | None, int]:
+    """Why the pool's CPUs cannot hold the demand, with 0; or None when they can, with the
+    milli-CPU still grantable from its shared CPUs (`Ledger.allocatable`, found on the same
+    walk up its chain)."""
+    p = pool.index
+    k, shared_part, new_user = d.exclusive, d.shared, d.new_user
     shared_cpus = ledger.shared_cpus
-    if k:
-        partial = ledger.partial
-        to_slice = len(shared_cpus[p] - partial) if partial else len(shared_cpus[p])
+    if d.isolated and len(ledger.free_iso[p]) >= k:
+        k = 0  # the exclusive part comes from isolated CPUs
+    elif d.require_isolated:
+        why = f"{len(ledger.free_iso[p])} free isolated CPUs, {d.asked_exclusive} required"
+        return why, 0
+    if k:  # (without a set difference of the shared CPUs: the partial set is one CPU at most)
+        to_slice = len(shared_cpus[p]) - len(ledger.partial & shared_cpus[p])
         if to_slice < k:
-            return f"{to_slice} CPUs free to slice, {k} needed"
+            return f"{to_slice} CPUs free to slice, {k} needed", 0
     sub_shared, sub_users, reserved_in = (
         ledger.sub_shared,
         ledger.sub_users,
         ledger.partial_reserved_in,
     )
+    least: int | None = None
     for a in ledger.chain[p]:  # need_cpus inlined: this runs for every pool of a decision
-        need = -(-(sub_shared[a] + shared_part + reserved_in[a]) // 1000)
+        n = len(shared_cpus[a])
+        granted = sub_shared[a] + reserved_in[a]
+        need = -(-(granted + shared_part) // 1000)
         if need < 1 and sub_users[a] + new_user > 0:
             need = 1
-        if len(shared_cpus[a]) - k < need:
+        if n - k < need:
             if a == p:
-                return (
-                    f"{ledger.allocatable(p)}m shared capacity left, {req.shared}m shared and "
-                    f"{k} exclusive CPUs requested"
+                why = (
+                    f"{ledger.allocatable(p)}m shared capacity left, {d.asked_shared}m shared "
+                    f"and {k} exclusive CPUs requested"
                 )
-            return f"ancestor {ledger.pool_names[a]} keeps too few shared CPUs"
+                return why, 0
+            return f"ancestor {ledger.pool_names[a]} keeps too few shared CPUs", 0
+        left = 1000 * n - granted
+        if least is None or left < least:
+            least = left
+    assert least is not None  # a chain holds at least the pool itself
     if new_user and not shared_cpus[p]:
-        return "no shared CPU left"
+        return "no shared CPU left", 0
     if not pool.cpus:
-        return "no CPUs"
-    return None
+        return "no CPUs", 0
+    return None, least
 
 
 def not_single_numa(pool: Pool, relaxed: bool) -> str | None:
@@ -135,7 +170,7 @@ class Board:
     pools: tuple[Pool, ...]
     ledger: Ledger
     shaper: Shaper
-    numa: tuple[tuple[int, float], ...]  # per pool: its CPUs' NUMA nodes, their mean distance
+    numa: tuple[tuple[int, float], ...]  # per pool: its CPUs' `scoring.numa_measure`
     pool_tiers: tuple[frozenset[MemoryTier], ...]
     pack: bool  # shared_placement "pack": pools already hosting shared containers first
 
@@ -156,17 +191,18 @@ def options(
     widen: bool,
     squeeze: bool,
 ) -> tuple[list[Option], list[PoolScore]]:
-    """The pools that can hold the request, each scored (`scoring.Candidate`) with the memory
-    zone it would get, and the others with why they cannot (in pool order)."""
+    """The pools that can hold the request, each with its sort key (`scoring.sort_key`) and the
+    memory zone it would get, and the others with why they cannot (both in pool order)."""
     uses_exclusive = req.kind in EXCLUSIVE_KINDS
     shaper, ledger = board.shaper, board.ledger
     spans = shaper.spans(req)
     preferred = shaper.preferred(req) if uses_exclusive else frozenset()
     options: list[Option] = []
     unfit_pools: list[PoolScore] = []
+    # what does not depend on the pool, asked once
+    asked = demand(req, uses_exclusive)
     pack = board.pack
     strict_hints = req.strict_hints and bool(req.hint_nodes)
-    # what does not depend on the pool, asked once
     k = req.exclusive
     isolated = req.kind is CpuKind.ISOLATED
     burst_limit = (
@@ -175,9 +211,16 @@ def options(
         else None
     )
     hint_nodes = req.hint_nodes
+    single_numa = req.single_numa
+    free_iso, shared_cpus, users, sub_users = (
+        ledger.free_iso,
+        ledger.shared_cpus,
+        ledger.users,
+        ledger.sub_users,
+    )
     for p in board.pools:
         i = p.index
-        reason = unfit(req, p, ledger, uses_exclusive)
+        reason, alloc = room(asked, p, ledger)
         if reason is None and strict_hints:
             reason = hints_problem(req, p)
         if reason is None:
@@ -188,33 +231,36 @@ def options(
             else:
                 if relaxed and strict_hints:
                     reason = "strict topology hints: memory would widen beyond the pool"
-        if reason is None and req.single_numa:
+        if reason is None and single_numa:
             reason = not_single_numa(p, relaxed)
         if reason is not None:
             unfit_pools.append(PoolScore(p.name, (), Verdict(Outcome.UNFIT, reason)))
             continue
         span = shaper.span(req, p) if spans else ()
-        n_nodes, dist = board.numa[i]
+        numa = board.numa[i]
         if span:
-            n_nodes, dist = len(span), numasets.average_distance(board.machine, span)
-        alloc = ledger.allocatable(i)
-        cand = scoring.Candidate(
-            pool=p,
-            affinity=weights[i],
-            hint_miss=len(hint_nodes - p.cpu_nodes - p.nodes) if hint_nodes else 0,
-            tier_miss=not tiers <= board.pool_tiers[i],
-            relaxed=relaxed,
-            burst_short=burst_limit is not None and alloc < burst_limit,
-            isolated_short=isolated and len(ledger.free_iso[i]) < k,
-            numa_nodes=n_nodes,
-            numa_distance=dist,
-            cores_short=bool(preferred) and len(ledger.shared_cpus[i] & preferred) < k,
-            exclusive=uses_exclusive,
-            # packing: pools already hosting shared containers first, whole pools stay free
-            colocated=int(not ledger.sub_users[i]) if pack else len(ledger.users[i]),
-            free_shared=alloc,
+            numa = scoring.numa_measure(len(span), numasets.average_distance(board.machine, span))
+        hint_miss = len(hint_nodes - p.cpu_nodes - p.nodes) if hint_nodes else 0
+        if uses_exclusive:  # spread exclusive CPUs to the pool with most room
+            colocated = 0
+        elif pack:  # pools already hosting shared containers first, whole pools stay free
+            colocated = int(not sub_users[i])
+        else:
+            colocated = len(users[i])
+        key = scoring.sort_key(
+            p,
+            weights[i],
+            hint_miss,
+            not tiers <= board.pool_tiers[i],
+            relaxed,
+            burst_limit is not None and alloc < burst_limit,
+            isolated and len(free_iso[i]) < k,
+            numa,
+            bool(preferred) and len(shared_cpus[i] & preferred) < k,
+            colocated,
+            alloc,
         )
-        options.append(Option(scoring.sort_key(cand), cand, zone, relaxed, span))
+        options.append(Option(key, p, hint_miss, zone, relaxed, span))
     return options, unfit_pools
 
 
@@ -233,20 +279,18 @@ def choose(
     `order` gives each pool's place in the trace."""
     ranked = sorted(options, key=_by_key)
     if hint is not None:
-        ranked.sort(key=lambda o: o.candidate.pool.index != hint)
+        ranked.sort(key=lambda o: o.pool.index != hint)
     scores = list(unfit)
     grant: T | None = None
-    winner: tuple[str, tuple[object, ...]] | None = None
+    winner: str | None = None
+    winner_key: tuple[object, ...] = ()
     runner_up: PoolScore | None = None
+    lost = Outcome.LOST
     for o in ranked:
-        name = o.candidate.pool.name
+        name = o.pool.name
         if winner is not None:
-            lost = Verdict(
-                Outcome.LOST,
-                winner=winner[0],
-                criterion=scoring.losing_criterion(o.key, winner[1]),
-            )
-            score = PoolScore(name, o.key, lost)
+            criterion = scoring.losing_criterion(o.key, winner_key)
+            score = PoolScore(name, o.key, Verdict(lost, "", winner, criterion))
             if runner_up is None:
                 runner_up = score
             scores.append(score)
@@ -256,7 +300,7 @@ def choose(
         except GrantFailed as e:
             scores.append(PoolScore(name, o.key, Verdict(Outcome.FAILED, str(e))))
             continue
-        winner = (name, o.key)
+        winner, winner_key = name, o.key
         scores.append(PoolScore(name, o.key, CHOSEN))
     scores.sort(key=lambda s: order[s.pool])
     return Chosen(grant, tuple(scores), runner_up)

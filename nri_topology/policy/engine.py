@@ -7,7 +7,7 @@ format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zone
 choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
 the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
-Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.unfit`):
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
   of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
@@ -54,6 +54,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
+from operator import attrgetter
 from types import MappingProxyType
 
 from nri_topology.policy import (
@@ -86,7 +88,7 @@ from nri_topology.policy.types import (
 )
 from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import Machine, MemoryTier, tier_set
+from nri_topology.topology.model import Machine, MemoryTier
 
 # Containers named changed (`take_changed`) before the engine stops naming them and reports all:
 # more than change between two checkpoint writes, and a bound when nobody asks.
@@ -202,6 +204,7 @@ class Engine:
         self._grants_view = MappingProxyType(self._grants)
         self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self._book = MemoryBook(machine)
+        self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
         self._board = choice.Board(
@@ -275,7 +278,7 @@ class Engine:
         if not nodes:
             return (0, 0.0)
         total = sum(self.machine.distance(a, b) for a in nodes for b in nodes)
-        return (len(nodes), total / (len(nodes) ** 2))
+        return scoring.numa_measure(len(nodes), total / (len(nodes) ** 2))
 
     # ----------------------------------------------------------------------------------------
     # Accounting helpers
@@ -562,7 +565,7 @@ class Engine:
         memory requests known (a Burstable container's may be unknown, 0 here, while its limit
         is charged) within the machine's memory."""
         total = self._memory_requested + req.memory_request
-        return total <= self._book.capacity(frozenset(self.machine.nodes))
+        return total <= self._memory_capacity
 
     def _on_reserved(self, req: Request) -> Grant | None:
         """A shared grant on the reserved CPUs, the kubelet's shared CPUs of last resort."""
@@ -715,12 +718,12 @@ class Engine:
 
         def attempt(o: choice.Option) -> Grant:
             shape = self._shaper.shape(
-                req, o.candidate.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
+                req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
             g = self._grant(req, shape)
-            g.reason = _reason(g, o.candidate.pool.name, fallback, shape.note)
+            g.reason = _reason(g, o.pool.name, fallback, shape.note)
             if req.hint_nodes:
-                g.reason += "; " + _hinted(req, o.candidate.hint_miss)
+                g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
         chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
@@ -809,7 +812,7 @@ class Engine:
             for a in self._chain[g.pool]:
                 self._ledger.sub_shared[a] += g.shared
                 self._ledger.sub_users[a] += 1
-            self._ledger.users[g.pool][cid] = g
+            self._ledger.add_user(g.pool, cid, g, self._plain(g))
         self._book.charge(g.zone, g.memory)
         self._memory_requested += g.request.memory_request
         self._grants[cid] = g
@@ -840,7 +843,7 @@ class Engine:
             for a in self._chain[g.pool]:
                 self._ledger.sub_shared[a] -= g.shared
                 self._ledger.sub_users[a] -= 1
-            del self._ledger.users[g.pool][cid]
+            self._ledger.remove_user(g.pool, cid)
         self._book.refund(g.zone, g.memory)
         self._memory_requested -= g.request.memory_request
 
@@ -862,44 +865,74 @@ class Engine:
             seen.update(self._pools_of_cpu.get(c, ()))
         return sorted(seen)
 
-    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
-        """Updates for shared containers in touched pools whose cpuset really changed.
+    def _plain(self, g: Grant) -> bool:
+        """Whether a shared user is pinned to exactly its pool's shared set (`pin`)."""
+        return self.options.pin_cpu and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
 
-        Containers on nothing but their pool's shared CPUs are handled per pool: they all get the
-        pool's shared set object, an unchanged one is seen by identity, and their Updates are
-        kept per shared set and container (shared containers move among a few sets).
+    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
+        """Updates, by container id, for shared containers in touched pools whose cpuset really
+        changed; `skip` (the container the operation is for) is left alone.
+
+        The plain ones, on nothing but their pool's shared set, are handled per pool in bulk
+        (`_repin`); the others are pinned one by one.
         """
-        changed: dict[str, Update] = {}
-        plain_ok = self.options.pin_cpu
-        shared_kind = CpuKind.SHARED
+        ledger = self._ledger
+        runs: list[list[Update]] = []  # each in container id order
         for x in op.touched:
-            users = self._ledger.users[x]
-            if not users:
-                continue
-            shared = self._ledger.shared_cpus[x]
-            kept: tuple[Placement, dict[str, Update]] | None = None
-            for cid, g in users.items():
+            if ledger.plain_ids[x]:
+                run = self._repin(x, skip)
+                if run:
+                    runs.append(run)
+            for cid, g in ledger.pinned[x].items():
                 if cid == skip:
-                    continue
-                if plain_ok and g.kind is shared_kind and not g.request.hide_hyperthreads:
-                    old = g.cpus
-                    if old is shared:
-                        continue
-                    g.cpus = shared
-                    if old == shared:
-                        continue
-                    if kept is None:  # a set not interned (a pool's initial one) gets its own
-                        kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
-                    u = kept[1].get(cid)
-                    if u is None:
-                        u = kept[1][cid] = Update(cid, kept[0])
-                    changed[cid] = u
                     continue
                 cpus = self.pin(g)
                 if cpus != g.cpus:
                     g.cpus = cpus
-                    changed[cid] = Update(cid, Placement(cpus=cpus, mems=None))
-        return tuple([changed[cid] for cid in sorted(changed)])
+                    runs.append([Update(cid, Placement(cpus=cpus, mems=None))])
+        if not runs:
+            return ()
+        if len(runs) == 1:
+            return tuple(runs[0])
+        return tuple(sorted(chain.from_iterable(runs), key=_BY_CONTAINER))
+
+    def _repin(self, x: int, skip: str) -> list[Update]:
+        """Pin the plain users of pool x (but `skip`) to its shared set; the Updates, in
+        container id order, of those whose cpuset changed.
+
+        They all get the pool's shared set object, so an unchanged one is seen by identity, and
+        their Updates are kept per shared set and container (shared containers move among a few
+        sets).
+        """
+        ledger = self._ledger
+        shared = ledger.shared_cpus[x]
+        grants = ledger.plain_grants[x]
+        protect = ledger.plain_grant(x, skip) if skip else None
+        if protect is None and shared not in list(map(_CPUS, grants)):
+            # the usual case, the pool's shared set changed under all of them: no test each
+            for g in grants:
+                g.cpus = shared
+            ids = ledger.plain_ids[x]
+        else:
+            moved: list[Grant] = []
+            for g in grants:
+                old = g.cpus
+                if old is not shared and g is not protect:
+                    g.cpus = shared
+                    if old != shared:
+                        moved.append(g)
+            if not moved:
+                return []
+            ids = ledger.plain_ids[x] if len(moved) == len(grants) else [_ID(g) for g in moved]
+        # a set not interned (a pool's initial one) gets its own
+        placement, kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
+        updates = list(map(kept.get, ids))
+        if not all(updates):  # (not `None in`: that calls Update.__eq__ on each)
+            for i, u in enumerate(updates):
+                if u is None:
+                    cid = ids[i]
+                    updates[i] = kept[cid] = Update(cid, placement)
+        return updates  # type: ignore[return-value]  # no None left
 
     def _decision(
         self,
@@ -914,7 +947,7 @@ class Engine:
             kind=g.kind,
             placement=self.placement(g),
             exclusive=g.exclusive,
-            memory_tiers=tier_set(self.machine.nodes[n].tier for n in g.zone),
+            memory_tiers=self._zones.tiers_of(g.zone),
             updates=updates,
             reason=g.reason,
             trace=trace,
@@ -950,7 +983,10 @@ class Engine:
             return self.place(req)
         if _same_amounts(old.request, req):
             self._memory_requested += req.memory_request - old.request.memory_request
+            plain = old.uses_shared and self._plain(old)
             old.request = req  # pinning details (hyperthreads, memory) may still change
+            if old.uses_shared and self._plain(old) != plain:
+                self._ledger.refile(old.pool, cid, old, not plain)
             self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
@@ -1146,6 +1182,11 @@ class Engine:
                     )
                 )
         return tuple(updates)
+
+
+_BY_CONTAINER = attrgetter("container_id")  # Update.container_id
+_ID = attrgetter("request.container_id")  # Grant's
+_CPUS = attrgetter("cpus")  # Grant's
 
 
 def _same_amounts(a: Request, b: Request) -> bool:

@@ -1,13 +1,15 @@
 """The CPU accounts of the pool tree: per pool its shared cpuset, its isolated CPUs not granted,
-and the shared milli-CPU and containers of its subtree; and the capacity questions asked of them.
+the shared milli-CPU and containers of its subtree and the shared containers placed in it; and
+the capacity questions asked of them.
 
 The engine changes the accounts when it commits or undoes a grant; the pool choice only reads
-them (`choice.unfit`). The lists are changed in place and never replaced, so a reader may keep
+them (`choice.room`). The lists are changed in place and never replaced, so a reader may keep
 them for the length of one decision.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from nri_topology.policy.pools import Pool
@@ -37,6 +39,12 @@ class Ledger:
         self.sub_shared = [0] * n  # milli-CPU granted from shared CPUs in the subtree
         self.sub_users = [0] * n  # shared containers in the subtree
         self.users: list[dict[str, Grant]] = [{} for _ in range(n)]  # shared users, direct
+        # The same users in two parts (`add_user`): the plain ones, pinned to exactly the pool's
+        # shared set, by container id in order with their grants alongside, so that an update
+        # diff walks them in bulk and in id order; and the others, each pinned on its own.
+        self.plain_ids: list[list[str]] = [[] for _ in range(n)]
+        self.plain_grants: list[list[Grant]] = [[] for _ in range(n)]
+        self.pinned: list[dict[str, Grant]] = [{} for _ in range(n)]
 
     def capacity(self, p: int) -> int:
         """Shared milli-CPU the pool's shared CPUs hold."""
@@ -60,3 +68,39 @@ class Ledger:
         if self.sub_users[p] + extra_users > 0:
             need = max(need, 1)
         return need
+
+    def add_user(self, p: int, cid: str, g: Grant, plain: bool) -> None:
+        """A shared user placed directly in pool p; `plain`: pinned to the pool's shared set."""
+        self.users[p][cid] = g
+        self._file(p, cid, g, plain)
+
+    def remove_user(self, p: int, cid: str) -> None:
+        del self.users[p][cid]
+        self._unfile(p, cid)
+
+    def refile(self, p: int, cid: str, g: Grant, plain: bool) -> None:
+        """A user whose pinning changed kind (a resize in place), its place in `users` kept."""
+        self._unfile(p, cid)
+        self._file(p, cid, g, plain)
+
+    def plain_grant(self, p: int, cid: str) -> Grant | None:
+        """The grant of a plain user of pool p, None when it is not one."""
+        ids = self.plain_ids[p]
+        i = bisect_left(ids, cid)
+        return self.plain_grants[p][i] if i < len(ids) and ids[i] == cid else None
+
+    def _file(self, p: int, cid: str, g: Grant, plain: bool) -> None:
+        if plain:
+            ids = self.plain_ids[p]
+            i = bisect_left(ids, cid)
+            ids.insert(i, cid)
+            self.plain_grants[p].insert(i, g)
+        else:
+            self.pinned[p][cid] = g
+
+    def _unfile(self, p: int, cid: str) -> None:
+        if self.pinned[p].pop(cid, None) is None:
+            ids = self.plain_ids[p]
+            i = bisect_left(ids, cid)
+            del ids[i]
+            del self.plain_grants[p][i]

@@ -47,10 +47,15 @@ class MemoryBook:
         """Whether charging `size` more bytes to `zone` keeps every zone within its capacity."""
         if size <= 0:
             return True
-        if self.used(zone) + size > self.capacity(zone):
+        used, capacity = self._used.get(zone), self._capacity.get(zone)  # asked per pool
+        if used is None:
+            used = self.used(zone)
+        if capacity is None:
+            capacity = self.capacity(zone)
+        if used + size > capacity:
             return False
         for other in self._charged:
-            if other != zone and zone < other and self.used(other) + size > self.capacity(other):
+            if zone < other and self.used(other) + size > self.capacity(other):
                 return False
         return True
 

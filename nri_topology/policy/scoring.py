@@ -54,7 +54,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import ne
-from typing import NamedTuple
 
 from nri_topology.policy.pools import Pool
 
@@ -75,41 +74,46 @@ CRITERIA = (
 DISTANCE_DECAY = 0.75
 
 
-class Candidate(NamedTuple):
-    """What the engine measured of one feasible pool for one request (a tuple: the engine makes
-    one per pool per decision, and a tuple is cheaper to build than a frozen dataclass)."""
-
-    pool: Pool
-    affinity: float
-    hint_miss: int  # hinted NUMA nodes the pool does not cover
-    tier_miss: bool
-    relaxed: bool
-    burst_short: bool
-    isolated_short: bool
-    numa_nodes: int
-    numa_distance: float
-    cores_short: bool  # too few free CPUs of the preferred core kind (hybrid machines)
-    exclusive: bool  # the request takes whole CPUs (spreading) rather than only shared ones
-    colocated: int
-    free_shared: int  # milli-CPU
+def numa_measure(nodes: int, distance: float) -> tuple[int, float]:
+    """The `numa` criterion of nodes spanned at an average distance: rounded, so that float
+    noise in the distance never decides."""
+    return (nodes, round(distance, 9))
 
 
-def sort_key(c: Candidate) -> tuple[object, ...]:
-    """The documented sort key of a candidate (see the module docstring)."""
-    load = (0, -c.free_shared) if c.exclusive else (c.colocated, -c.free_shared)
-    affinity = c.affinity
+def sort_key(
+    pool: Pool,
+    affinity: float,
+    hint_miss: int,
+    tier_miss: bool,
+    relaxed: bool,
+    burst_short: bool,
+    isolated_short: bool,
+    numa: tuple[int, float],
+    cores_short: bool,
+    colocated: int,
+    free_shared: int,
+) -> tuple[object, ...]:
+    """The documented sort key of a feasible pool (see the module docstring) from what was
+    measured of it for one request.
+
+    `hint_miss`: hinted NUMA nodes the pool does not cover; `numa`: the nodes the grant would
+    span (`numa_measure`); `cores_short`: too few free CPUs of the preferred core kind (hybrid
+    machines); `colocated`: 0 for a request taking whole CPUs (spreading), else the pool's
+    colocation count; `free_shared`: milli-CPU. Positional and building the tuple directly: the
+    engine asks for one per feasible pool per decision.
+    """
     return (
         -round(affinity, 9) if affinity else -affinity,  # most requests have none
-        c.hint_miss,
-        int(c.tier_miss),
-        int(c.relaxed),
-        int(c.burst_short),
-        int(c.isolated_short),
-        (c.numa_nodes, round(c.numa_distance, 9)),
-        int(c.cores_short),
-        -c.pool.depth,
-        load,
-        c.pool.index,
+        hint_miss,
+        1 if tier_miss else 0,
+        1 if relaxed else 0,
+        1 if burst_short else 0,
+        1 if isolated_short else 0,
+        numa,
+        1 if cores_short else 0,
+        -pool.depth,
+        (colocated, -free_shared),
+        pool.index,
     )
 
 

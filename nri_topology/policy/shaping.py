@@ -8,7 +8,7 @@ zone to the nodes those CPUs sit on. It reads the ledger and the memory book and
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from nri_topology.policy import cpuallocator, numasets
 from nri_topology.policy.choice import GrantFailed
@@ -20,9 +20,9 @@ from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, CpuPriority, Req
 from nri_topology.topology.model import Machine, MemoryTier
 
 
-@dataclass(frozen=True, slots=True)
-class GrantShape:
-    """What a grant is made of before it exists: where, which CPUs, how much, which memory."""
+class GrantShape(NamedTuple):
+    """What a grant is made of before it exists: where, which CPUs, how much, which memory (a
+    tuple: one is made per decision)."""
 
     pool: int
     kind: CpuKind
@@ -69,7 +69,9 @@ class Shaper:
         pool has one node (its own measure holds) or its nodes cannot hold the request."""
         if len(pool.cpu_nodes) < 2:
             return ()
-        free = self.ledger.shared_cpus[pool.index] - self.ledger.partial
+        free = self.ledger.shared_cpus[pool.index]
+        if not self.ledger.partial.isdisjoint(free):  # (asked per pool: no copy without need)
+            free = free - self.ledger.partial
         if req.hint_nodes:
             near = free & self.near_devices(req)
             if len(near) >= req.exclusive:  # the devices' CPUs come first (see `_pick`)

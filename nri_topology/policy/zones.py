@@ -4,7 +4,7 @@ A zone is the pool's nodes of the request's tiers; when they are full, the neare
 (up the tree), then, for a request that may be degraded, the next tiers (`admission.TIER_ORDER`).
 Only the `MemoryBook` changes between decisions; the caches here depend on the machine and the
 pool tree alone, which are fixed for one engine, so they are never invalidated, and bounded by
-(pools x tier sets) and the zones grants were given.
+(pools x tier sets), the tier sets asked for and the zones grants were given.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from nri_topology.policy import admission
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.pools import Pool
 from nri_topology.policy.types import PolicyError, Request
-from nri_topology.topology.model import Machine, MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier, tier_set
 
 
 class Zones:
@@ -34,14 +34,16 @@ class Zones:
         # Per (pool, tier set): its nodes; per tier set: with normal memory ensured; per zone:
         # its tiers. Asked for by every decision, for every pool.
         self._nodes_cache: dict[tuple[int, frozenset[MemoryTier]], frozenset[int]] = {}
+        # Per tier set: per pool, the zones `_zone_in` tries up its chain (`_chain_zones`).
+        self._chains_cache: dict[frozenset[MemoryTier], tuple[tuple[frozenset[int], ...], ...]] = {}
         self._normal_cache: dict[frozenset[MemoryTier], frozenset[MemoryTier]] = {}
         self._zone_tiers: dict[frozenset[int], frozenset[MemoryTier]] = {}
 
     def tiers_of(self, zone: frozenset[int]) -> frozenset[MemoryTier]:
-        """The tiers of a zone's nodes."""
+        """The tiers of a zone's nodes (`tier_set`: one object per value)."""
         tiers = self._zone_tiers.get(zone)
         if tiers is None:
-            tiers = self._zone_tiers[zone] = frozenset(self._machine.nodes[n].tier for n in zone)
+            tiers = self._zone_tiers[zone] = tier_set(self._machine.nodes[n].tier for n in zone)
         return tiers
 
     def tiers(self, req: Request) -> frozenset[MemoryTier]:
@@ -100,37 +102,54 @@ class Zones:
         unless `widen` and `squeeze`: then the root's nodes of every tier tried, which the grant is
         charged what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
         """
-        try:
-            return self._zone_in(p, tiers, size)
-        except LookupError:
-            wider: frozenset[MemoryTier] | None = tiers
-            widest = tiers
-            while widen and wider is not None:
-                wider = admission.widen_tiers(wider, self._tiers_on_machine)
-                if wider is not None:
-                    widest = wider
-                    try:
-                        return self._zone_in(p, wider, size)
-                    except LookupError:
-                        continue
-            zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
-            if not zone:
-                raise
-            return zone, True
+        found = self._zone_in(p, tiers, size)
+        if found is not None:
+            return found
+        wider: frozenset[MemoryTier] | None = tiers
+        widest = tiers
+        while widen and wider is not None:
+            wider = admission.widen_tiers(wider, self._tiers_on_machine)
+            if wider is not None:
+                widest = wider
+                found = self._zone_in(p, wider, size)
+                if found is not None:
+                    return found
+        zone = self._nodes_of(0, widest) if widen and squeeze else frozenset()
+        if not zone:
+            raise LookupError(self._no_room(p, tiers, size))
+        return zone, True
+
+    def _chain_zones(self, tiers: frozenset[MemoryTier]) -> tuple[tuple[frozenset[int], ...], ...]:
+        """Per pool, the zones tried for memory of the tiers: its nodes of them, then each
+        ancestor's that differ from the last tried (none where a pool has no such nodes)."""
+        chains = self._chains_cache.get(tiers)
+        if chains is None:
+            per_pool = []
+            for p in range(len(self._pools)):
+                zones: list[frozenset[int]] = []
+                for a in self._chain[p]:
+                    zone = self._nodes_of(a, tiers)
+                    if zone and (not zones or zone != zones[-1]):
+                        zones.append(zone)
+                per_pool.append(tuple(zones))
+            chains = self._chains_cache[tiers] = tuple(per_pool)
+        return chains
 
     def _zone_in(
         self, p: int, tiers: frozenset[MemoryTier], size: int
-    ) -> tuple[frozenset[int], bool]:
-        first = True
-        last: frozenset[int] = frozenset()
-        for a in self._chain[p]:
-            zone = self._nodes_of(a, tiers)
-            if not zone or zone == last:
-                continue
-            last = zone
-            if self._book.fits(zone, size):
-                return zone, not first
-            first = False
-        if not last:
-            raise LookupError("no memory of the requested tiers")
-        raise LookupError(f"{size} bytes do not fit, {max(self._book.free(last), 0)} bytes free")
+    ) -> tuple[frozenset[int], bool] | None:
+        """The first zone up the pool's chain that holds `size` more bytes, and whether it is
+        not the pool's own; None when none does."""
+        chains = self._chains_cache.get(tiers) or self._chain_zones(tiers)
+        fits = self._book.fits
+        for i, zone in enumerate(chains[p]):
+            if fits(zone, size):
+                return zone, i > 0
+        return None
+
+    def _no_room(self, p: int, tiers: frozenset[MemoryTier], size: int) -> str:
+        """Why `_zone_in` found no zone."""
+        zones = self._chain_zones(tiers)[p]
+        if not zones:
+            return "no memory of the requested tiers"
+        return f"{size} bytes do not fit, {max(self._book.free(zones[-1]), 0)} bytes free"
