@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,7 @@ from nri_topology.ttrpc.codec import (
     Oversized,
     TtrpcError,
 )
+from nri_topology.ttrpc.connection import ClientConnection
 from nri_topology.ttrpc.server import CallContext, Handler, TtrpcServer
 
 SERVICE = "test.Echo"
@@ -436,3 +438,46 @@ async def test_protocol_error_ends_serve_and_closes_the_connection() -> None:
         assert await raw.reader.read() == b""
         await peer.serving[0]
         raw.writer.close()
+
+
+class _LostOnSend:
+    """A pushed channel whose first write finds the connection gone, as the mux reports it:
+    its reader learns of the loss, then the write fails."""
+
+    def __init__(self) -> None:
+        self.receiver: Any = None
+
+    def attach(self, receiver: Any) -> None:
+        self.receiver = receiver
+
+    async def recv(self) -> bytes:
+        raise AssertionError("a pushed channel is not read")
+
+    async def send(self, message: bytes) -> None:
+        self.receiver.connection_lost(ConnectionResetError("peer gone"))
+        raise ConnectionResetError("peer gone")
+
+    def close(self) -> None:
+        pass
+
+
+async def test_no_handler_starts_once_the_connection_is_lost() -> None:
+    """Two requests in one read: the first reply's write loses the connection, and the second
+    request's handler, already scheduled, must not run on a connection that is gone."""
+    calls: list[bytes] = []
+
+    async def echo(payload: bytes, ctx: CallContext) -> bytes:
+        calls.append(payload)
+        return payload
+
+    channel = _LostOnSend()
+    server = TtrpcServer(channel, {SERVICE: {"Echo": echo}})
+    serving = asyncio.create_task(server.serve())
+    while channel.receiver is None:
+        await asyncio.sleep(0)
+    client = ClientConnection()
+    _, first = client.request(SERVICE, "Echo", b"1")
+    _, second = client.request(SERVICE, "Echo", b"2")
+    channel.receiver.data_received(first + second)
+    await asyncio.wait_for(serving, 5)
+    assert calls == [b"1"]

@@ -105,6 +105,8 @@ class TtrpcServer:
         task.add_done_callback(self._handlers.discard)
 
     async def _handle(self, event: RequestReceived) -> None:
+        if self._over:  # lost since it was read (an earlier reply's write failed): not started
+            return
         request = event.request
         stream_id = event.stream_id
         service = self._services.get(request.service)
