@@ -6,11 +6,13 @@ from __future__ import annotations
 from dataclasses import replace
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.policy import engine as engine_module
 from nri_topology.policy.engine import Engine
+from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, Update
 from tests import machines
@@ -178,3 +180,15 @@ def test_updates_of_several_pools_come_in_container_id_order() -> None:
     assert d.pool == e.pools[leaf].name
     check_updates(e, before, d.updates, "x")
     assert [u.container_id for u in d.updates] == ["a", "b", "c", "d", "e"]
+
+
+def test_ledger_refuses_to_refile_a_user_it_never_filed() -> None:
+    """The plain users are kept by position; refiling an id that is not there must fail rather
+    than drop the user found at its place."""
+    pools = Engine(machines.load("4-socket"), Options()).pools
+    ledger = Ledger(pools, tuple((p.index,) for p in pools), frozenset(), (0,) * len(pools))
+    grant = mock.sentinel.grant
+    ledger.add_user(1, "b", grant, plain=True)  # type: ignore[arg-type]
+    with pytest.raises(KeyError):
+        ledger.refile(1, "a", grant, plain=False)  # type: ignore[arg-type]
+    assert ledger.plain_ids[1] == ["b"] and ledger.plain_grant(1, "b") is grant

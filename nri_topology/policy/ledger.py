@@ -102,5 +102,7 @@ class Ledger:
         if self.pinned[p].pop(cid, None) is None:
             ids = self.plain_ids[p]
             i = bisect_left(ids, cid)
+            if i == len(ids) or ids[i] != cid:  # never filed: deleting ids[i] would drop another
+                raise KeyError(cid)
             del ids[i]
             del self.plain_grants[p][i]
