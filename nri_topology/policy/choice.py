@@ -203,8 +203,7 @@ def options(
     asked = demand(req, uses_exclusive)
     pack = board.pack
     strict_hints = req.strict_hints and bool(req.hint_nodes)
-    k = req.exclusive
-    isolated = req.kind is CpuKind.ISOLATED
+    k, isolated = asked.asked_exclusive, asked.isolated
     burst_limit = (
         req.cpu_limit
         if req.qos is QoS.BURSTABLE and req.cpu_limit is not None and not uses_exclusive

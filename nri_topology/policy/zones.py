@@ -140,9 +140,8 @@ class Zones:
     ) -> tuple[frozenset[int], bool] | None:
         """The first zone up the pool's chain that holds `size` more bytes, and whether it is
         not the pool's own; None when none does."""
-        chains = self._chains_cache.get(tiers) or self._chain_zones(tiers)
         fits = self._book.fits
-        for i, zone in enumerate(chains[p]):
+        for i, zone in enumerate(self._chain_zones(tiers)[p]):
             if fits(zone, size):
                 return zone, i > 0
         return None
