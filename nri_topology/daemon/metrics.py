@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import structlog
 from prometheus_client import (
@@ -320,20 +321,25 @@ class Metrics:
 
     def request(self, method: str) -> None:
         """Counts one NRI request of `method`."""
-        counter = self._requests.get(method)
-        if counter is None:
-            counter = self._requests[method] = self.requests.labels(method)
-        counter.inc()
+        _bound(self._requests, self.requests, method).inc()
 
     def observe(self, operation: str, seconds: float) -> None:
         """Records the time the policy took for one `operation`."""
-        histogram = self._latencies.get(operation)
-        if histogram is None:
-            histogram = self._latencies[operation] = self.decision_latency.labels(operation)
-        histogram.observe(seconds)
+        _bound(self._latencies, self.decision_latency, operation).observe(seconds)
 
     def error(self, reason: str, count: int = 1) -> None:
         """Counts `count` errors of `reason`, one of `ERROR_REASONS`."""
         if reason not in ERROR_REASONS:
             raise ValueError(f"unknown error reason {reason!r}")
         self.errors.labels(reason).inc(count)
+
+
+_Series = TypeVar("_Series", Counter, Histogram)
+
+
+def _bound(children: dict[str, _Series], metric: _Series, value: str) -> _Series:
+    """The series of `metric` for one label value, bound once and kept in `children`."""
+    child = children.get(value)
+    if child is None:
+        child = children[value] = metric.labels(value)
+    return child
