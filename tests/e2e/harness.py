@@ -184,7 +184,7 @@ class Pod:
 
 
 def qos_named(name: str) -> QoS:
-    """"guaranteed", "burstable" or "besteffort", as the kubelet names its QoS cgroups."""
+    """ "guaranteed", "burstable" or "besteffort", as the kubelet names its QoS cgroups."""
     return next(q for q in QoS if q.value.lower() == name)
 
 
@@ -374,12 +374,17 @@ class Run:
         if wait:
             self.wait_plugin_ready()
 
-    def install_plugin(self) -> None:
+    def install_plugin(self, conf_d: str | None = None) -> None:
         """Install the shipped launcher (packaging/nri/90-nri-topology) for containerd to start,
-        with this checkout's Python and this run's paths in place of the installed ones."""
+        with this checkout's Python and this run's paths in place of the installed ones.
+
+        With `conf_d`, that is the conf.d file and the launcher's options are the shipped ones
+        (only the log file differs): the run's settings must then come from `conf_d`."""
         launcher = (REPO / "packaging/nri/90-nri-topology").read_text()
         launcher = launcher.replace("/opt/nri-topology/venv/bin/python", sys.executable)
         args = " ".join(self.plugin_args()[2:8])  # state, metrics port, log format (no socket)
+        if conf_d is not None:
+            args = ""
         launcher = launcher.replace(
             "--log-file /var/log/nri-topology.log",
             f"--log-file {self.plugin_log} {args} --log-level debug",
@@ -392,10 +397,11 @@ class Run:
         path = self.dir / "nri/plugins/90-nri-topology"
         path.write_text(f"#!/bin/sh\ncd {REPO}\n" + launcher.split("\n", 1)[1])
         path.chmod(0o755)
-        shutil.copyfile(
-            REPO / "packaging/nri/90-nri-topology.conf",
-            self.dir / "nri/conf.d/90-nri-topology.conf",
-        )
+        conf = self.dir / "nri/conf.d/90-nri-topology.conf"
+        if conf_d is None:
+            shutil.copyfile(REPO / "packaging/nri/90-nri-topology.conf", conf)
+        else:
+            conf.write_text(conf_d)
 
     def launched_plugin_pid(self) -> int | None:
         for pid in _processes_with(f"--log-file {self.plugin_log}"):

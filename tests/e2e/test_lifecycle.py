@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -143,6 +144,38 @@ def launched(run: Run) -> None:
         30,
     )
     assert run.launched_plugin_pid() is not None
+
+
+def test_preinstalled_plugin_takes_its_settings_from_the_conf_d_file(run: Run) -> None:
+    """The runtime never restarts a launched plugin with its conf.d file: the state path and
+    metrics port written there are the ones in force from the start, over the --config file's."""
+    decoy = run.dir / "decoy"
+    run.write_plugin_config(f"state:\n  path: {decoy / 'state.json'}\nmetrics:\n  enabled: false\n")
+    run.install_plugin(conf_d=f"state:\n  path: {run.state}\nmetrics:\n  port: {run.plugin_port}\n")
+    run.stop_containerd()
+    run.start_containerd()
+    wait_for(
+        "launched plugin configured",
+        lambda: any(e.get("event") == "configured by the NRI runtime" for e in run.plugin_events()),
+        30,
+    )
+    g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
+    wait_for("checkpoint at the conf.d path", lambda: g.containers[0].id in _text(run.state), 10)
+    status, body = run.plugin_http("/metrics")
+    assert status == 200 and "nri_topology" in body
+    assert not decoy.exists()
+    assert not [
+        e
+        for e in run.plugin_events()
+        if e.get("event") == "changed settings take effect on restart"
+    ]
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
 
 
 def test_preinstalled_plugin_launched_by_containerd(run: Run) -> None:
