@@ -390,6 +390,8 @@ class Daemon:
             elif not self._failed:
                 _log.info("stopping", reason="signal" if stopper.done() else "runtime closed")
         finally:
+            if self.publisher is not None:  # its last write lands before "shut down", none after
+                await self.publisher.close()
             if self.plugin is not None and not await self.plugin.shutdown():
                 status = status or 1
             await stub.stop()  # the plugin's shutdown did, unless it was never built
@@ -404,8 +406,6 @@ class Daemon:
                 loop.remove_signal_handler(sig)
             if self.status is not None:
                 await self.status.close()
-            if self.publisher is not None:
-                await self.publisher.close()
         return self._failed or status
 
     def stop(self) -> None:
@@ -442,6 +442,7 @@ class Daemon:
             build,
             min_interval_s=nrt.min_interval_seconds,
             max_backoff_s=nrt.max_backoff_seconds,
+            resync_s=nrt.resync_seconds,
             on_error=lambda: plugin.metrics.error("nrt_publish"),
         )
         plugin.on_change = publisher.changed
