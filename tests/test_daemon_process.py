@@ -240,10 +240,23 @@ def _get(port: int, path: str) -> tuple[int, str]:
         conn.close()
 
 
+@pytest.mark.parametrize(
+    ("problem", "message"),
+    [
+        ("topology:\n  sysfs_root: {tmp}/absent\n", "cannot read the machine"),
+        # found once the plugin is built: it must not write its state all the same
+        (
+            "topology:\n  sysfs_root: {sysfs}\nnrt:\n  publish: true\n  kubeconfig: {tmp}/absent\n",
+            "cannot publish",
+        ),
+    ],
+    ids=["topology", "nrt"],
+)
 async def test_launched_plugin_that_cannot_start_with_its_configure_fails_it_and_exits_2(
-    tmp_path: Path,
+    tmp_path: Path, problem: str, message: str
 ) -> None:
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    sysfs = machines.write_sysfs(tmp_path, machines.SyntheticSpec(nodes=2, cores=4))
     env = {"NRI_PLUGIN_NAME": "nri-topology", "NRI_PLUGIN_IDX": "90", "NRI_PLUGIN_SOCKET": "3"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -258,13 +271,14 @@ async def test_launched_plugin_that_cannot_start_with_its_configure_fails_it_and
     )
     theirs.close()
     peer = RuntimePeer(
-        config=f"topology:\n  sysfs_root: {tmp_path / 'absent'}\n"
-        f"state:\n  path: {tmp_path / 'state.json'}\nmetrics:\n  enabled: false\n"
+        config=f"state:\n  path: {tmp_path / 'state.json'}\nmetrics:\n  enabled: false\n"
+        + problem.format(tmp=tmp_path, sysfs=sysfs)
     )
     try:
-        with pytest.raises(PluginError, match=r"Configure failed.*cannot read the machine"):
+        with pytest.raises(PluginError, match=f"Configure failed.*{message}"):
             await asyncio.wait_for(peer.attach(ours), 30)
     finally:
         await peer.close()
     assert await asyncio.wait_for(proc.wait(), 30) == 2
     assert "cannot start with the runtime's configuration" in (tmp_path / "log.jsonl").read_text()
+    assert not (tmp_path / "state.json").exists()

@@ -214,6 +214,7 @@ class Daemon:
             self._build()
         except BaseException:
             self.close()
+            self.plugin = self.publisher = self.reloader = None  # half built: never served
             raise
 
     def close(self) -> None:
