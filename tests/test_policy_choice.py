@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_topology.policy import choice, scoring
+from nri_topology.policy import choice, scoring, shaping
 from nri_topology.policy.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool
@@ -24,7 +24,7 @@ def option(pool: Pool, hint_miss: int = 0) -> choice.Option:
 def grant_unless(failing: set[str]):
     def attempt(o: choice.Option) -> str:
         if o.pool.name in failing:
-            raise choice.GrantFailed("cannot slice")
+            raise shaping.GrantFailed("cannot slice")
         return o.pool.name
 
     return attempt

@@ -53,7 +53,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
@@ -66,7 +66,9 @@ from nri_topology.policy import (
     cpuallocator,
     reservation,
     scoring,
+    shaping,
 )
+from nri_topology.policy.grant import Grant, Op, memory_size
 from nri_topology.policy.ledger import Ledger
 from nri_topology.policy.memory import MemoryBook
 from nri_topology.policy.options import Options
@@ -79,7 +81,6 @@ from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
     Decision,
-    Degradation,
     Placement,
     PolicyError,
     PoolScore,
@@ -99,40 +100,6 @@ _CHANGES_NAMED = 4096
 _SHARED_SETS_KEPT = 32
 
 
-def memory_size(req: Request) -> int:
-    """Bytes charged for a container: its request, else its limit, else nothing."""
-    if req.memory_request > 0:
-        return req.memory_request
-    return req.memory_limit or 0
-
-
-@dataclass(slots=True)
-class Grant:
-    """What one container holds; `cpus`/`mems` are the pinning last given to the runtime."""
-
-    request: Request
-    pool: int
-    kind: CpuKind
-    exclusive: frozenset[int]
-    isolated: bool  # the exclusive CPUs are kernel-isolated ones
-    shared: int  # milli-CPU charged to the pool's shared capacity (or to the reservation)
-    zone: frozenset[int]  # memory nodes charged
-    memory: int  # bytes charged to `zone`
-    relaxed: bool
-    cold_start: ColdStart | None
-    cpus: frozenset[int] | None = None
-    mems: frozenset[int] | None = None
-    reason: str = ""
-    degraded: tuple[Degradation, ...] = ()
-
-    @property
-    def uses_shared(self) -> bool:
-        """Whether the container runs on its pool's shared CPUs."""
-        if self.kind is CpuKind.SHARED or self.kind is CpuKind.MIXED:
-            return True
-        return self.kind is CpuKind.ISOLATED and self.shared > 0
-
-
 @dataclass(frozen=True, slots=True)
 class Accounts:
     """The engine's accounting at one moment (`Engine.accounts`); per pool index where a tuple."""
@@ -146,13 +113,6 @@ class Accounts:
     reserved_granted: int
     memory_requested: int  # the grants' known memory requests
     memory: Mapping[frozenset[int], int]  # bytes charged per zone
-
-
-@dataclass(slots=True)
-class _Op:
-    """Pools whose free CPUs changed during one operation, for the update diff."""
-
-    touched: set[int] = field(default_factory=set)
 
 
 class Engine:
@@ -371,7 +331,7 @@ class Engine:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         grant, trace, moved = self._admit(req, hint, keep, op)
         updates = self._updates(op, req.container_id, moved)
         return self._decision(grant, trace, updates, tuple(sorted(moved)))
@@ -381,7 +341,7 @@ class Engine:
         req: Request,
         hint: int | None,
         keep: frozenset[int],
-        op: _Op,
+        op: Op,
         overcommit: bool = True,
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
         """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
@@ -400,7 +360,8 @@ class Engine:
             return g, trace, {}
         if not self._kubelet_admits(req):
             raise refusal
-        room = consolidate.make_room(self, req, hint, keep, op)
+        found = consolidate.candidates(self._pools, self._ledger, self.options.max_moves, req)
+        room = consolidate.make_room(found, self.try_moves, req, hint, keep, op)
         if room is not None:
             self._note_degradation(room[0], req)
             return room
@@ -435,7 +396,7 @@ class Engine:
         return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
     def try_moves(
-        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
+        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: Op
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
         """Take the movers out, place `req`, place the movers again; all or nothing.
 
@@ -444,7 +405,7 @@ class Engine:
         """
         olds = {cid: self._grants[cid] for cid in movers}
         pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
-        trial = _Op()
+        trial = Op()
         for old in olds.values():
             self._uncommit(old, trial)
         placed: list[Grant] = []
@@ -456,15 +417,15 @@ class Engine:
                 placed.append(self._move(olds[cid], req, trial))
         except PolicyError:
             for done in reversed(placed):
-                self._uncommit(done, _Op())
+                self._uncommit(done, Op())
             for cid, old in olds.items():
-                self._commit(old, _Op())
+                self._commit(old, Op())
                 old.cpus, old.mems = pinned[cid]  # the next diff compares with these
             return None
         op.touched |= trial.touched
         return g, trace, olds
 
-    def _move(self, old: Grant, cause: Request, op: _Op) -> Grant:
+    def _move(self, old: Grant, cause: Request, op: Op) -> Grant:
         """Place a shared container taken out for `cause` again (committed); PolicyError if not."""
         try:
             g, _ = self._choose(old.request, None, frozenset())
@@ -481,7 +442,7 @@ class Engine:
         g.reason = f"moved to make room for {cause.who}: {g.reason}"
         return g
 
-    def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
+    def _on_isolated(self, req: Request, op: Op) -> Grant | None:
         """Exclusive CPUs from the isolated ones when no ordinary CPUs are left (committed).
 
         The kubelet hands isolated CPUs out like any other; this policy keeps them for the
@@ -499,7 +460,7 @@ class Engine:
         g.reason += "; isolated CPUs because no ordinary ones are left"
         return g
 
-    def _on_isolated_mixed(self, req: Request, op: _Op) -> Grant | None:
+    def _on_isolated_mixed(self, req: Request, op: Op) -> Grant | None:
         """Exclusive CPUs from the root's free ordinary CPUs plus isolated ones (committed).
 
         Neither kind alone holds the request but together they do, as the kubelet, which counts
@@ -520,7 +481,7 @@ class Engine:
             sliceable = self._shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
-        except (LookupError, PolicyError, choice.GrantFailed):
+        except (LookupError, PolicyError, shaping.GrantFailed):
             return None
         whole = self.options.full_pcpus_only
         ordinary = min(k, len(sliceable))
@@ -589,7 +550,7 @@ class Engine:
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
 
-    def _on_overcommit(self, req: Request, op: _Op) -> Grant | None:
+    def _on_overcommit(self, req: Request, op: Op) -> Grant | None:
         """Shared CPUs of the root, charged only the shared milli-CPU left there (committed).
 
         No pool holds the request, yet the kubelet, with one shared pool, admits it: the root's
@@ -636,7 +597,7 @@ class Engine:
             names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
 
-    def _updates(self, op: _Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
+    def _updates(self, op: Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
         """The diff of the operation, with every moved container's new cpuset and memset."""
         diff = self._diff(op, skip=cid)
         if not moved:
@@ -791,7 +752,7 @@ class Engine:
             return min(size, self._book.room(zone))
         return size
 
-    def _commit(self, g: Grant, op: _Op) -> None:
+    def _commit(self, g: Grant, op: Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
         cid = g.request.container_id
         self._note_changed(cid)
@@ -820,7 +781,7 @@ class Engine:
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
-    def _uncommit(self, g: Grant, op: _Op) -> None:
+    def _uncommit(self, g: Grant, op: Op) -> None:
         cid = g.request.container_id
         self._note_changed(cid)
         del self._grants[cid]
@@ -869,7 +830,7 @@ class Engine:
         """Whether a shared user is pinned to exactly its pool's shared set (`pin`)."""
         return self.options.pin_cpu and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
 
-    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
+    def _diff(self, op: Op, skip: str = "") -> tuple[Update, ...]:
         """Updates, by container id, for shared containers in touched pools whose cpuset really
         changed; `skip` (the container the operation is for) is left alone.
 
@@ -968,7 +929,7 @@ class Engine:
         g = self._grants.get(container_id)
         if g is None:
             return ()
-        op = _Op()
+        op = Op()
         self._uncommit(g, op)
         updates = self._diff(op)
         for _, kept in self._shared_sets.values():  # a set may outlive many of its containers
@@ -992,12 +953,12 @@ class Engine:
             return self._decision(old, (), ())
         req = admission.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         self._uncommit(old, op)
         try:
             g, trace, others = self._admit(req, old.pool, old.exclusive, op)
         except PolicyError:
-            self._commit(old, _Op())
+            self._commit(old, Op())
             raise
         moved = g.pool != old.pool or not (
             old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
@@ -1104,7 +1065,7 @@ class Engine:
             memory_cut=g.memory < size,
             cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
         )
-        self._commit(g, _Op())
+        self._commit(g, Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
             cold_start_over or (mems is not None and g.cold_start.then_mems <= mems)
