@@ -7,7 +7,7 @@ format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zone
 choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
 the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
-Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.room`):
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choose.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
   of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
@@ -26,7 +26,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
-  the next memory tier (`admission.TIER_ORDER`), then, when the kubelet admits its memory
+  the next memory tier (`parity.TIER_ORDER`), then, when the kubelet admits its memory
   request, to all of those nodes charged what fits (`admission`); other containers are never
   moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
@@ -58,23 +58,20 @@ from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 
-from nri_topology.policy import (
-    admission,
-    affinity,
-    choice,
-    consolidate,
-    cpuallocator,
-    reservation,
-    scoring,
-    shaping,
-)
-from nri_topology.policy.grant import Grant, Op, memory_size
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts import reservation
+from nri_topology.policy.accounts.grant import Grant, Op, memory_size
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.accounts.zones import Zones
+from nri_topology.policy.admission import moves, parity
+from nri_topology.policy.allocator import cpuallocator
+from nri_topology.policy.choice import choose, scoring
+from nri_topology.policy.intake import affinity
+from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
-from nri_topology.policy.request import milli_to_shares
-from nri_topology.policy.shaping import GrantShape, Shaper
+from nri_topology.policy.shaping import shape
+from nri_topology.policy.shaping.shape import GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
@@ -87,7 +84,6 @@ from nri_topology.policy.types import (
     Request,
     Update,
 )
-from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -167,7 +163,7 @@ class Engine:
         self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
-        self._board = choice.Board(
+        self._board = choose.Board(
             machine,
             self._pools,
             self._ledger,
@@ -329,7 +325,7 @@ class Engine:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
         op = Op()
         grant, trace, moved = self._admit(req, hint, keep, op)
@@ -360,18 +356,18 @@ class Engine:
             return g, trace, {}
         if not self._kubelet_admits(req):
             raise refusal
-        found = consolidate.candidates(self._pools, self._ledger, self.options.max_moves, req)
-        room = consolidate.make_room(found, self.try_moves, req, hint, keep, op)
+        found = moves.candidates(self._pools, self._ledger, self.options.max_moves, req)
+        room = moves.make_room(found, self.try_moves, req, hint, keep, op)
         if room is not None:
             self._note_degradation(room[0], req)
             return room
-        if not admission.may_degrade(req, self.options):
+        if not parity.may_degrade(req, self.options):
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
             return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in EXCLUSIVE_KINDS:
-            shared = admission.as_kind(req, CpuKind.SHARED)
+            shared = parity.as_kind(req, CpuKind.SHARED)
             try:
                 g, trace, moved = self._admit(shared, None, frozenset(), op, overcommit=False)
             except PolicyError:
@@ -431,7 +427,7 @@ class Engine:
             g, _ = self._choose(old.request, None, frozenset())
         except PolicyError:
             last = self._on_reserved(old.request)
-            if last is None or not admission.may_degrade(old.request, self.options):
+            if last is None or not parity.may_degrade(old.request, self.options):
                 raise
             g = last
         if old.cold_start is None:
@@ -481,7 +477,7 @@ class Engine:
             sliceable = self._shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
-        except (LookupError, PolicyError, shaping.GrantFailed):
+        except (LookupError, PolicyError, shape.GrantFailed):
             return None
         whole = self.options.full_pcpus_only
         ordinary = min(k, len(sliceable))
@@ -540,7 +536,7 @@ class Engine:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
-        shared = admission.as_kind(req, CpuKind.RESERVED)
+        shared = parity.as_kind(req, CpuKind.RESERVED)
         g = self._grant(
             shared,
             GrantShape(
@@ -562,7 +558,7 @@ class Engine:
         root = 0
         if not self._ledger.shared_cpus[root]:
             return None
-        req = admission.as_kind(req, CpuKind.SHARED)
+        req = parity.as_kind(req, CpuKind.SHARED)
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
@@ -587,7 +583,7 @@ class Engine:
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
         if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
             return
-        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
+        g.degraded = parity.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
         if cut:
             g.reason += (
                 f"; {g.memory} of {memory_size(g.request)} bytes of memory charged, "
@@ -665,8 +661,8 @@ class Engine:
         else:
             fallback = ""
 
-        widen = admission.may_degrade(req, self.options)
-        options, unfit = choice.options(
+        widen = parity.may_degrade(req, self.options)
+        options, unfit = choose.options(
             req,
             self._board,
             tiers,
@@ -677,7 +673,7 @@ class Engine:
             squeeze=widen and self._squeeze(req),
         )
 
-        def attempt(o: choice.Option) -> Grant:
+        def attempt(o: choose.Option) -> Grant:
             shape = self._shaper.shape(
                 req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
@@ -687,11 +683,11 @@ class Engine:
                 g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
-        chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
+        chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
-                choice.refusal(
+                choose.refusal(
                     req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
                 )
             )
@@ -703,7 +699,7 @@ class Engine:
         self, req: Request, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
         try:
-            widen = admission.may_degrade(req, self.options)
+            widen = parity.may_degrade(req, self.options)
             return self._zones.zone(0, tiers, size, widen, widen and self._squeeze(req))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
@@ -951,7 +947,7 @@ class Engine:
             self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
         op = Op()
         self._uncommit(old, op)
@@ -1002,7 +998,7 @@ class Engine:
         """
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
@@ -1029,7 +1025,7 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
-        degradable = admission.may_degrade(req, self.options)
+        degradable = parity.may_degrade(req, self.options)
         saved_shared, saved_memory = charged if degradable else (None, None)
         charge = size if saved_memory is None else min(size, saved_memory)
         tiers = self._zones.tiers(req)
@@ -1057,7 +1053,7 @@ class Engine:
         )
         self._check_fits(g)
         g.reason = "adopted as found"
-        g.degraded = admission.degradations(
+        g.degraded = parity.degradations(
             kind,
             kind,
             tier_widened=False,

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from nri_topology.policy.grant import Grant, Op
-from nri_topology.policy.ledger import Ledger
+from nri_topology.policy.accounts.grant import Grant, Op
+from nri_topology.policy.accounts.ledger import Ledger
 from nri_topology.policy.pools import Pool, subtree
 from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, PoolScore, Request
 

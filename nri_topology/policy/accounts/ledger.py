@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 
-from nri_topology.policy.grant import Grant
+from nri_topology.policy.accounts.grant import Grant
 from nri_topology.policy.pools import Pool
 
 

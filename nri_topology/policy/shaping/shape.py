@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
-from nri_topology.policy import cpuallocator, numasets
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.allocator import cpuallocator, numasets
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool
 from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, CpuPriority, Request

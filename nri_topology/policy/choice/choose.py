@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from operator import itemgetter
 from typing import Generic, NamedTuple, TypeVar
 
-from nri_topology.policy import numasets, scoring
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.allocator import numasets
+from nri_topology.policy.choice import scoring
 from nri_topology.policy.pools import Pool
-from nri_topology.policy.shaping import GrantFailed, Shaper
+from nri_topology.policy.shaping.shape import GrantFailed, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
