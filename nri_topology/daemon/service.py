@@ -304,10 +304,11 @@ class Daemon:
             self.plugin.stub = self.stub
             await self._open()
         except (StartupError, OSError) as exc:
+            why = str(exc) if isinstance(exc, StartupError) else f"metrics endpoint: {exc}"
             self._failed = 2 if isinstance(exc, StartupError) else 1
-            _log.error("cannot start with the runtime's configuration", error=str(exc))
+            _log.error("cannot start with the runtime's configuration", error=why)
             self._stop.set()
-            raise Refused(f"nri-topology: {exc}") from None
+            raise Refused(f"nri-topology: {why}") from None
         if refused:
             self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, using the file's", error=refused)
@@ -332,10 +333,7 @@ class Daemon:
                 config.metrics.port,
                 pages=pages.routes(),
             )
-            try:
-                await self.status.start()
-            except OSError as exc:
-                raise OSError(f"cannot open the metrics endpoint: {exc}") from exc
+            await self.status.start()
         if self.publisher is not None:
             self.publisher.start()
         if self.reloader is not None:
@@ -376,7 +374,7 @@ class Daemon:
             try:
                 await self._open()
             except OSError as exc:
-                _log.error(str(exc))
+                _log.error("cannot open the metrics endpoint", error=str(exc))
                 return 1
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
