@@ -26,7 +26,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
-  the next memory tier (`parity.TIER_ORDER`), then, when the kubelet admits its memory
+  the next memory tier (`zones.TIER_ORDER`), then, when the kubelet admits its memory
   request, to all of those nodes charged what fits (`admission`); other containers are never
   moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
