@@ -2,7 +2,7 @@
 
 Under NRI a refusal is a failed container creation of a pod the scheduler and the kubelet have
 already admitted, so the pod is stuck on the node. The engine therefore places every container the
-kubelet would admit, degrading it when it must, in this order:
+kubelet would admit, degrading it when it must, in this order (the table of `ladder`):
 
 1. as asked;
 2. as asked, after moving a few shared containers to fewer pools (`consolidate`);

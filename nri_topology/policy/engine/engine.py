@@ -63,7 +63,7 @@ from nri_topology.policy.accounts.grant import Grant, Op, memory_size
 from nri_topology.policy.accounts.ledger import Ledger
 from nri_topology.policy.accounts.memory import MemoryBook
 from nri_topology.policy.accounts.zones import Zones
-from nri_topology.policy.admission import moves, parity
+from nri_topology.policy.admission import ladder, moves, parity
 from nri_topology.policy.allocator import cpuallocator
 from nri_topology.policy.choice import choose, scoring
 from nri_topology.policy.intake import affinity
@@ -171,6 +171,19 @@ class Engine:
             self._numa,
             self._pool_tiers,
             pack=options.shared_placement == "pack",
+        )
+        self._rungs = ladder.Rungs(
+            as_asked=self._as_asked,
+            after_moves=self._after_moves,
+            on_isolated=self._on_isolated,
+            on_isolated_mixed=self._on_isolated_mixed,
+            on_reserved=self._on_reserved,
+            on_overcommit=self._on_overcommit,
+            commit=self._commit,
+            note=self._note_degradation,
+            chosen=self._chosen,
+            kubelet_admits=self._kubelet_admits,
+            may_degrade=lambda req: parity.may_degrade(req, options),
         )
         # Containers whose grant was committed, undone or ended its cold start since the last
         # `take_changed`: their checkpoint entries (`state.entry`) may differ. None: too many
@@ -332,64 +345,27 @@ class Engine:
         updates = self._updates(op, req.container_id, moved)
         return self._decision(grant, trace, updates, tuple(sorted(moved)))
 
-    def _admit(
-        self,
-        req: Request,
-        hint: int | None,
-        keep: frozenset[int],
-        op: Op,
-        overcommit: bool = True,
-    ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
-        """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
+    def _admit(self, req: Request, hint: int | None, keep: frozenset[int], op: Op) -> ladder.Placed:
+        """Choose and commit a grant, degrading it when it does not fit as asked (`ladder`):
+        the grant, its trace and the shared containers moved for it (their old grants)."""
+        return ladder.climb(ladder.Climb(self._rungs, req, hint, keep, op, True))
 
-        Returns the grant, its trace and the shared containers moved for it (their old grants).
-        `overcommit` allows the last step, over-committed shared CPUs (the caller tries it
-        itself after other steps otherwise).
-        """
-        try:
-            g, trace = self._choose(req, hint, keep)
-        except PolicyError as e:
-            refusal = e
-        else:
-            self._commit(g, op)
-            self._note_degradation(g, req)
-            return g, trace, {}
-        if not self._kubelet_admits(req):
-            raise refusal
+    def _as_asked(
+        self, req: Request, hint: int | None, keep: frozenset[int], op: Op
+    ) -> ladder.Placed:
+        g, trace = self._choose(req, hint, keep)
+        self._commit(g, op)
+        return ladder.Placed(g, trace, {})
+
+    def _after_moves(
+        self, req: Request, hint: int | None, keep: frozenset[int], op: Op
+    ) -> ladder.Placed | None:
         found = moves.candidates(self._pools, self._ledger, self.options.max_moves, req)
         room = moves.make_room(found, self.try_moves, req, hint, keep, op)
-        if room is not None:
-            self._note_degradation(room[0], req)
-            return room
-        if not parity.may_degrade(req, self.options):
-            raise refusal
-        on_isolated = self._on_isolated(req, op)
-        if on_isolated is not None:
-            return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
-        if req.kind in EXCLUSIVE_KINDS:
-            shared = parity.as_kind(req, CpuKind.SHARED)
-            try:
-                g, trace, moved = self._admit(shared, None, frozenset(), op, overcommit=False)
-            except PolicyError:
-                last = self._on_isolated_mixed(req, op) or self._on_overcommit(shared, op)
-                if last is None:
-                    raise refusal from None
-                if last.kind is CpuKind.SHARED:
-                    last.reason = f"{req.exclusive} exclusive CPUs fit nowhere; {last.reason}"
-                self._note_degradation(last, req)
-                return last, (PoolScore(self._pools[last.pool].name, (), CHOSEN),), {}
-            g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
-            self._note_degradation(g, req)
-            return g, trace, moved
-        g = self._on_reserved(req)
-        if g is not None:
-            self._commit(g, op)
-        elif overcommit:
-            g = self._on_overcommit(req, op)
-        if g is None:
-            raise refusal
-        self._note_degradation(g, req)
-        return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
+        return None if room is None else ladder.Placed(*room)
+
+    def _chosen(self, g: Grant) -> tuple[PoolScore, ...]:
+        return (PoolScore(self._pools[g.pool].name, (), CHOSEN),)
 
     def try_moves(
         self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: Op
