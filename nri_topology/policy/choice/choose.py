@@ -122,7 +122,7 @@ def room(d: Demand, pool: Pool, ledger: Ledger) -> tuple[str | None, int]:
         ledger.partial_reserved_in,
     )
     least: int | None = None
-    for a in ledger.chain[p]:  # need_cpus inlined: this runs for every pool of a decision
+    for a in ledger.chain[p]:  # `Ledger.short` inlined: this runs for every pool of a decision
         n = len(shared_cpus[a])
         granted = sub_shared[a] + reserved_in[a]
         need = -(-(granted + shared_part) // 1000)

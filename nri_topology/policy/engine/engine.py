@@ -270,7 +270,7 @@ class Engine:
 
     def sharable_capacity(self, p: int) -> int:
         """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
-        return 1000 * len(self._pools[p].sharable) - self._partial_reserved_in[p]
+        return self._ledger.sharable_capacity(p)
 
     def shared_users(self, p: int) -> Mapping[str, Grant]:
         """The shared containers placed directly in the pool."""
@@ -1059,9 +1059,9 @@ class Engine:
                 continue
             if len(self._ledger.shared_cpus[x] - g.exclusive) < self._ledger.need_cpus(x):
                 raise PolicyError(f"would starve the shared containers of {self._pools[x].name}")
-        for a in self._chain[g.pool]:
-            if len(self._ledger.shared_cpus[a]) - k < self._ledger.need_cpus(a, extra, users):
-                raise PolicyError(f"not enough shared capacity in {self._pools[a].name}")
+        short = self._ledger.short(g.pool, k, extra, users)
+        if short is not None:
+            raise PolicyError(f"not enough shared capacity in {self._pools[short].name}")
 
     def take_changed(self) -> set[str] | None:
         """The containers whose grant changed since the last call (placed, moved, resized,
