@@ -113,7 +113,7 @@ class Zones:
 
         Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it,
         unless `widen` and `squeeze`: then the root's nodes of every tier tried, which the grant is
-        charged what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
+        charged what fits (`Degradation.MEMORY_CHARGE`, see `admission.parity`).
         """
         found = self._zone_in(p, tiers, size)
         if found is not None:

@@ -5,7 +5,7 @@ already admitted, so the pod is stuck on the node. The engine therefore places e
 kubelet would admit, degrading it when it must, in this order (the table of `ladder`):
 
 1. as asked;
-2. as asked, after moving a few shared containers to fewer pools (`consolidate`);
+2. as asked, after moving a few shared containers to fewer pools (`moves`);
 3. exclusive CPUs asked for: the same amount of shared CPUs (`Degradation.SHARED_CPUS`);
    Before that, exclusive CPUs from the kernel-isolated ones when no ordinary ones are left (the
    kubelet hands isolated CPUs out like any other CPU); after it, when neither kind alone nor

@@ -3,9 +3,11 @@
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
 as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
-format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zones`', the pool
-choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
-the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
+format is `checkpoint.state`'s, the CPU accounts are the `accounts.ledger`'s, the memory zones
+`accounts.zones`', the pool choice is `choice`'s, the CPUs and memory a grant takes in its pool
+are `shaping`'s, the steps for a container that does not fit `admission.ladder`'s, and the
+pinning and update diff `engine.updates`'. Outside the engine its state is read through
+read-only views (`pools`, `grants`, `accounts`, ...).
 
 Accounting, per pool, in the `ledger` (the pool choice reads it, `choose.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
@@ -27,7 +29,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
   the next memory tier (`zones.TIER_ORDER`), then, when the kubelet admits its memory
-  request, to all of those nodes charged what fits (`admission`); other containers are never
+  request, to all of those nodes charged what fits (`admission.parity`); other containers are never
   moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
   zone; containers that keep their memory pinning are not charged (their nodes are unknown);
@@ -36,7 +38,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
 * a container that does not fit as asked is not refused when the kubelet would admit it: a few
-  shared containers are moved out of the way, else it is degraded (`admission`, `consolidate`);
+  shared containers are moved out of the way, else it is degraded (`admission`);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
   (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
 * topology hints are NUMA nodes, scored by how many the pool misses (reference: a product of
