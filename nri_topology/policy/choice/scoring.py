@@ -77,6 +77,7 @@ class SortKey(NamedTuple):
 
 
 CRITERIA = SortKey._fields
+_new_key = tuple.__new__
 
 DISTANCE_DECAY = 0.75
 
@@ -109,18 +110,21 @@ def sort_key(
     machines); `colocated`: 0 for a request taking whole CPUs (spreading), else the pool's
     colocation count; `free_shared`: milli-CPU.
     """
-    return SortKey(
-        -round(affinity, 9) if affinity else -affinity,  # most requests have none
-        hint_miss,
-        1 if tier_miss else 0,
-        1 if relaxed else 0,
-        1 if burst_short else 0,
-        1 if isolated_short else 0,
-        numa,
-        1 if cores_short else 0,
-        -pool.depth,
-        (colocated, -free_shared),
-        pool.index,
+    return _new_key(  # in field order, without SortKey's Python-level __new__: one per pool
+        SortKey,
+        (
+            -round(affinity, 9) if affinity else -affinity,  # most requests have none
+            hint_miss,
+            1 if tier_miss else 0,
+            1 if relaxed else 0,
+            1 if burst_short else 0,
+            1 if isolated_short else 0,
+            numa,
+            1 if cores_short else 0,
+            -pool.depth,
+            (colocated, -free_shared),
+            pool.index,
+        ),
     )
 
 
