@@ -158,12 +158,21 @@ class _Op:
 class Engine:
     """Grants and accounting for one machine and one set of options."""
 
-    def __init__(self, machine: Machine, options: Options) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        options: Options,
+        *,
+        keep: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(),
+    ) -> None:
+        """`keep` and `avoid` steer a quantity reservation (`reservation.reserve`): the CPUs it
+        held before a restart or reload, and those running exclusive containers hold."""
         self.machine = machine
         self.options = options
         self._allowed = reservation.allowed_cpus(machine, options)
         isolated = machine.isolated & self._allowed
-        r = reservation.reserve(machine, options, self._allowed, isolated)
+        r = reservation.reserve(machine, options, self._allowed, isolated, keep=keep, avoid=avoid)
         reserved, partial, partial_reserved = r.cpus, r.partial, r.partial_reserved
         self._reserved_all = reserved  # every reserved CPU, the partly reserved one included
         self._partial = partial  # the partly reserved CPU, if any (stays shared)
