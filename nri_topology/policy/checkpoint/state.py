@@ -17,7 +17,8 @@ from nri_topology.policy.types import CpuKind
 from nri_topology.topology import cpuset
 
 if TYPE_CHECKING:
-    from nri_topology.policy.engine import Engine, Grant
+    from nri_topology.policy.accounts.grant import Grant
+    from nri_topology.policy.engine.engine import Engine
 
 SNAPSHOT_VERSION = 1
 _MAX_TEXT = 1 << 16  # of the saved CPU list: far more than any machine's list takes
