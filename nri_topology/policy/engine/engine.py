@@ -78,6 +78,7 @@ from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
     Decision,
+    Outcome,
     Placement,
     PolicyError,
     PoolScore,
@@ -94,6 +95,7 @@ _CHANGES_NAMED = 4096
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
+_WHY_SHOWN = 3  # pools named when a decision says why its devices' nodes were missed
 
 
 @dataclass(frozen=True, slots=True)
@@ -688,8 +690,6 @@ class Engine:
             )
             g = self._grant(req, shape)
             g.reason = _reason(g, o.pool.name, fallback, shape.note)
-            if req.hint_nodes:
-                g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
         chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
@@ -700,9 +700,36 @@ class Engine:
                     req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
                 )
             )
+        if req.hint_nodes:
+            g.hints_missed = self._hints_missed(g, chosen.trace)
+            g.reason += "; " + _hinted(req, g.hints_missed)
         if chosen.runner_up is not None:
             g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
         return g, chosen.trace
+
+    def _hints_missed(self, g: Grant, trace: tuple[PoolScore, ...]) -> str:
+        """Why a grant's CPUs are not all on its devices' NUMA nodes, "" when they are.
+
+        The CPUs it runs on decide, not its pool: a pool covering the devices' nodes may still
+        give CPUs of others (a full node in a socket pool). Why: what became of the pools whose
+        CPUs are all on those nodes.
+        """
+        hinted = g.request.hint_nodes
+        cpus = g.exclusive | (self.shared_cpus(g.pool) if g.uses_shared else frozenset())
+        nodes = frozenset(self.machine.cpus[c].node for c in cpus)
+        outside = nodes - hinted
+        if not outside:
+            return ""
+        within = [
+            f"{s.pool} {s.verdict}"
+            for s in trace
+            if s.result.outcome is not Outcome.CHOSEN
+            and (i := self._by_name.get(s.pool)) is not None
+            and self._pools[i].cpu_nodes <= hinted
+        ]
+        why = "; ".join(within[:_WHY_SHOWN]) if within else "no pool has CPUs of those nodes only"
+        too = " too" if nodes & hinted else ""
+        return f"CPUs on NUMA {cpuset.format(outside)}{too}: {why}"
 
     def _root_zone(
         self, req: Request, tiers: frozenset[MemoryTier], size: int
@@ -921,6 +948,7 @@ class Engine:
             cold_start=g.cold_start,
             degraded=g.degraded,
             moved=moved,
+            hints_missed=g.hints_missed,
             warnings=g.request.warnings,
         )
 
@@ -1169,10 +1197,11 @@ def _same_amounts(a: Request, b: Request) -> bool:
     )
 
 
-def _hinted(req: Request, miss: int) -> str:
-    """What the decision says about the container's topology hints."""
+def _hinted(req: Request, missed: str) -> str:
+    """What the decision says about the container's topology hints: covered when its CPUs are
+    all on the devices' NUMA nodes, else missed and why."""
     providers = ", ".join(sorted({h.provider for h in req.hints}))
-    covered = "covered" if not miss else f"{miss} not covered"
+    covered = f"missed, {missed}" if missed else "covered"
     return f"devices on NUMA {cpuset.format(req.hint_nodes)} ({providers}): {covered}"
 
 
