@@ -52,7 +52,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import chain
 from operator import attrgetter
@@ -362,6 +362,10 @@ class Engine:
         except PolicyError as e:
             refusal = e
         else:
+            better = None if hint is not None else self._better_shape(req, g, trace, op)
+            if better is not None:
+                self._note_degradation(better[0], req)
+                return better
             self._commit(g, op)
             self._note_degradation(g, req)
             return g, trace, {}
@@ -402,10 +406,28 @@ class Engine:
         self._note_degradation(g, req)
         return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
+    def _better_shape(
+        self, req: Request, g: Grant, trace: tuple[PoolScore, ...], op: Op
+    ) -> moves.Moved | None:
+        """`req` placed with whole cores on fewer NUMA nodes than `g` (chosen, not committed)
+        by moving shared containers (`moves.better_shape`); None, nothing changed, if not."""
+        max_moves = self.options.max_moves
+        pools, ledger = self._pools, self._ledger
+        return moves.better_shape(
+            self.machine, pools, ledger, max_moves, self.try_moves, req, g, trace, op
+        )
+
     def try_moves(
-        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: Op
+        self,
+        req: Request,
+        hint: int | None,
+        keep: frozenset[int],
+        movers: tuple[str, ...],
+        op: Op,
+        better: Callable[[Grant], bool] | None = None,
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
-        """Take the movers out, place `req`, place the movers again; all or nothing.
+        """Take the movers out, place `req`, place the movers again; all or nothing; with
+        `better`, only when `req`'s grant is better.
 
         Returns the committed grant, its trace and the movers' old grants, or None with the
         state exactly as before.
@@ -418,6 +440,8 @@ class Engine:
         placed: list[Grant] = []
         try:
             g, trace = self._choose(req, hint, keep)
+            if better is not None and not better(g):
+                raise PolicyError("no better than without the moves")
             self._commit(g, trial)
             placed.append(g)
             for cid in sorted(olds, key=lambda c: (-olds[c].shared, c)):
