@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import EncodedUpdates, delimited
+from nri_topology.policy import hugepages
 from nri_topology.policy.types import (
     ContainerInfo,
     Decision,
@@ -56,7 +57,18 @@ def resources(linux: api_pb2.LinuxResources) -> Resources:
         memory.limit.value if memory.HasField("limit") else None,
         cpu.cpus,
         cpu.mems,
+        _hugepage_limits(linux.hugepage_limits) if linux.hugepage_limits else (),
     )
+
+
+def _hugepage_limits(limits: Iterable[api_pb2.HugepageLimit]) -> tuple[tuple[int, int], ...]:
+    """(page size kB, bytes) of each hugetlb limit whose page size reads as one (`2MB`)."""
+    out = []
+    for limit in limits:
+        size = hugepages.page_size_kb(limit.page_size)
+        if size is not None:
+            out.append((size, limit.limit))
+    return tuple(out)
 
 
 def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:

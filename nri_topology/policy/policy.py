@@ -208,6 +208,7 @@ class Policy:
                 memory=g.memory,
                 memory_nodes=g.zone,
                 memory_relaxed=g.relaxed,
+                hugepages=g.hugepages,
             )
         return out
 
@@ -247,9 +248,20 @@ class Policy:
                     containers=placed[p.index],
                     memory=memory,
                     nodes=p.nodes,
+                    hugepages=self._hugepages(p.nodes),
                 )
             )
         return tuple(views)
+
+    def _hugepages(self, nodes: frozenset[int]) -> dict[int, tuple[int, int]]:
+        """Per page size: the pages `nodes` hold and those no container has booked."""
+        out: dict[int, tuple[int, int]] = {}
+        for n in sorted(nodes):
+            for size, total in self._machine.nodes[n].hugepages.items():
+                if total > 0:
+                    held, free = out.get(size, (0, 0))
+                    out[size] = (held + total, free + self._engine.hugepages_free(n, size))
+        return dict(sorted(out.items()))
 
     def node_capacity(self) -> tuple[NodeCapacity, ...]:
         """Per NUMA node capacity, allocatable and available CPU and memory (see NodeCapacity)."""
@@ -289,6 +301,7 @@ class Policy:
                     cpu_available=max(0, allocatable - used),
                     memory_capacity=node.memory,
                     memory_available=max(0, node.memory - memory_used.get(n, 0)),
+                    hugepages=self._hugepages(frozenset({n})),
                 )
             )
         return tuple(out)

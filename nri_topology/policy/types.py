@@ -61,6 +61,8 @@ class Resources:
     memory_limit: int | None = None
     cpuset_cpus: str = ""
     cpuset_mems: str = ""
+    # hugetlb limits: (page size kB, bytes), as the runtime reports them (0 = none of that size)
+    hugepages: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
@@ -193,6 +195,7 @@ class Decision:
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
     degraded: tuple[Degradation, ...] = ()  # what the container got less of than it asked for
     moved: tuple[str, ...] = ()  # shared containers moved to make room (their updates included)
+    hugepages: tuple[tuple[int, int, int], ...] = ()  # (node, page size kB, pages) booked
 
 
 class Degradation(StrEnum):
@@ -204,6 +207,8 @@ class Degradation(StrEnum):
     ISOLATED_MIXED = "isolated-cpus-mixed"  # exclusive CPUs partly kernel-isolated ones
     MEMORY_CHARGE = "memory-charge"  # less memory charged than asked: the rest fits nowhere
     SHARED_OVERCOMMIT = "shared-overcommit"  # less shared CPU charged than asked: no pool holds it
+    HUGEPAGES_REMOTE = "hugepages-remote"  # hugepages on nodes beyond the pool's: its own were full
+    HUGEPAGES_CHARGE = "hugepages-charge"  # fewer hugepages booked than its limit (adopted so)
 
 
 class PolicyError(Exception):
@@ -270,6 +275,7 @@ class Request:
     hint_nodes: frozenset[int] = frozenset()  # NUMA nodes of the hints, CPUs resolved to nodes
     strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
+    hugepages: tuple[tuple[int, int], ...] = ()  # (page size kB, bytes) asked, sizes ascending
 
     @property
     def who(self) -> str:
