@@ -71,7 +71,18 @@ def _hugepage_limits(limits: Iterable[api_pb2.HugepageLimit]) -> tuple[tuple[int
     return tuple(out)
 
 
-def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:
+def pod_info(
+    pod: api_pb2.PodSandbox, resources_now: api_pb2.LinuxResources | None = None
+) -> PodInfo:
+    """A pod as the policy sees it; `resources_now` overrides the pod's resources (an
+    UpdatePodSandbox carries the new ones beside the pod)."""
+    linux = pod.linux
+    if resources_now is not None:
+        pod_resources = _pod_resources(resources_now)
+    else:
+        pod_resources = (
+            _pod_resources(linux.pod_resources) if linux.HasField("pod_resources") else None
+        )
     return PodInfo(
         pod.id,
         pod.name,
@@ -79,8 +90,17 @@ def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:
         pod.uid,
         _plain(pod.labels),
         _plain(pod.annotations),
-        pod.linux.cgroup_parent,
+        linux.cgroup_parent,
+        pod_resources,
     )
+
+
+def _pod_resources(linux: api_pb2.LinuxResources) -> Resources | None:
+    """The pod's resources (KEP-2837), None when the runtime reports no amount at all."""
+    res = resources(linux)
+    if res.cpu_shares is None and res.cpu_quota is None and res.memory_limit is None:
+        return None if not res.hugepages else res
+    return res
 
 
 def container_info(

@@ -3,7 +3,8 @@
 Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
 * changes to other containers travel in the reply of the event that caused them; changes with no
-  event to ride on (cold-start expiry, configuration reload) go out through UpdateContainers from a
+  event to ride on (cold-start expiry, configuration reload, a pod resized in place: the reply to
+  UpdatePodSandbox carries no updates) go out through UpdateContainers from a
   task of their own, never awaited by a handler and never while holding the lock, because the
   runtime holds its own lock while it waits for our reply;
 * after every change the state is checkpointed, off the request path: `CheckpointWriter` takes
@@ -38,6 +39,7 @@ from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
+from nri_topology.policy import podlevel
 from nri_topology.policy.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
@@ -282,6 +284,53 @@ class TopologyPlugin(Plugin):
         self.metrics.request("RunPodSandbox")
         if self.hints is not None:
             self.hints.pod_started(convert.pod_info(pod))
+
+    async def update_pod_sandbox(
+        self,
+        pod: api_pb2.PodSandbox,
+        overhead: api_pb2.LinuxResources,
+        resources: api_pb2.LinuxResources,
+    ) -> None:
+        """A pod resized in place (KEP-1287 with pod-level resources): the container holding the
+        pod's budget (`podlevel`) is placed again with the new one; what changes for it and for
+        others goes out through UpdateContainers, as this event's reply carries no updates."""
+        self.metrics.request("UpdatePodSandbox")
+        # the new resources beside the pod; without them the pod's own say what it has now
+        pod_info = convert.pod_info(pod, resources if resources.ByteSize() else None)
+        decisions: list[Decision] = []
+        async with self._lock:
+            held = [
+                known
+                for cid, a in self.policy.assignments().items()
+                if a.pod_id == pod_info.id and (known := self.policy.container(cid)) is not None
+            ]
+            for _, info in held:
+                if not podlevel.states_none(info.resources):
+                    continue  # its own resources do not change with the pod's
+                decisions.append(
+                    self._decide(
+                        "resize",
+                        pod_info,
+                        info,
+                        lambda info=info: self.policy.resize(pod_info, info, info.resources),
+                    )
+                )
+            if decisions:
+                self._commit()
+        updates: dict[str, Update] = {}
+        for decision in decisions:
+            self._log_decision(decision, "resized", "pod resources changed")
+            for u in decision.updates:
+                updates[u.container_id] = u
+            updates[decision.container_id] = Update(decision.container_id, decision.placement)
+            if self.files is not None:
+                self.files.replaced(decision)
+        if self.files is not None:
+            resized = {d.container_id for d in decisions}
+            self.files.updated(u for u in updates.values() if u.container_id not in resized)
+        if updates:
+            ordered = [updates[cid] for cid in sorted(updates)]
+            self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("RemovePodSandbox")

@@ -74,6 +74,9 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     cgroup_parent: str = ""  # QoS class is read from it (besteffort / burstable / else guaranteed)
+    # the pod's resources as the runtime reports them with the sandbox (KEP-2837 pod-level ones,
+    # else the sum of its containers'); None when it reports none (`podlevel`)
+    resources: Resources | None = None
 
 
 class HintSource(StrEnum):
