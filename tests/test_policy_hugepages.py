@@ -369,3 +369,28 @@ def test_never_more_booked_than_a_node_holds(
     for cid in list(e.grants):
         e.release(cid)
     assert e.accounts().hugepages == {}
+
+
+def test_a_restart_books_the_same_pages_from_what_the_runtime_reports(machine: Machine) -> None:
+    """The checkpoint keeps no layout: pages are booked again on the memory nodes each running
+    container reports, so a restart ends where the run left off."""
+    p = Policy(machine, OPTS)
+    a = container("a", ((G1, 2 * GIB),))
+    b = replace(container("b", ((M2, 16 * MIB),)), id="b")
+    p.create(POD, a)
+    p.create(POD, b)
+    booked = {cid: x.hugepages for cid, x in p.assignments().items()}
+    running = []
+    for c in (a, b):
+        x = p.assignments()[c.id]
+        res = replace(
+            c.resources,
+            cpuset_cpus=",".join(map(str, sorted(x.cpus or ()))),
+            cpuset_mems=",".join(map(str, sorted(x.mems or ()))),
+        )
+        running.append(replace(c, resources=res))
+    again = Policy(machine, OPTS)
+    report = again.restore([POD], running, p.snapshot())
+    assert not report.failed and not report.updates
+    assert {cid: x.hugepages for cid, x in again.assignments().items()} == booked
+    check(again, machine)
