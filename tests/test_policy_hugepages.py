@@ -10,12 +10,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from nri_topology.nrt.build import node_resource_topology
-from nri_topology.policy import hugepages
-from nri_topology.policy.engine import Engine
-from nri_topology.policy.hugepages import HugepageBook
+from nri_topology.policy.accounts import hugepages
+from nri_topology.policy.accounts.hugepages import HugepageBook
+from nri_topology.policy.engine.engine import Engine
+from nri_topology.policy.intake.request import build_request
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.request import build_request
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,

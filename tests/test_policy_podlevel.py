@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from nri_topology.policy import podlevel
+from nri_topology.policy.intake import podlevel
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, CpuKind, PodInfo, Resources

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import EncodedUpdates, delimited
-from nri_topology.policy import hugepages
+from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import (
     ContainerInfo,
     Decision,

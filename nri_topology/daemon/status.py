@@ -16,7 +16,7 @@ from typing import Any
 
 from nri_topology import __version__
 from nri_topology.daemon.plugin import Explained, TopologyPlugin
-from nri_topology.policy import hugepages
+from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import qualified_name
 from nri_topology.policy.views import PoolView
 from nri_topology.simulate import render_json, render_svg, render_text

@@ -23,7 +23,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from nri_topology.policy.hugepages import resource_name
+from nri_topology.policy.accounts.hugepages import resource_name
 from nri_topology.policy.views import NodeCapacity
 from nri_topology.quantity import format_milli
 from nri_topology.topology.model import Machine

@@ -7,7 +7,7 @@ format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zone
 choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
 the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
-Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.room`):
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choose.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
   of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
@@ -26,7 +26,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
-  the next memory tier (`admission.TIER_ORDER`), then, when the kubelet admits its memory
+  the next memory tier (`parity.TIER_ORDER`), then, when the kubelet admits its memory
   request, to all of those nodes charged what fits (`admission`); other containers are never
   moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
@@ -62,22 +62,20 @@ from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 
-from nri_topology.policy import (
-    admission,
-    affinity,
-    choice,
-    consolidate,
-    cpuallocator,
-    hugepages,
-    reservation,
-    scoring,
-)
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts import hugepages, reservation
+from nri_topology.policy.accounts.grant import Grant, Op, memory_size
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.accounts.zones import Zones
+from nri_topology.policy.admission import moves, parity
+from nri_topology.policy.allocator import cpuallocator
+from nri_topology.policy.choice import choose, scoring
+from nri_topology.policy.intake import affinity
+from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
-from nri_topology.policy.request import milli_to_shares
-from nri_topology.policy.shaping import GrantShape, Shaper
+from nri_topology.policy.shaping import shape
+from nri_topology.policy.shaping.shape import GrantFailed, GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
@@ -91,7 +89,6 @@ from nri_topology.policy.types import (
     Request,
     Update,
 )
-from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -102,42 +99,6 @@ _CHANGES_NAMED = 4096
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
-
-
-def memory_size(req: Request) -> int:
-    """Bytes charged for a container: its request, else its limit, else nothing."""
-    if req.memory_request > 0:
-        return req.memory_request
-    return req.memory_limit or 0
-
-
-@dataclass(slots=True)
-class Grant:
-    """What one container holds; `cpus`/`mems` are the pinning last given to the runtime."""
-
-    request: Request
-    pool: int
-    kind: CpuKind
-    exclusive: frozenset[int]
-    isolated: bool  # the exclusive CPUs are kernel-isolated ones
-    shared: int  # milli-CPU charged to the pool's shared capacity (or to the reservation)
-    zone: frozenset[int]  # memory nodes charged
-    memory: int  # bytes charged to `zone`
-    relaxed: bool
-    cold_start: ColdStart | None
-    cpus: frozenset[int] | None = None
-    mems: frozenset[int] | None = None
-    reason: str = ""
-    degraded: tuple[Degradation, ...] = ()
-    hugepages: hugepages.Layout = ()  # pages booked per node and size (`hugepages`)
-    hugepages_short: tuple[tuple[int, int], ...] = ()  # (page size kB, pages) that fit nowhere
-
-    @property
-    def uses_shared(self) -> bool:
-        """Whether the container runs on its pool's shared CPUs."""
-        if self.kind is CpuKind.SHARED or self.kind is CpuKind.MIXED:
-            return True
-        return self.kind is CpuKind.ISOLATED and self.shared > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,13 +115,6 @@ class Accounts:
     memory_requested: int  # the grants' known memory requests
     memory: Mapping[frozenset[int], int]  # bytes charged per zone
     hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (node, kB) -> pages
-
-
-@dataclass(slots=True)
-class _Op:
-    """Pools whose free CPUs changed during one operation, for the update diff."""
-
-    touched: set[int] = field(default_factory=set)
 
 
 class Engine:
@@ -216,7 +170,7 @@ class Engine:
         self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
-        self._board = choice.Board(
+        self._board = choose.Board(
             machine,
             self._pools,
             self._ledger,
@@ -384,9 +338,9 @@ class Engine:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         grant, trace, moved = self._admit(req, hint, keep, op)
         updates = self._updates(op, req.container_id, moved)
         return self._decision(grant, trace, updates, tuple(sorted(moved)))
@@ -396,7 +350,7 @@ class Engine:
         req: Request,
         hint: int | None,
         keep: frozenset[int],
-        op: _Op,
+        op: Op,
         overcommit: bool = True,
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
         """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
@@ -416,17 +370,18 @@ class Engine:
             return g, trace, {}
         if not self._kubelet_admits(req):
             raise refusal
-        room = consolidate.make_room(self, req, hint, keep, op)
+        found = moves.candidates(self._pools, self._ledger, self.options.max_moves, req)
+        room = moves.make_room(found, self.try_moves, req, hint, keep, op)
         if room is not None:
             self._note_degradation(room[0], req)
             return room
-        if not admission.may_degrade(req, self.options):
+        if not parity.may_degrade(req, self.options):
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
             return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in EXCLUSIVE_KINDS:
-            shared = admission.as_kind(req, CpuKind.SHARED)
+            shared = parity.as_kind(req, CpuKind.SHARED)
             try:
                 g, trace, moved = self._admit(shared, None, frozenset(), op, overcommit=False)
             except PolicyError:
@@ -451,7 +406,7 @@ class Engine:
         return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
     def try_moves(
-        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
+        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: Op
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
         """Take the movers out, place `req`, place the movers again; all or nothing.
 
@@ -460,7 +415,7 @@ class Engine:
         """
         olds = {cid: self._grants[cid] for cid in movers}
         pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
-        trial = _Op()
+        trial = Op()
         for old in olds.values():
             self._uncommit(old, trial)
         placed: list[Grant] = []
@@ -472,21 +427,21 @@ class Engine:
                 placed.append(self._move(olds[cid], req, trial))
         except PolicyError:
             for done in reversed(placed):
-                self._uncommit(done, _Op())
+                self._uncommit(done, Op())
             for cid, old in olds.items():
-                self._commit(old, _Op())
+                self._commit(old, Op())
                 old.cpus, old.mems = pinned[cid]  # the next diff compares with these
             return None
         op.touched |= trial.touched
         return g, trace, olds
 
-    def _move(self, old: Grant, cause: Request, op: _Op) -> Grant:
+    def _move(self, old: Grant, cause: Request, op: Op) -> Grant:
         """Place a shared container taken out for `cause` again (committed); PolicyError if not."""
         try:
             g, _ = self._choose(old.request, None, frozenset())
         except PolicyError:
             last = self._on_reserved(old.request)
-            if last is None or not admission.may_degrade(old.request, self.options):
+            if last is None or not parity.may_degrade(old.request, self.options):
                 raise
             g = last
         if g.hugepages_short:
@@ -499,7 +454,7 @@ class Engine:
         g.reason = f"moved to make room for {cause.who}: {g.reason}"
         return g
 
-    def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
+    def _on_isolated(self, req: Request, op: Op) -> Grant | None:
         """Exclusive CPUs from the isolated ones when no ordinary CPUs are left (committed).
 
         The kubelet hands isolated CPUs out like any other; this policy keeps them for the
@@ -517,7 +472,7 @@ class Engine:
         g.reason += "; isolated CPUs because no ordinary ones are left"
         return g
 
-    def _on_isolated_mixed(self, req: Request, op: _Op) -> Grant | None:
+    def _on_isolated_mixed(self, req: Request, op: Op) -> Grant | None:
         """Exclusive CPUs from the root's free ordinary CPUs plus isolated ones (committed).
 
         Neither kind alone holds the request but together they do, as the kubelet, which counts
@@ -538,7 +493,7 @@ class Engine:
             sliceable = self._shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
-        except (LookupError, PolicyError, choice.GrantFailed):
+        except (LookupError, PolicyError, shape.GrantFailed):
             return None
         whole = self.options.full_pcpus_only
         ordinary = min(k, len(sliceable))
@@ -608,7 +563,7 @@ class Engine:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
-        shared = admission.as_kind(req, CpuKind.RESERVED)
+        shared = parity.as_kind(req, CpuKind.RESERVED)
         g = self._grant(
             shared,
             GrantShape(
@@ -618,7 +573,7 @@ class Engine:
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
 
-    def _on_overcommit(self, req: Request, op: _Op) -> Grant | None:
+    def _on_overcommit(self, req: Request, op: Op) -> Grant | None:
         """Shared CPUs of the root, charged only the shared milli-CPU left there (committed).
 
         No pool holds the request, yet the kubelet, with one shared pool, admits it: the root's
@@ -630,7 +585,7 @@ class Engine:
         root = 0
         if not self._ledger.shared_cpus[root]:
             return None
-        req = admission.as_kind(req, CpuKind.SHARED)
+        req = parity.as_kind(req, CpuKind.SHARED)
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
@@ -663,7 +618,7 @@ class Engine:
             and g.kind is asked.kind
         ):
             return
-        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
+        g.degraded = parity.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
         if remote:
             g.degraded += (Degradation.HUGEPAGES_REMOTE,)
             g.reason += (
@@ -685,7 +640,7 @@ class Engine:
             return frozenset()
         return hugepages.nodes_of(g.hugepages) - self._pools[g.pool].nodes - g.zone
 
-    def _updates(self, op: _Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
+    def _updates(self, op: Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
         """The diff of the operation, with every moved container's new cpuset and memset."""
         diff = self._diff(op, skip=cid)
         if not moved:
@@ -753,8 +708,8 @@ class Engine:
         else:
             fallback = ""
 
-        widen = admission.may_degrade(req, self.options)
-        options, unfit = choice.options(
+        widen = parity.may_degrade(req, self.options)
+        options, unfit = choose.options(
             req,
             self._board,
             tiers,
@@ -769,14 +724,14 @@ class Engine:
         # memory may widen too (the request is not strict and the operator lets it degrade).
         remote = False
 
-        def attempt(o: choice.Option) -> Grant:
+        def attempt(o: choose.Option) -> Grant:
             shape = self._shaper.shape(
                 req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
             within = None if remote else o.pool.nodes | o.zone
             g = self._grant(req, shape, within)
             if g.hugepages_short:
-                raise choice.GrantFailed(
+                raise GrantFailed(
                     hugepages.describe_short(
                         req.hugepages,
                         dict(g.hugepages_short),
@@ -789,14 +744,14 @@ class Engine:
                 g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
-        chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
+        chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
         if chosen.grant is None and req.hugepages and widen:
             remote = True
-            chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
+            chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
-                choice.refusal(
+                choose.refusal(
                     req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
                 )
             )
@@ -808,7 +763,7 @@ class Engine:
         self, req: Request, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
         try:
-            widen = admission.may_degrade(req, self.options)
+            widen = parity.may_degrade(req, self.options)
             return self._zones.zone(0, tiers, size, widen, widen and self._squeeze(req))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
@@ -876,7 +831,7 @@ class Engine:
             return min(size, self._book.room(zone))
         return size
 
-    def _commit(self, g: Grant, op: _Op) -> None:
+    def _commit(self, g: Grant, op: Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
         cid = g.request.container_id
         self._note_changed(cid)
@@ -907,7 +862,7 @@ class Engine:
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
-    def _uncommit(self, g: Grant, op: _Op) -> None:
+    def _uncommit(self, g: Grant, op: Op) -> None:
         cid = g.request.container_id
         self._note_changed(cid)
         del self._grants[cid]
@@ -958,7 +913,7 @@ class Engine:
         """Whether a shared user is pinned to exactly its pool's shared set (`pin`)."""
         return self.options.pin_cpu and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
 
-    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
+    def _diff(self, op: Op, skip: str = "") -> tuple[Update, ...]:
         """Updates, by container id, for shared containers in touched pools whose cpuset really
         changed; `skip` (the container the operation is for) is left alone.
 
@@ -1058,7 +1013,7 @@ class Engine:
         g = self._grants.get(container_id)
         if g is None:
             return ()
-        op = _Op()
+        op = Op()
         self._uncommit(g, op)
         updates = self._diff(op)
         for _, kept in self._shared_sets.values():  # a set may outlive many of its containers
@@ -1080,14 +1035,14 @@ class Engine:
             self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         self._uncommit(old, op)
         try:
             g, trace, others = self._admit(req, old.pool, old.exclusive, op)
         except PolicyError:
-            self._commit(old, _Op())
+            self._commit(old, Op())
             raise
         moved = g.pool != old.pool or not (
             old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
@@ -1131,7 +1086,7 @@ class Engine:
         """
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
@@ -1158,7 +1113,7 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
-        degradable = admission.may_degrade(req, self.options)
+        degradable = parity.may_degrade(req, self.options)
         saved_shared, saved_memory = charged if degradable else (None, None)
         charge = size if saved_memory is None else min(size, saved_memory)
         tiers = self._zones.tiers(req)
@@ -1188,7 +1143,7 @@ class Engine:
         )
         self._check_fits(g)
         g.reason = "adopted as found"
-        g.degraded = admission.degradations(
+        g.degraded = parity.degradations(
             kind,
             kind,
             tier_widened=False,
@@ -1200,7 +1155,7 @@ class Engine:
             g.degraded += (Degradation.HUGEPAGES_CHARGE,)
         if self._hugepages_remote(g):
             g.degraded += (Degradation.HUGEPAGES_REMOTE,)
-        self._commit(g, _Op())
+        self._commit(g, Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
             cold_start_over or (mems is not None and g.cold_start.then_mems <= mems)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import replace
 
-from nri_topology.policy.request import milli_to_shares, shares_to_milli
+from nri_topology.policy.intake.request import milli_to_shares, shares_to_milli
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources
 
 
