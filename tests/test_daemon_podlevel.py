@@ -15,7 +15,7 @@ from nri_topology.nri.versions import event_bit
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.testing.harness import connected
-from nri_topology.testing.runtime import RuntimePeer
+from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 from tests import machines
@@ -67,13 +67,17 @@ def test_pod_resources_place_the_container_and_a_pod_resize_moves_it(machine: Ma
                     break
                 await asyncio.sleep(0.01)
             after = peer.containers["c1"].linux.resources.cpu.cpus
+            with pytest.raises(PluginError, match="nri-topology"):  # 20 CPUs: no pool has them
+                await peer.update_pod_sandbox(pod, resources=resources(20))
+            kept = plugin.policy.assignments()["c1"].cpus
             methods = [c.method for c in peer.calls]
-        return before, after, subscribed, methods
+        return before, after, kept, subscribed, methods
 
-    before, after, subscribed, methods = asyncio.run(scenario())
+    before, after, kept, subscribed, methods = asyncio.run(scenario())
     assert subscribed and "UpdatePodSandbox" in methods
     assert len(cpuset.parse(before)) == 2  # two exclusive CPUs from the pod's resources
     assert len(cpuset.parse(after)) == 3
+    assert kept == cpuset.parse(after)  # a refused resize keeps what it held
 
 
 @pytest.mark.parametrize(("nri", "subscribed"), [("v0.12.2", True), ("v0.9.0", False)])

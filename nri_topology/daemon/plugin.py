@@ -292,45 +292,34 @@ class TopologyPlugin(Plugin):
         resources: api_pb2.LinuxResources,
     ) -> None:
         """A pod resized in place (KEP-1287 with pod-level resources): the container holding the
-        pod's budget (`podlevel`) is placed again with the new one; what changes for it and for
-        others goes out through UpdateContainers, as this event's reply carries no updates."""
+        pod's budget (`podlevel`) is placed again with the new one (the policy keeps the pod's
+        new data for all its containers); what changes for it and for others goes out through
+        UpdateContainers, as this event's reply carries no updates."""
         self.metrics.request("UpdatePodSandbox")
         # the new resources beside the pod; without them the pod's own say what it has now
         pod_info = convert.pod_info(pod, resources if resources.ByteSize() else None)
-        decisions: list[Decision] = []
         async with self._lock:
-            held = [
-                known
+            infos = [
+                known[1]
                 for cid, a in self.policy.assignments().items()
                 if a.pod_id == pod_info.id and (known := self.policy.container(cid)) is not None
             ]
-            for _, info in held:
-                if not podlevel.states_none(info.resources):
-                    continue  # its own resources do not change with the pod's
-                decisions.append(
-                    self._decide(
-                        "resize",
-                        pod_info,
-                        info,
-                        lambda info=info: self.policy.resize(pod_info, info, info.resources),
-                    )
-                )
-            if decisions:
-                self._commit()
-        updates: dict[str, Update] = {}
-        for decision in decisions:
-            self._log_decision(decision, "resized", "pod resources changed")
-            for u in decision.updates:
-                updates[u.container_id] = u
-            updates[decision.container_id] = Update(decision.container_id, decision.placement)
-            if self.files is not None:
-                self.files.replaced(decision)
+            holder = podlevel.holder(pod_info, infos)
+            if holder is None:
+                return  # no container of the pod takes its amounts from the pod's
+            info = next(i for i in infos if i.id == holder)
+            decision = self._decide(
+                "resize", pod_info, info, lambda: self.policy.resize(pod_info, info, info.resources)
+            )
+            self._commit()
+        self._log_decision(decision, "resized", "pod resources changed")
         if self.files is not None:
-            resized = {d.container_id for d in decisions}
-            self.files.updated(u for u in updates.values() if u.container_id not in resized)
-        if updates:
-            ordered = [updates[cid] for cid in sorted(updates)]
-            self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
+            self.files.replaced(decision)
+            self.files.updated(u for u in decision.updates if u.container_id != holder)
+        updates = {u.container_id: u for u in decision.updates}
+        updates[holder] = Update(holder, decision.placement)
+        ordered = [updates[cid] for cid in sorted(updates)]
+        self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("RemovePodSandbox")
