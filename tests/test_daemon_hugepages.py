@@ -92,3 +92,29 @@ def test_hugepages_booked_shown_and_refused_through_the_runtime(machine: Machine
     assert "(hugepages-1Gi 1 on node 1)" in text
     (e,) = explained["containers"]
     assert e["decision"]["hugepages"] == [{"node": 1, "resource": "hugepages-1Gi", "pages": 1}]
+
+
+def test_a_restarted_plugin_books_the_running_containers_pages_again(machine: Machine) -> None:
+    """A new plugin process synchronizes with the containers running: their pages are booked
+    again on their memory nodes, `explain` shows them for the adopted container, and the next
+    container still finds none free."""
+
+    async def scenario() -> tuple[dict, str]:
+        opts = Options(reserved_resources=CpuAmount(milli=0))
+        peer = RuntimePeer(request_timeout=2.0)
+        async with connected(TopologyPlugin(Policy(machine, opts)), peer):
+            pod, ctr = guaranteed(1, 2, 2)
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+        plugin = TopologyPlugin(Policy(machine, opts))
+        async with connected(plugin, peer):
+            _, _, explained = StatusPages(plugin, machine, "node-a").explain("ns/pod1/app", "json")
+            with pytest.raises(PluginError) as refused:
+                await peer.create_container(*guaranteed(2, 2, 1))
+        return json.loads(explained), str(refused.value)
+
+    explained, refused = asyncio.run(scenario())
+    (e,) = explained["containers"]
+    assert e["decision"]["what"] == "adopted"
+    assert e["decision"]["hugepages"] == [{"node": 1, "resource": "hugepages-1Gi", "pages": 2}]
+    assert "1 pages of hugepages-1Gi asked, 0 free" in refused

@@ -758,7 +758,14 @@ class TopologyPlugin(Plugin):
         for cid in new:
             a = held.get(cid)
             if a is not None:
-                placed = Decision(cid, a.pool, a.kind, Placement(a.cpus, a.mems), a.exclusive)
+                placed = Decision(
+                    cid,
+                    a.pool,
+                    a.kind,
+                    Placement(a.cpus, a.mems),
+                    a.exclusive,
+                    hugepages=a.hugepages,
+                )
                 self.decisions[cid] = Explained("adopted", now, placed)
 
     def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:
