@@ -9,7 +9,7 @@ import pytest
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.testing import cri_pb2 as cri
-from tests.e2e.harness import IMAGE, SLEEP, Container, Pod, Run, online_cpus, parse_cpus
+from tests.e2e.harness import Pod, Run, online_cpus, parse_cpus
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -33,19 +33,7 @@ def pod_level(run: Run, name: str, cpu_milli: int) -> Pod:
     sandbox = run.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
     pod = Pod(sandbox.pod_sandbox_id, name, "e2e", "guaranteed", config)
     run.pods[pod.id] = pod
-    ctr = cri.ContainerConfig(
-        metadata=cri.ContainerMetadata(name="app"),
-        image=cri.ImageSpec(image=IMAGE),
-        command=SLEEP,
-        log_path="app.log",
-        linux=cri.LinuxContainerConfig(resources=cri.LinuxContainerResources(cpu_shares=2)),
-    )
-    cid = run.cri.runtime(
-        "CreateContainer",
-        cri.CreateContainerRequest(pod_sandbox_id=pod.id, config=ctr, sandbox_config=config),
-    ).container_id
-    run.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=cid))
-    pod.containers.append(Container(cid, "app"))
+    run.add_container(pod, "app", cpu_milli=0, memory=0)  # the kubelet's settings for none
     return pod
 
 
