@@ -50,15 +50,19 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   (performance cores for high and normal, efficiency cores for low), packed within that kind;
 * a single-numa-node request (annotation or option) is only placed in pools of one NUMA node
   with memory fitting there, and is refused, saying so, when none can hold it.
+* hugepages are booked per NUMA node and page size (`hugepages`), on the chosen pool's nodes
+  (its CPUs' nodes first), a pool without room for them failing its grant; beyond the pools only
+  when memory may widen (`Degradation.HUGEPAGES_REMOTE`), and pages beyond the machine's free
+  ones are refused (the reference does not account hugepages).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from nri_topology.policy.accounts import reservation
+from nri_topology.policy.accounts import hugepages, reservation
 from nri_topology.policy.accounts.grant import Grant, Op, memory_size
 from nri_topology.policy.accounts.ledger import Ledger
 from nri_topology.policy.accounts.memory import MemoryBook
@@ -71,13 +75,14 @@ from nri_topology.policy.intake import affinity
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
 from nri_topology.policy.shaping import shape
-from nri_topology.policy.shaping.shape import GrantShape, Shaper
+from nri_topology.policy.shaping.shape import GrantFailed, GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
     ColdStart,
     CpuKind,
     Decision,
+    Degradation,
     Outcome,
     Placement,
     PolicyError,
@@ -108,6 +113,7 @@ class Accounts:
     reserved_granted: int
     memory_requested: int  # the grants' known memory requests
     memory: Mapping[frozenset[int], int]  # bytes charged per zone
+    hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (node, kB) -> pages
 
 
 class Engine:
@@ -164,6 +170,7 @@ class Engine:
         self._grants_view = MappingProxyType(self._grants)
         self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self._book = MemoryBook(machine)
+        self._huge = hugepages.HugepageBook(machine)
         self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
@@ -241,6 +248,7 @@ class Engine:
             reserved_granted=self._reserved_granted,
             memory_requested=self._memory_requested,
             memory=dict(self._book.zones()),
+            hugepages=self._huge.booked_pages(),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -297,6 +305,10 @@ class Engine:
         """Bytes of memory the nodes hold."""
         return self._book.capacity(nodes)
 
+    def hugepages_free(self, node: int, size_kb: int) -> int:
+        """Pages of `size_kb` on `node` no container has booked."""
+        return self._huge.free(node, size_kb)
+
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
         return self._pins.pin(g)
@@ -323,6 +335,7 @@ class Engine:
     def _admit(self, req: Request, hint: int | None, keep: frozenset[int], op: Op) -> ladder.Placed:
         """Choose and commit a grant, degrading it when it does not fit as asked (`ladder`):
         the grant, its trace and the shared containers moved for it (their old grants)."""
+        self._hugepages_admitted(req)
         return ladder.climb(ladder.Climb(self._rungs, req, hint, keep, op, True))
 
     def _as_asked(
@@ -404,6 +417,8 @@ class Engine:
             if last is None or not parity.may_degrade(old.request, self.options):
                 raise
             g = last
+        if g.hugepages_short:
+            raise PolicyError(f"{old.request.who}: its hugepages no longer fit")
         if old.cold_start is None:
             g.cold_start = None
         self._commit(g, op)
@@ -482,6 +497,17 @@ class Engine:
         zone, relaxed = self._zones.zone(0, self._zones.tiers(req), size, True, self._squeeze(req))
         return zone, relaxed, size
 
+    def _hugepages_admitted(self, req: Request) -> None:
+        """Refuse hugepages beyond the pages of their size still free on the whole machine: the
+        kubelet, counting the same pages, does not admit them either."""
+        if not req.hugepages:
+            return
+        order = tuple(self.machine.nodes)
+        _, short = self._huge.layout(req.hugepages, order)
+        if short:
+            why = hugepages.describe_short(req.hugepages, short, self._huge, order)
+            raise PolicyError(f"{req.who}: {why}")
+
     def _kubelet_admits(self, req: Request) -> bool:
         """Whether the kubelet would admit the container next to those placed: CPU requests
         within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
@@ -555,9 +581,23 @@ class Engine:
         iso_mixed = not g.isolated and bool(g.exclusive & self._isolated)
         cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
-        if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
+        remote = self._hugepages_remote(g)
+        if (
+            not widened
+            and not iso_mixed
+            and not cut
+            and not cpu_cut
+            and not remote
+            and g.kind is asked.kind
+        ):
             return
         g.degraded = parity.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
+        if remote:
+            g.degraded += (Degradation.HUGEPAGES_REMOTE,)
+            g.reason += (
+                f"; hugepages on nodes {cpuset.format(remote)} beyond the pool's, "
+                "its own have too few free"
+            )
         if cut:
             g.reason += (
                 f"; {g.memory} of {memory_size(g.request)} bytes of memory charged, "
@@ -566,6 +606,12 @@ class Engine:
         if widened and "memory widened into" not in g.reason:
             names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
+
+    def _hugepages_remote(self, g: Grant) -> frozenset[int]:
+        """The nodes of a grant's hugepages outside its pool and memory zone."""
+        if not g.hugepages:
+            return frozenset()
+        return hugepages.nodes_of(g.hugepages) - self._pools[g.pool].nodes - g.zone
 
     def _validate(self, req: Request) -> None:
         if req.kind in EXCLUSIVE_KINDS and req.exclusive < 1:
@@ -631,15 +677,32 @@ class Engine:
             squeeze=widen and self._squeeze(req),
         )
 
+        # Hugepages on the pool's own nodes first; beyond them, in a second round, only when
+        # memory may widen too (the request is not strict and the operator lets it degrade).
+        remote = False
+
         def attempt(o: choose.Option) -> Grant:
             shape = self._shaper.shape(
                 req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
-            g = self._grant(req, shape)
+            within = None if remote else o.pool.nodes | o.zone
+            g = self._grant(req, shape, within)
+            if g.hugepages_short:
+                raise GrantFailed(
+                    hugepages.describe_short(
+                        req.hugepages,
+                        dict(g.hugepages_short),
+                        self._huge,
+                        within if within is not None else self.machine.nodes,
+                    )
+                )
             g.reason = _reason(g, o.pool.name, fallback, shape.note)
             return g
 
         chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
+        if chosen.grant is None and req.hugepages and widen:
+            remote = True
+            chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
@@ -698,8 +761,17 @@ class Engine:
                 per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
         return scoring.affinity_scores(self._pools, per_pool)
 
-    def _grant(self, req: Request, shape: GrantShape) -> Grant:
-        """The grant of `shape` to `req`, with the cold start its memory zone allows."""
+    def _grant(
+        self,
+        req: Request,
+        shape: GrantShape,
+        within: frozenset[int] | None = None,
+        prefer: frozenset[int] = frozenset(),
+    ) -> Grant:
+        """The grant of `shape` to `req`, with the cold start its memory zone allows and its
+        hugepages laid out on the nodes of `within` (all when None), those of `prefer` first,
+        then its CPUs' nodes, then its memory zone's; what fits nowhere is in
+        `hugepages_short`."""
         kind, zone, shared = shape.kind, shape.zone, shape.shared
         cold: ColdStart | None = None
         if req.cold_start_ns > 0 and zone:
@@ -709,7 +781,7 @@ class Engine:
                 cold = ColdStart(delay_ns=req.cold_start_ns, then_mems=zone)
         if kind is CpuKind.EXCLUSIVE or (kind is CpuKind.ISOLATED and not req.shared):
             shared = 0
-        return Grant(
+        g = Grant(
             request=req,
             pool=shape.pool,
             kind=kind,
@@ -721,6 +793,16 @@ class Engine:
             relaxed=shape.relaxed,
             cold_start=cold,
         )
+        if req.hugepages:
+            cpu_nodes = (
+                frozenset(self.machine.cpus[c].node for c in shape.exclusive)
+                if shape.exclusive
+                else self._pools[shape.pool].cpu_nodes
+            )
+            order = hugepages.node_order(self.machine, [prefer, cpu_nodes, zone])
+            layout, short = self._huge.layout(req.hugepages, order, within)
+            g.hugepages, g.hugepages_short = layout, tuple(sorted(short.items()))
+        return g
 
     def _charge(self, zone: frozenset[int], size: int) -> int:
         """Bytes a grant charges to its zone: its size, or what fits when it does not
@@ -754,6 +836,8 @@ class Engine:
                 self._ledger.sub_users[a] += 1
             self._ledger.add_user(g.pool, cid, g, self._pins.plain(g))
         self._book.charge(g.zone, g.memory)
+        if g.hugepages:
+            self._huge.book(g.hugepages)
         self._memory_requested += g.request.memory_request
         self._grants[cid] = g
         self._by_attribute.add(g.request)
@@ -785,6 +869,8 @@ class Engine:
                 self._ledger.sub_users[a] -= 1
             self._ledger.remove_user(g.pool, cid)
         self._book.refund(g.zone, g.memory)
+        if g.hugepages:
+            self._huge.unbook(g.hugepages)
         self._memory_requested -= g.request.memory_request
 
     def _pools_touching(self, cpus: Iterable[int]) -> list[int]:
@@ -816,6 +902,7 @@ class Engine:
             moved=moved,
             hints_missed=g.hints_missed,
             warnings=g.request.warnings,
+            hugepages=g.hugepages,
         )
 
     # ----------------------------------------------------------------------------------------
@@ -950,7 +1037,9 @@ class Engine:
             elif shared > self._ledger.allocatable(pool):
                 shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
-            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, charge)
+            req,
+            GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, charge),
+            prefer=mems or frozenset(),
         )
         self._check_fits(g)
         g.reason = "adopted as found"
@@ -962,6 +1051,10 @@ class Engine:
             memory_cut=g.memory < size,
             cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
         )
+        if g.hugepages_short:  # adopted as it runs: what fits is booked, the rest is not
+            g.degraded += (Degradation.HUGEPAGES_CHARGE,)
+        if self._hugepages_remote(g):
+            g.degraded += (Degradation.HUGEPAGES_REMOTE,)
         self._commit(g, Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
@@ -1035,6 +1128,7 @@ def _same_amounts(a: Request, b: Request) -> bool:
         and a.memory_preserve == b.memory_preserve
         and a.require_isolated == b.require_isolated
         and a.single_numa == b.single_numa
+        and a.hugepages == b.hugepages
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from itertools import chain
 from operator import attrgetter
 
+from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.accounts.grant import Grant, Op
 from nri_topology.policy.accounts.ledger import Ledger
 from nri_topology.policy.intake.request import milli_to_shares
@@ -65,12 +66,14 @@ class Pins:
         return min(t for t in self.machine.cpus[cpu].threads if t in within)
 
     def mems(self, g: Grant) -> frozenset[int] | None:
-        """The memset a grant pins to: its zone, without DRAM while a cold start runs."""
+        """The memset a grant pins to: its zone and the nodes of its hugepages, without DRAM
+        while a cold start runs."""
         if not self.options.pin_memory or g.request.memory_preserve:
             return None
+        zone = g.zone | hugepages.nodes_of(g.hugepages) if g.hugepages else g.zone
         if g.cold_start is not None:
-            return frozenset(n for n in g.zone if self.machine.nodes[n].tier is not MemoryTier.DRAM)
-        return g.zone
+            return frozenset(n for n in zone if self.machine.nodes[n].tier is not MemoryTier.DRAM)
+        return zone
 
     def shares(self, g: Grant) -> int | None:
         if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
