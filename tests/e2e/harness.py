@@ -44,7 +44,7 @@ SLEEP = ["/bin/sleep", "1000000"]
 
 
 # The runtimes the suite runs on, as prepare.sh names them.
-RUNTIMES = ("containerd-1.7", "containerd-2")
+RUNTIMES = ("containerd-1.7", "containerd-2", "crio")
 
 
 class SetupError(Exception):
@@ -63,25 +63,10 @@ class Quirk(enum.Enum):
         "containerd 1.7 sends no Synchronize to the plugins it launches, so a relaunched plugin "
         "does not learn the running containers"
     )
-    UPDATES_IN_MEMORY_ONLY = (
-        "CRI-O keeps NRI updates in memory only: after a restart it reports every container with "
-        "the cpuset it was created with"
-    )
-    DROPS_UPDATES_WHILE_CREATING = (
-        "CRI-O drops updates for containers still being created (and reports success)"
-    )
-    NO_PAUSE_CONTAINER = (
-        "CRI-O runs no pause container for a pod with a per-container PID namespace"
-    )
 
 
 def quirks(runtime: str, version: str) -> frozenset[Quirk]:
-    if runtime == "crio":
-        return frozenset(
-            {Quirk.UPDATES_IN_MEMORY_ONLY, Quirk.DROPS_UPDATES_WHILE_CREATING,
-             Quirk.NO_PAUSE_CONTAINER}
-        )  # fmt: skip
-    if version.startswith("1.7"):
+    if runtime.startswith("containerd") and version.startswith("1.7"):
         return frozenset({Quirk.NO_SYNC_ON_RELAUNCH})
     return frozenset()
 
@@ -360,6 +345,18 @@ class Run:
         self._fake_proc: Path | None = None
         for d in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf", "images"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
+        if tools.kind == "crio":
+            self._shared_mount()
+
+    def _shared_mount(self) -> None:
+        """CRI-O refuses a host path for a container whose mount is neither shared nor slave, as
+        on a machine without systemd (whose / is private): make the run directory a shared mount
+        of its own, as it would be under systemd."""
+        for argv in (["mount", "--bind", str(self.dir), str(self.dir)],
+                     ["mount", "--make-rshared", str(self.dir)]):  # fmt: skip
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise SetupError(f"{' '.join(argv)}: {proc.stderr.strip()}")
 
     # --- the runtime --------------------------------------------------------------------
 
@@ -696,10 +693,21 @@ class Run:
         return container
 
     def remove_pod(self, pod: Pod) -> None:
-        assert self.cri is not None
-        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id))
-        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id))
+        self._remove_sandbox(pod.id)
         self.pods.pop(pod.id, None)
+
+    def _remove_sandbox(self, pod_id: str) -> None:
+        """As the kubelet deletes a pod with no grace period: its containers stopped first (CRI-O
+        would give the sandbox's a stop timeout each: `sleep` as PID 1 ignores SIGTERM)."""
+        assert self.cri is not None
+        listed = self.cri.runtime(
+            "ListContainers",
+            cri.ListContainersRequest(filter=cri.ContainerFilter(pod_sandbox_id=pod_id)),
+        )
+        for c in listed.containers:
+            self.cri.runtime("StopContainer", cri.StopContainerRequest(container_id=c.id))
+        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod_id))
+        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod_id))
 
     def pid(self, container_id: str) -> int:
         assert self.cri is not None
@@ -747,12 +755,7 @@ class Run:
                     "ListPodSandbox", cri.ListPodSandboxRequest(), timeout=30
                 ).items:
                     with contextlib.suppress(Exception):
-                        self.cri.runtime(
-                            "StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id)
-                        )
-                        self.cri.runtime(
-                            "RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id)
-                        )
+                        self._remove_sandbox(pod.id)
         self.stop_plugin()
         self.stop_runtime()
         if self.cri is not None:

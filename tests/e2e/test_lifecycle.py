@@ -1,4 +1,4 @@
-"""The plugin and the runtime coming and going on a real containerd: nothing moves that should
+"""The plugin and the runtime coming and going on each runtime: nothing moves that should
 not, reconnection resynchronizes, reloads and stalls are survived."""
 
 from __future__ import annotations
