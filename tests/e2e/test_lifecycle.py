@@ -1,4 +1,4 @@
-"""The plugin and the runtime coming and going on a real containerd: nothing moves that should
+"""The plugin and the runtime coming and going on each runtime: nothing moves that should
 not, reconnection resynchronizes, reloads and stalls are survived."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
+from tests.e2e.harness import Quirk, Run, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -189,24 +189,13 @@ def test_preinstalled_plugin_launched_by_containerd(run: Run) -> None:
     wait_for("grown back", lambda: parse_cpus(run.cpus(be.containers[0])) == online_cpus(), 10)
 
 
-def runtime_version(run: Run) -> str:
-    assert run.cri is not None
-    return run.cri.version().runtime_version
-
-
 def test_preinstalled_plugin_relaunched_keeps_placements(
     run: Run, request: pytest.FixtureRequest
 ) -> None:
     """After a runtime restart the relaunched plugin must know the running containers."""
     launched(run)
-    if runtime_version(run).startswith("1.7"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="containerd 1.7 sends no Synchronize to the plugins it launches, so a "
-                "relaunched plugin does not learn the running containers",
-            )
-        )
+    if run.has(Quirk.NO_SYNC_ON_RELAUNCH):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=Quirk.NO_SYNC_ON_RELAUNCH.value))
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     before = snapshot(run)
     run.stop_containerd()
