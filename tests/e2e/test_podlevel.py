@@ -1,4 +1,4 @@
-"""Pod-level resources (KEP-2837) on a real containerd: a Guaranteed pod that states its CPUs
+"""Pod-level resources (KEP-2837) on each real runtime: a Guaranteed pod that states its CPUs
 for the pod (the sandbox's Linux resources, as the kubelet sends them) and a container that
 states none gets the pod's CPUs exclusively; without them it would share every CPU."""
 
