@@ -297,6 +297,14 @@ class VerifySection(_Section):
     interval_seconds: Annotated[float, Field(ge=0, le=86400)] = 10.0
 
 
+class RestartsSection(_Section):
+    """A container's next attempt in the same pod (a crash, a failed probe)."""
+
+    # Seconds a stopped container's exclusive CPUs wait for its next attempt; 0: given back at
+    # once. The kubelet's crash-loop back-off reaches 300 s.
+    hold_seconds: Annotated[float, Field(ge=0, le=3600)] = 330.0
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -310,3 +318,4 @@ class Config(_Section):
     hints: HintsSection = HintsSection()
     nrt: NrtSection = NrtSection()
     verify: VerifySection = VerifySection()
+    restarts: RestartsSection = RestartsSection()

@@ -105,6 +105,7 @@ def settings_of(config: Config) -> Settings:
         file_dir=e.file_dir,
         cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
         verify_interval_s=config.verify.interval_seconds,
+        restart_hold_s=config.restarts.hold_seconds,
     )
 
 

@@ -1005,6 +1005,44 @@ class Engine:
         g.reason = ("moved: " if moved else "resized in place: ") + g.reason
         return self._decision(g, trace, self._updates(op, cid, others), tuple(sorted(others)))
 
+    def succeed(self, previous: str, req: Request) -> Decision:
+        """Give a container's next attempt what its previous attempt holds, which it replaces.
+
+        Asking for the same amounts, it gets the same pool, CPUs, charges and memory zone, so no
+        other container's pinning changes; else it is placed as a resize would (its old pool and
+        CPUs tried first). All or nothing: on PolicyError the previous attempt keeps its grant.
+        """
+        old = self._grants.get(previous)
+        if old is None:
+            raise PolicyError(f"{req.who}: previous attempt {previous} is not placed")
+        if req.container_id in self._grants:
+            raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
+        req = admission.kubelet_request(req, self.options)
+        self._validate(req)
+        op = _Op()
+        self._uncommit(old, op)
+        others: dict[str, Grant] = {}
+        trace: tuple[PoolScore, ...] = ()
+        if _same_amounts(old.request, req):
+            shape = GrantShape(
+                old.pool, old.kind, old.exclusive, old.isolated, old.shared, old.zone, old.relaxed
+            )
+            g = self._grant(req, shape)
+            g.memory = old.memory  # as charged, cut back or not
+            g.reason = f"kept from its previous attempt: {old.reason}"
+            g.degraded = old.degraded
+            self._commit(g, op)
+        else:
+            try:
+                g, trace, others = self._admit(req, old.pool, old.exclusive, op)
+            except PolicyError:
+                self._commit(old, _Op())
+                raise
+        for _, kept in self._shared_sets.values():
+            kept.pop(previous, None)
+        updates = self._updates(op, req.container_id, others)
+        return self._decision(g, trace, updates, tuple(sorted(others)))
+
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
         g = self._grants.get(container_id)
         if g is None or g.cold_start is None:

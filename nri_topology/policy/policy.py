@@ -49,6 +49,9 @@ class Policy:
         # Which containers are placed, with their pod: the one record of it (the daemon asks
         # `container`); the engine's grants hold the same ids, for the accounting.
         self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+        # Stopped containers whose exclusive CPUs wait for their next attempt (`hold`), by
+        # (pod id, container name): the kubelet names every attempt of a container alike.
+        self._held: dict[tuple[str, str], str] = {}
         self._replaced = False  # the engine was replaced since the last `changes`
 
     @property
@@ -56,11 +59,36 @@ class Policy:
         return self._options
 
     def create(self, pod: PodInfo, container: ContainerInfo) -> Decision:
-        """Place a new container; the decision carries updates for the others that changed."""
+        """Place a new container; the decision carries updates for the others that changed.
+
+        The next attempt of a held container (`hold`) takes over what the previous one holds,
+        changing no one else when it asks for the same amounts (`Engine.succeed`).
+        """
         req = build_request(pod, container, self._options, machine=self._machine)
-        decision = self._engine.place(req)
+        previous = self._held.pop((container.pod_id, container.name), None)
+        if previous is None:
+            decision = self._engine.place(req)
+        else:
+            try:
+                decision = self._engine.succeed(previous, req)
+            except PolicyError:
+                self._held[(container.pod_id, container.name)] = previous
+                raise
+            self._infos.pop(previous, None)
         self._infos[container.id] = (pod, container)
         return decision
+
+    def hold(self, container_id: str) -> bool:
+        """Keep what a stopped container holds for its next attempt in the same pod, when it
+        holds exclusive CPUs: giving them back and taking them again would re-pin every shared
+        container twice. False (nothing kept) otherwise; `release` ends a hold."""
+        known = self._infos.get(container_id)
+        grant = self._engine.grants.get(container_id)
+        if known is None or grant is None or not grant.exclusive:
+            return False
+        pod, ctr = known
+        self._held[(pod.id, ctr.name)] = container_id
+        return True
 
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
         """New resources for a running container: in place when they fit, else moved."""
@@ -73,7 +101,11 @@ class Policy:
 
     def release(self, container_id: str) -> tuple[Update, ...]:
         """Free what a stopped or removed container held; unknown ids are ignored."""
-        self._infos.pop(container_id, None)
+        known = self._infos.pop(container_id, None)
+        if known is not None:
+            key = (known[0].id, known[1].name)
+            if self._held.get(key) == container_id:
+                del self._held[key]
         return self._engine.release(container_id)
 
     def restore(
@@ -88,6 +120,7 @@ class Policy:
         report = restoring.restore(engine, found, saved)
         self._replace(engine)
         self._infos = {cid: infos[cid] for cid in engine.grants}
+        self._held = {}  # the runtime reports running containers only
         return replace(report, failed={**failed, **report.failed})
 
     def _found(
@@ -175,6 +208,7 @@ class Policy:
         self._replace(engine)
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
+        self._held = {k: cid for k, cid in self._held.items() if cid in engine.grants}
         return report
 
     def placements(self, ids: Iterable[str] | None = None) -> dict[str, Placement]:
