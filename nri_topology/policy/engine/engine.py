@@ -974,17 +974,17 @@ class Engine:
             raise PolicyError(f"{req.who}: previous attempt {previous} is not placed")
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         self._uncommit(old, op)
         others: dict[str, Grant] = {}
         trace: tuple[PoolScore, ...] = ()
         if _same_amounts(old.request, req):
-            shape = GrantShape(
+            same = GrantShape(
                 old.pool, old.kind, old.exclusive, old.isolated, old.shared, old.zone, old.relaxed
             )
-            g = self._grant(req, shape)
+            g = self._grant(req, same)
             g.memory = old.memory  # as charged, cut back or not
             g.reason = f"kept from its previous attempt: {old.reason}"
             g.degraded = old.degraded
@@ -993,7 +993,7 @@ class Engine:
             try:
                 g, trace, others = self._admit(req, old.pool, old.exclusive, op)
             except PolicyError:
-                self._commit(old, _Op())
+                self._commit(old, Op())
                 raise
         for _, kept in self._shared_sets.values():
             kept.pop(previous, None)
