@@ -219,6 +219,9 @@ class NriSection(_Section):
 
 class StateSection(_Section):
     path: Annotated[str, Field(min_length=1)] = DEFAULT_STATE_PATH
+    # Seconds a second instance waits for the state file's lock (an upgrade's new instance
+    # beside the old one) before it gives up; 0: give up at once.
+    lock_wait_seconds: Annotated[float, Field(ge=0, le=3600)] = 300.0
 
 
 Format = Literal["auto", "json", "console"]

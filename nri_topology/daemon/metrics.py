@@ -60,6 +60,7 @@ REQUEST_METHODS = (
     "Configure",
     "Synchronize",
     "RunPodSandbox",
+    "StopPodSandbox",
     "RemovePodSandbox",
     "CreateContainer",
     "StartContainer",
