@@ -308,6 +308,11 @@ class Metrics:
             "1 while registered with and synchronized by the runtime.",
             registry=self.registry,
         )
+        self.standby = Gauge(
+            f"{PREFIX}_standby",
+            "1 while waiting for another instance to give up the state file (an upgrade).",
+            registry=self.registry,
+        )
         for reason in ERROR_REASONS:
             self.errors.labels(reason)
         for result in RELOAD_RESULTS:

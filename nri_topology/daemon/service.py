@@ -157,6 +157,7 @@ class Daemon:
         self.reloader: Reloader[Config] | None = None
         self.publisher: Publisher | None = None  # set when publishing NodeResourceTopology
         self.lock: InstanceLock | None = None
+        self.standby: str | None = None  # who holds the state file while this one waits
         self._stop = asyncio.Event()
 
     def setup(self) -> None:
@@ -178,7 +179,9 @@ class Daemon:
         try:
             self.lock.acquire()
         except LockedError as exc:
-            raise StartupError(str(exc)) from None
+            if not self.config.state.lock_wait_seconds:
+                raise StartupError(str(exc)) from None
+            self.standby = str(exc)  # `serve` waits for it, the health endpoint up
         except OSError as exc:
             raise StartupError(f"cannot lock {self.lock.path}: {exc.strerror or exc}") from None
         try:
@@ -286,7 +289,7 @@ class Daemon:
             pages = StatusPages(plugin, self.machine, self.node_name())
             self.status = StatusServer(
                 plugin.metrics.registry,
-                plugin.ready,
+                self._ready,
                 config.metrics.address,
                 config.metrics.port,
                 pages=pages.routes(),
@@ -296,6 +299,12 @@ class Daemon:
             except OSError as exc:
                 _log.error("cannot open the metrics endpoint", error=str(exc))
                 return 1
+        if self.standby is not None:
+            waited = await self._wait_for_lock()
+            if waited is not None:
+                if self.status is not None:
+                    await self.status.close()
+                return waited
         if self.publisher is not None:
             self.publisher.start()
         watcher: asyncio.Task[None] | None = None
@@ -335,6 +344,53 @@ class Daemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _ready(self) -> tuple[bool, str]:
+        """Readiness: a standby is ready to take over (a DaemonSet's surge update removes the
+        old pod only once the new one is ready); else the plugin's own."""
+        if self.standby is not None:
+            return True, f"standby, waiting for the state file: {self.standby}"
+        assert self.plugin is not None
+        return self.plugin.ready()
+
+    async def _wait_for_lock(self) -> int | None:
+        """Stand by until the instance holding the state file stops (bounded by
+        `state.lock_wait_seconds`); then this one connects and adopts every placement as the
+        runtime reports it. None once the lock is held; else the exit status: 0 when stopped
+        while waiting, 2 when the wait ran out."""
+        assert self.lock is not None and self.plugin is not None
+        limit = self.config.state.lock_wait_seconds
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        self.plugin.metrics.standby.set(1)
+        _log.warning("another instance holds the state file, standing by", holder=self.standby,
+                     wait_seconds=limit)
+
+        def still(exc: LockedError) -> None:
+            self.standby = str(exc)
+
+        waiter = loop.create_task(self.lock.wait(limit, still))
+        stopper = loop.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            waiter.cancel()
+            self.plugin.metrics.standby.set(0)
+        if not waiter.done() or waiter.cancelled():
+            _log.info("stopping", reason="signal while standing by")
+            return 0
+        error = waiter.exception()
+        if isinstance(error, LockedError):
+            _log.error("the state file stayed locked, giving up", error=str(error))
+            return 2
+        if error is not None:
+            _log.error("cannot lock the state file", error=str(error))
+            return 2
+        _log.info("took over the state file", after=self.standby)
+        self.standby = None
+        return None
 
     def _publisher(self, machine: Machine) -> Publisher | None:
         """The NodeResourceTopology publisher, when publishing is wanted (see `nrt.publish`)."""
