@@ -364,8 +364,11 @@ class Daemon:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         self.plugin.metrics.standby.set(1)
-        _log.warning("another instance holds the state file, standing by", holder=self.standby,
-                     wait_seconds=limit)
+        _log.warning(
+            "another instance holds the state file, standing by",
+            holder=self.standby,
+            wait_seconds=limit,
+        )
 
         def still(exc: LockedError) -> None:
             self.standby = str(exc)

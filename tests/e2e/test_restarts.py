@@ -17,9 +17,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 def _exited(run: Run, container_id: str) -> bool:
     assert run.cri is not None
-    resp = run.cri.runtime(
-        "ContainerStatus", cri.ContainerStatusRequest(container_id=container_id)
-    )
+    resp = run.cri.runtime("ContainerStatus", cri.ContainerStatusRequest(container_id=container_id))
     return resp.status.state == cri.CONTAINER_EXITED
 
 

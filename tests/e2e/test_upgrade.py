@@ -4,6 +4,8 @@ No running container's cpuset changes and no pod start fails, pods being started
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
 import signal
 import subprocess
@@ -44,8 +46,6 @@ class Instance:
             )
 
     def readyz(self) -> tuple[int, str]:
-        import http.client
-
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
         try:
             conn.request("GET", "/readyz")
@@ -59,10 +59,8 @@ class Instance:
     def events(self) -> list[dict]:
         out = []
         for line in self.log.read_text(errors="replace").splitlines():
-            try:
+            with contextlib.suppress(ValueError):
                 out.append(json.loads(line))
-            except ValueError:
-                pass
         return out
 
     def stop(self) -> None:
@@ -81,7 +79,7 @@ def test_surge_upgrade_moves_nothing_and_fails_no_pod_start(run: Run) -> None:
     new = Instance(run)
     try:
         wait_for("the new instance stands by", lambda: new.readyz()[0] == 200, 60)
-        status, body = new.readyz()
+        _, body = new.readyz()
         assert body.startswith("ready: standby, waiting for the state file:"), body
         assert new.proc.poll() is None  # no exit 2
 
