@@ -300,6 +300,21 @@ class VerifySection(_Section):
     interval_seconds: Annotated[float, Field(ge=0, le=86400)] = 10.0
 
 
+class KubeletSection(_Section):
+    """The kubelet's own CPU and memory managers beside this plugin."""
+
+    # Its checkpoints, read at start and on every reload; "" skips one.
+    cpu_manager_state: str = "/var/lib/kubelet/cpu_manager_state"
+    memory_manager_state: str = "/var/lib/kubelet/memory_manager_state"
+    config: Annotated[str, Field(min_length=1)] | None = None  # its KubeletConfiguration file
+    # With the static CPU manager or the Memory Manager on: keep off the CPUs it pinned
+    # containers to (avoid), or refuse to run (refuse).
+    when_active: Annotated[Literal["avoid", "refuse"], BeforeValidator(_lower)] = "avoid"
+    # Take policy.reserved_resources.cpu from its reservedSystemCPUs, and
+    # policy.strict_reserved_cpus from its strict-cpu-reservation option (needs `config`).
+    reserved_cpus: StrictBool = False
+
+
 class RestartsSection(_Section):
     """A container's next attempt in the same pod (a crash, a failed probe)."""
 
@@ -322,3 +337,4 @@ class Config(_Section):
     nrt: NrtSection = NrtSection()
     verify: VerifySection = VerifySection()
     restarts: RestartsSection = RestartsSection()
+    kubelet: KubeletSection = KubeletSection()

@@ -308,6 +308,14 @@ class Metrics:
             "1 while registered with and synchronized by the runtime.",
             registry=self.registry,
         )
+        self.kubelet_manager = Gauge(
+            f"{PREFIX}_kubelet_manager_active",
+            "1 while the kubelet pins containers itself (static CPU manager, Memory Manager).",
+            ["manager"],
+            registry=self.registry,
+        )
+        for manager in ("cpu", "memory"):
+            self.kubelet_manager.labels(manager)
         self.standby = Gauge(
             f"{PREFIX}_standby",
             "1 while waiting for another instance to give up the state file (an upgrade).",

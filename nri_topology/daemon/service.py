@@ -34,7 +34,7 @@ from nri_topology.config.load import (
 )
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options, tier_overrides
-from nri_topology.daemon import logs
+from nri_topology.daemon import coexist, logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.hints import HintFinder
@@ -43,6 +43,7 @@ from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.daemon.verify import cgroup_root
+from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri.stub import Stub, StubError
 from nri_topology.nrt.build import node_name, node_resource_topology
 from nri_topology.nrt.cluster import in_cluster, wanted
@@ -158,6 +159,7 @@ class Daemon:
         self.publisher: Publisher | None = None  # set when publishing NodeResourceTopology
         self.lock: InstanceLock | None = None
         self.standby: str | None = None  # who holds the state file while this one waits
+        self.kubelet = KubeletView()  # the kubelet's managers, read at start and on reloads
         self._stop = asyncio.Event()
 
     def setup(self) -> None:
@@ -175,6 +177,12 @@ class Daemon:
         )
         for note in loaded.notes:
             _log.info(note)
+        try:
+            self.config = self._beside_kubelet(self.config)
+        except coexist.KubeletActive as exc:
+            raise StartupError(str(exc)) from None
+        except ConfigError as exc:
+            raise StartupError(f"the kubelet's state does not fit:\n{exc}") from None
         self.lock = InstanceLock(Path(self.config.state.path))
         try:
             self.lock.acquire()
@@ -220,6 +228,7 @@ class Daemon:
             hints=hint_finder(self.config),
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
+        self._show_kubelet()
         self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
         if self.reloader is not None:
@@ -236,7 +245,8 @@ class Daemon:
     async def apply(self, config: Config) -> None:
         """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
         assert self.plugin is not None
-        new = effective(config, self.overrides)
+        new = self._beside_kubelet(effective(config, self.overrides))
+        self._show_kubelet()
         await self.plugin.reconfigure(policy_options(new))
         self.plugin.settings = settings_of(new)
         restart_only = [
@@ -253,7 +263,7 @@ class Daemon:
         try:
             config = parse_config(text, "NRI Configure")
             await self.apply(config)
-        except (ConfigError, PolicyError) as exc:
+        except (ConfigError, PolicyError, coexist.KubeletActive) as exc:
             assert self.plugin is not None
             self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
@@ -286,7 +296,9 @@ class Daemon:
             from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
 
             assert self.machine is not None
-            pages = StatusPages(plugin, self.machine, self.node_name())
+            pages = StatusPages(
+                plugin, self.machine, self.node_name(), kubelet=lambda: self.kubelet.summary()
+            )
             self.status = StatusServer(
                 plugin.metrics.registry,
                 self._ready,
@@ -344,6 +356,20 @@ class Daemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _beside_kubelet(self, config: Config) -> Config:
+        """`config` as it applies beside the kubelet's managers now (`coexist`); raises
+        KubeletActive when they run and the configuration says to refuse."""
+        view = coexist.read_view(config.kubelet)
+        coexist.check(view, config.kubelet)
+        self.kubelet = view
+        return coexist.beside(config, view)
+
+    def _show_kubelet(self) -> None:
+        if self.plugin is not None:
+            kubelet = self.kubelet
+            for manager, on in (("cpu", kubelet.static_cpu), ("memory", kubelet.static_memory)):
+                self.plugin.metrics.kubelet_manager.labels(manager).set(int(on))
 
     def _ready(self) -> tuple[bool, str]:
         """Readiness: a standby is ready to take over (a DaemonSet's surge update removes the
@@ -445,7 +471,7 @@ class Daemon:
             path,
             lambda data: parse_config(data.decode("utf-8", errors="replace"), str(path)),
             self.apply,
-            (ConfigError, PolicyError),
+            (ConfigError, PolicyError, coexist.KubeletActive),
             self.plugin.metrics,
             max_bytes=MAX_CONFIG_BYTES,
         )
@@ -453,4 +479,5 @@ class Daemon:
 
 def replace_config(old: Config, new: Config) -> Config:
     """The configuration in force after a reload: live sections from `new`, others from `old`."""
-    return old.model_copy(update={"policy": new.policy, "expose": new.expose})
+    live = ("policy", "expose", "restarts", "kubelet")
+    return old.model_copy(update={name: getattr(new, name) for name in live})
