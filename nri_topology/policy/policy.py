@@ -1,9 +1,9 @@
 """The policy facade the daemon, `simulate` and the benchmarks drive.
 
-It turns pod and container data into requests (`request.build_request`) and hands them to the
+It turns pod and container data into requests (`intake.request.build_request`) and hands them to the
 engine, which keeps all accounting. Every call either succeeds or raises `PolicyError` with the
-state exactly as before. See `engine` for accounting and grant rules, `scoring` for the pool sort
-key, `pools` for the tree and `restore` for adoption after a restart.
+state exactly as before. See `engine` for accounting and grant rules, `choice.scoring` for the
+pool sort key, `pools` for the tree and `checkpoint.restore` for adoption after a restart.
 """
 
 from __future__ import annotations
