@@ -896,9 +896,8 @@ class Engine:
             except PolicyError:
                 self._commit(old, Op())
                 raise
-        for _, kept in self._shared_sets.values():
-            kept.pop(previous, None)
-        updates = self._updates(op, req.container_id, others)
+        self._pins.forget(previous)
+        updates = self._pins.updates(op, req.container_id, others, self._grants)
         return self._decision(g, trace, updates, tuple(sorted(others)))
 
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
