@@ -111,6 +111,9 @@ class ScriptedPolicy:
         self.infos.pop(container_id, None)
         return tuple(Update(o, Placement(frozenset({41}), None)) for o in self.cpus)
 
+    def hold(self, container_id: str) -> bool:
+        return False  # the real policy's holds: tests/test_daemon_restarts.py
+
     def restore(
         self,
         pods: Sequence[PodInfo],

@@ -117,9 +117,10 @@ async def test_external_plugin_stops_cleanly_on_sigterm(tmp_path: Path, short_di
     assert body is not None and "a" in json.dumps(body["policy"])
 
 
-async def test_a_second_instance_on_the_same_state_exits_naming_the_holder(
+async def test_a_second_instance_stands_by_then_exits_naming_the_holder(
     tmp_path: Path, short_dir: Path
 ) -> None:
+    """It waits `state.lock_wait_seconds` for the first to stop, connected to nothing."""
     sock = short_dir / "nri.sock"
     peer = RuntimePeer()
     await peer.listen(str(sock))
@@ -129,7 +130,10 @@ async def test_a_second_instance_on_the_same_state_exits_naming_the_holder(
     )
     try:
         await peer.wait_plugin(timeout=30)
-        args = [a for a in _args(tmp_path) if not a.startswith("--log-file")]
+        second_config = tmp_path / "second.yaml"
+        second_config.write_text("state:\n  lock_wait_seconds: 0.5\n")
+        args = [a for a in _args(tmp_path) if not a.startswith(("--log-file", "--config"))]
+        args.append(f"--config={second_config}")
         second = await asyncio.create_subprocess_exec(
             sys.executable, *args, f"--socket={sock}", env=env, cwd=ROOT,
             stderr=asyncio.subprocess.PIPE,

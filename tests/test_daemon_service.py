@@ -280,7 +280,7 @@ async def test_one_instance_per_state_file(tmp_path: Path, short_dir: Path) -> N
     await peer.listen(str(sock))
     first = make_daemon(tmp_path, sock)
     with pytest.raises(StartupError, match=rf"pid {os.getpid()} holds .*state\.json\.lock"):
-        make_daemon(tmp_path, sock)
+        make_daemon(tmp_path, sock, "state:\n  lock_wait_seconds: 0\n")
     task = asyncio.get_running_loop().create_task(first.serve())
     await peer.wait_plugin()
     first.stop()

@@ -219,6 +219,26 @@ def test_daemonset_mounts_socket_sysfs_state_and_config(docs: Callable[[], list]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
 
 
+@pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
+def test_updates_start_the_new_pod_before_the_old_one_goes(docs: Callable[[], list]) -> None:
+    daemonset = _by_kind(docs())["DaemonSet"]
+    strategy = daemonset["spec"]["updateStrategy"]
+    assert strategy["type"] == "RollingUpdate"
+    assert strategy["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # the standby waits for the old pod's graceful stop, and longer
+    grace = daemonset["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert Config().state.lock_wait_seconds > grace
+
+
+@pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
+def test_the_plugins_own_pod_starts_where_the_runtime_requires_it(docs: Callable[[], list]) -> None:
+    template = _by_kind(docs())["DaemonSet"]["spec"]["template"]
+    assert template["metadata"]["annotations"]["tolerate-missing-plugins.nri.io"] == "true"
+    for snippet in ("containerd-2.toml", "crio.conf"):
+        text = (PACKAGING / "runtime" / snippet).read_text()
+        assert '"tolerate-missing-plugins.nri.io"' in text and '["nri-topology"]' in text
+
+
 def test_chart_and_static_manifest_agree() -> None:
     static, chart = _pod(_static_docs()), _pod(render_chart())
     assert chart["volumes"] == static["volumes"]  # release "nri-topology" names alike

@@ -25,6 +25,7 @@ def test_the_port_lists_the_calls_its_drivers_make() -> None:
         "cold_start_done",
         "container",
         "create",
+        "hold",
         "node_capacity",
         "placements",
         "pools",

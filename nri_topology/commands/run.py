@@ -3,7 +3,8 @@
 Command-line options override the configuration file. Exit status: 0 after SIGTERM/SIGINT or when
 the runtime that launched the plugin closes its socket, 1 when the NRI connection or the metrics
 endpoint cannot be set up or the final checkpoint cannot be written, 2 when the configuration,
-topology or policy is unusable at start-up or another instance holds the state file.
+topology or policy is unusable at start-up, or another instance still holds the state file after
+`state.lock_wait_seconds` (a second instance stands by that long, ready, to take over on upgrade).
 """
 
 from __future__ import annotations

@@ -219,6 +219,9 @@ class NriSection(_Section):
 
 class StateSection(_Section):
     path: Annotated[str, Field(min_length=1)] = DEFAULT_STATE_PATH
+    # Seconds a second instance waits for the state file's lock (an upgrade's new instance
+    # beside the old one) before it gives up; 0: give up at once.
+    lock_wait_seconds: Annotated[float, Field(ge=0, le=3600)] = 300.0
 
 
 Format = Literal["auto", "json", "console"]
@@ -300,6 +303,29 @@ class VerifySection(_Section):
     interval_seconds: Annotated[float, Field(ge=0, le=86400)] = 10.0
 
 
+class KubeletSection(_Section):
+    """The kubelet's own CPU and memory managers beside this plugin."""
+
+    # Its checkpoints, read at start and on every reload; "" skips one.
+    cpu_manager_state: str = "/var/lib/kubelet/cpu_manager_state"
+    memory_manager_state: str = "/var/lib/kubelet/memory_manager_state"
+    config: Annotated[str, Field(min_length=1)] | None = None  # its KubeletConfiguration file
+    # With the static CPU manager or the Memory Manager on: keep off the CPUs it pinned
+    # containers to (avoid), or refuse to run (refuse).
+    when_active: Annotated[Literal["avoid", "refuse"], BeforeValidator(_lower)] = "avoid"
+    # Take policy.reserved_resources.cpu from its reservedSystemCPUs, and
+    # policy.strict_reserved_cpus from its strict-cpu-reservation option (needs `config`).
+    reserved_cpus: StrictBool = False
+
+
+class RestartsSection(_Section):
+    """A container's next attempt in the same pod (a crash, a failed probe)."""
+
+    # Seconds a stopped container's exclusive CPUs wait for its next attempt; 0: given back at
+    # once. The kubelet's crash-loop back-off reaches 300 s.
+    hold_seconds: Annotated[float, Field(ge=0, le=3600)] = 330.0
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -313,3 +339,5 @@ class Config(_Section):
     hints: HintsSection = HintsSection()
     nrt: NrtSection = NrtSection()
     verify: VerifySection = VerifySection()
+    restarts: RestartsSection = RestartsSection()
+    kubelet: KubeletSection = KubeletSection()

@@ -117,7 +117,7 @@ class StatusServer:
         if path == "/readyz":
             ready, why = self._ready()
             if ready:
-                return _plain(HTTPStatus.OK, "ready\n", method)
+                return _plain(HTTPStatus.OK, f"ready: {why}\n" if why else "ready\n", method)
             return _plain(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {why}\n", method)
         if self._pages is not None and path in self._pages:
             if not local:

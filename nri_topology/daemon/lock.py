@@ -10,9 +10,12 @@ never blocks a restart.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -52,6 +55,26 @@ class InstanceLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._fd = fd
+
+    async def wait(
+        self,
+        timeout_s: float,
+        waiting: Callable[[LockedError], None],
+        poll_s: float = 0.2,
+    ) -> None:
+        """Acquire, waiting up to `timeout_s` while another instance holds the lock (it gives it
+        up when it stops); `waiting` hears of each refusal. Raises the last LockedError when the
+        time is up."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.acquire()
+                return
+            except LockedError as exc:
+                if time.monotonic() >= deadline:
+                    raise
+                waiting(exc)
+            await asyncio.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
 
     def release(self) -> None:
         """Give the lock up (the file stays: removing it could race with a new holder)."""

@@ -61,6 +61,7 @@ REQUEST_METHODS = (
     "Synchronize",
     "RunPodSandbox",
     "UpdatePodSandbox",
+    "StopPodSandbox",
     "RemovePodSandbox",
     "CreateContainer",
     "StartContainer",
@@ -312,6 +313,19 @@ class Metrics:
         self.registered = Gauge(
             f"{PREFIX}_registered",
             "1 while registered with and synchronized by the runtime.",
+            registry=self.registry,
+        )
+        self.kubelet_manager = Gauge(
+            f"{PREFIX}_kubelet_manager_active",
+            "1 while the kubelet pins containers itself (static CPU manager, Memory Manager).",
+            ["manager"],
+            registry=self.registry,
+        )
+        for manager in ("cpu", "memory"):
+            self.kubelet_manager.labels(manager)
+        self.standby = Gauge(
+            f"{PREFIX}_standby",
+            "1 while waiting for another instance to give up the state file (an upgrade).",
             registry=self.registry,
         )
         for reason in ERROR_REASONS:

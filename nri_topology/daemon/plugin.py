@@ -95,6 +95,8 @@ class Settings:
     verify_interval_s: float = 10.0  # periodic cgroup check; 0: only after a container starts
     expose_file: bool = False  # mount a placement file, kept current, into new containers
     file_dir: str = "/.nri-topology"  # where that file's directory appears in the container
+    # How long a stopped container's exclusive CPUs wait for its next attempt; 0: not at all.
+    restart_hold_s: float = 330.0
 
 
 def _is_ns(value: Any) -> bool:
@@ -157,6 +159,9 @@ class TopologyPlugin(Plugin):
         # timers, and (in `verifier`) the cgroup paths the runtime reported.
         self._keys_reported: dict[str, set[str]] = {}  # pod id -> unknown keys warned about
         self._timers = _Timers()
+        # Stopped containers whose CPUs the policy holds for their next attempt: their pod and
+        # the timer that ends the hold (`policy.hold`).
+        self._holds: dict[str, tuple[str, asyncio.TimerHandle]] = {}
         # The last decision for each placed container, for `nri-topology explain`.
         self.decisions: dict[str, Explained] = {}
         # Sort keys and verdicts of the kept traces, by value, so that equal ones are kept once:
@@ -238,6 +243,7 @@ class TopologyPlugin(Plugin):
             self._keys_reported = {}
             created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
             self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
+            self._end_holds(list(self._holds))  # the policy holds nothing after a restore
             self._commit()
             placed = self._placement_docs() if self.files is not None else {}
         if self.files is not None:
@@ -321,11 +327,16 @@ class TopologyPlugin(Plugin):
         ordered = [updates[cid] for cid in sorted(updates)]
         self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
 
+    async def stop_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        self.metrics.request("StopPodSandbox")
+        await self._release_held(pod.id, "pod stopped")
+
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("RemovePodSandbox")
         if self.hints is not None:
             self.hints.pod_removed(pod.id)
         self._keys_reported.pop(pod.id, None)
+        await self._release_held(pod.id, "pod removed")
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -348,6 +359,11 @@ class TopologyPlugin(Plugin):
                 self.verifier.track(info.id, ctr.linux.cgroups_path)
             if decision.cold_start is not None:
                 self._timers.pending[info.id] = decision.cold_start.delay_ns
+            if self._holds:  # a previous attempt taken over is no longer placed
+                gone = [c for c in self._holds if not self._placed(c)]
+                self._end_holds(gone)
+                for c in gone:
+                    self.decisions.pop(c, None)
             self._commit()
         self._log_decision(decision, "created")
         env = {}
@@ -409,6 +425,8 @@ class TopologyPlugin(Plugin):
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self.metrics.request("StopContainer")
+        if self.settings.restart_hold_s > 0 and await self._hold(pod.id, ctr.id):
+            return []
         return await self._release(ctr.id, "stopped")
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
@@ -460,6 +478,8 @@ class TopologyPlugin(Plugin):
             for handle in self._timers.handles.values():
                 handle.cancel()
             self._timers.handles.clear()
+            for _, handle in self._holds.values():
+                handle.cancel()
             self._commit()
         if self.verifier is not None:
             await self.verifier.stop()
@@ -648,9 +668,46 @@ class TopologyPlugin(Plugin):
         self._observe("release", started)
         self.decisions.pop(container_id, None)
         self._timers.cancel(container_id)
+        self._end_holds([container_id])
         if self.verifier is not None:
             self.verifier.forget(container_id)
         return updates
+
+    async def _hold(self, pod_id: str, container_id: str) -> bool:
+        """Keep a stopped container's CPUs for its next attempt, for `restart_hold_s` at most."""
+        async with self._lock:
+            if not self.policy.hold(container_id):
+                return False
+            self._timers.cancel(container_id)
+            if self.verifier is not None:
+                self.verifier.forget(container_id)
+            self._end_holds([container_id])
+            handle = asyncio.get_running_loop().call_later(
+                self.settings.restart_hold_s,
+                lambda: self._spawn(self._hold_expired(container_id)),
+            )
+            self._holds[container_id] = (pod_id, handle)
+        _log.info("stopped, CPUs held for its next attempt", container_id=container_id)
+        return True
+
+    def _end_holds(self, ids: Iterable[str]) -> None:
+        """Forget the holds of these containers (released, or taken over by a next attempt)."""
+        for cid in ids:
+            hold = self._holds.pop(cid, None)
+            if hold is not None:
+                hold[1].cancel()
+
+    async def _hold_expired(self, container_id: str) -> None:
+        updates = await self._release(container_id, "no next attempt came")
+        if updates:
+            await self._send(updates, "release")
+
+    async def _release_held(self, pod_id: str, why: str) -> None:
+        """Release the held containers of a pod that will start no next attempt."""
+        for cid in [c for c, (p, _) in self._holds.items() if p == pod_id]:
+            updates = await self._release(cid, why)
+            if updates:
+                self._send_later(updates, "release")
 
     def _restore_timers(
         self, saved: Mapping[str, Any], cold_starts: Mapping[str, ColdStart], created: set[str]

@@ -38,7 +38,7 @@ from nri_topology.config.load import (
 )
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options, tier_overrides
-from nri_topology.daemon import logs
+from nri_topology.daemon import coexist, logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.hints import HintFinder
@@ -47,6 +47,7 @@ from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.daemon.verify import cgroup_root
+from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import SOCKET_ENV, Plugin, Refused, Stub, StubError
 from nri_topology.nrt.build import node_name, node_resource_topology
@@ -110,6 +111,7 @@ def settings_of(config: Config) -> Settings:
         file_dir=e.file_dir,
         cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
         verify_interval_s=config.verify.interval_seconds,
+        restart_hold_s=config.restarts.hold_seconds,
     )
 
 
@@ -177,6 +179,8 @@ class Daemon:
         env = os.environ if environ is None else environ
         self.launched = bool(env.get(SOCKET_ENV))
         """Launched by the runtime: configured by its first Configure (see the module doc)."""
+        self.standby: str | None = None  # who holds the state file while this one waits
+        self.kubelet = KubeletView()  # the kubelet's managers, read at start and on reloads
         self._stop = asyncio.Event()
         self._failed = 0  # exit status of a start-up that failed after connecting
         self._watcher: asyncio.Task[None] | None = None
@@ -203,11 +207,20 @@ class Daemon:
 
     def _start(self) -> None:
         """Take the state file and build the plugin from `self.config`; raises StartupError."""
+        try:
+            self.config = self._beside_kubelet(self.config)
+        except coexist.KubeletActive as exc:
+            raise StartupError(str(exc)) from None
+        except ConfigError as exc:
+            raise StartupError(f"the kubelet's state does not fit:\n{exc}") from None
         self.lock = InstanceLock(Path(self.config.state.path))
         try:
             self.lock.acquire()
         except LockedError as exc:
-            raise StartupError(str(exc)) from None
+            # A plugin the runtime launches cannot stand by inside its Configure.
+            if not self.config.state.lock_wait_seconds or self.launched:
+                raise StartupError(str(exc)) from None
+            self.standby = str(exc)  # `serve` waits for it, the health endpoint up
         except OSError as exc:
             raise StartupError(f"cannot lock {self.lock.path}: {exc.strerror or exc}") from None
         try:
@@ -247,6 +260,7 @@ class Daemon:
             hints=hint_finder(self.config),
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
+        self._show_kubelet()
         self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
         if self.reloader is not None:
@@ -263,7 +277,8 @@ class Daemon:
     async def apply(self, config: Config) -> None:
         """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
         assert self.plugin is not None
-        new = effective(config, self.overrides)
+        new = self._beside_kubelet(effective(config, self.overrides))
+        self._show_kubelet()
         await self.plugin.reconfigure(policy_options(new))
         self.plugin.settings = settings_of(new)
         restart_only = [
@@ -281,7 +296,7 @@ class Daemon:
         try:
             config = parse_config(text, "NRI Configure")
             await self.apply(config)
-        except (ConfigError, PolicyError) as exc:
+        except (ConfigError, PolicyError, coexist.KubeletActive) as exc:
             assert self.plugin is not None
             self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
@@ -316,8 +331,12 @@ class Daemon:
         return self.plugin
 
     async def _open(self) -> None:
-        """Open the metrics endpoint (OSError if it cannot), start publishing and watching the
-        configuration file."""
+        """Open the metrics endpoint (OSError if it cannot), then publish and watch."""
+        await self._open_status()
+        self._open_watchers()
+
+    async def _open_status(self) -> None:
+        """The metrics, health and status endpoint; OSError if it cannot listen."""
         plugin = self.plugin
         assert plugin is not None
         config = self.config
@@ -325,15 +344,20 @@ class Daemon:
             from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
 
             assert self.machine is not None
-            pages = StatusPages(plugin, self.machine, self.node_name())
+            pages = StatusPages(
+                plugin, self.machine, self.node_name(), kubelet=lambda: self.kubelet.summary()
+            )
             self.status = StatusServer(
                 plugin.metrics.registry,
-                plugin.ready,
+                self._ready,
                 config.metrics.address,
                 config.metrics.port,
                 pages=pages.routes(),
             )
             await self.status.start()
+
+    def _open_watchers(self) -> None:
+        """Start publishing NodeResourceTopology and watching the configuration file."""
         if self.publisher is not None:
             self.publisher.start()
         if self.reloader is not None:
@@ -372,10 +396,17 @@ class Daemon:
         if self.plugin is not None:
             self.plugin.stub = stub
             try:
-                await self._open()
+                await self._open_status()
             except OSError as exc:
                 _log.error("cannot open the metrics endpoint", error=str(exc))
                 return 1
+            if self.standby is not None:  # health endpoint up, the runtime not yet asked
+                waited = await self._wait_for_lock()
+                if waited is not None:
+                    if self.status is not None:
+                        await self.status.close()
+                    return waited
+            self._open_watchers()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         runner = loop.create_task(stub.run())
@@ -409,6 +440,70 @@ class Daemon:
 
     def stop(self) -> None:
         self._stop.set()
+
+    def _beside_kubelet(self, config: Config) -> Config:
+        """`config` as it applies beside the kubelet's managers now (`coexist`); raises
+        KubeletActive when they run and the configuration says to refuse."""
+        view = coexist.read_view(config.kubelet)
+        coexist.check(view, config.kubelet)
+        self.kubelet = view
+        return coexist.beside(config, view)
+
+    def _show_kubelet(self) -> None:
+        if self.plugin is not None:
+            kubelet = self.kubelet
+            for manager, on in (("cpu", kubelet.static_cpu), ("memory", kubelet.static_memory)):
+                self.plugin.metrics.kubelet_manager.labels(manager).set(int(on))
+
+    def _ready(self) -> tuple[bool, str]:
+        """Readiness: a standby is ready to take over (a DaemonSet's surge update removes the
+        old pod only once the new one is ready); else the plugin's own."""
+        if self.standby is not None:
+            return True, f"standby, waiting for the state file: {self.standby}"
+        assert self.plugin is not None
+        return self.plugin.ready()
+
+    async def _wait_for_lock(self) -> int | None:
+        """Stand by until the instance holding the state file stops (bounded by
+        `state.lock_wait_seconds`); then this one connects and adopts every placement as the
+        runtime reports it. None once the lock is held; else the exit status: 0 when stopped
+        while waiting, 2 when the wait ran out."""
+        assert self.lock is not None and self.plugin is not None
+        limit = self.config.state.lock_wait_seconds
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._stop.set)
+        self.plugin.metrics.standby.set(1)
+        _log.warning(
+            "another instance holds the state file, standing by",
+            holder=self.standby,
+            wait_seconds=limit,
+        )
+
+        def still(exc: LockedError) -> None:
+            self.standby = str(exc)
+
+        waiter = loop.create_task(self.lock.wait(limit, still))
+        stopper = loop.create_task(self._stop.wait())
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            waiter.cancel()
+            self.plugin.metrics.standby.set(0)
+        if not waiter.done() or waiter.cancelled():
+            _log.info("stopping", reason="signal while standing by")
+            return 0
+        error = waiter.exception()
+        if isinstance(error, LockedError):
+            _log.error("the state file stayed locked, giving up", error=str(error))
+            return 2
+        if error is not None:
+            _log.error("cannot lock the state file", error=str(error))
+            return 2
+        _log.info("took over the state file", after=self.standby)
+        self.standby = None
+        return None
 
     def _publisher(self, machine: Machine) -> Publisher | None:
         """The NodeResourceTopology publisher, when publishing is wanted (see `nrt.publish`)."""
@@ -461,7 +556,7 @@ class Daemon:
             path,
             lambda data: parse_config(data.decode("utf-8", errors="replace"), str(path)),
             self.apply,
-            (ConfigError, PolicyError),
+            (ConfigError, PolicyError, coexist.KubeletActive),
             self.plugin.metrics,
             max_bytes=MAX_CONFIG_BYTES,
         )
@@ -469,4 +564,5 @@ class Daemon:
 
 def replace_config(old: Config, new: Config) -> Config:
     """The configuration in force after a reload: live sections from `new`, others from `old`."""
-    return old.model_copy(update={"policy": new.policy, "expose": new.expose})
+    live = ("policy", "expose", "restarts", "kubelet")
+    return old.model_copy(update={name: getattr(new, name) for name in live})

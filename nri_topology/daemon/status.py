@@ -76,10 +76,17 @@ def live_node(machine: Machine, name: str, plugin: TopologyPlugin) -> LiveNode:
 class StatusPages:
     """`/status` and `/explain` for the status endpoint (`routes`)."""
 
-    def __init__(self, plugin: TopologyPlugin, machine: Machine, node_name: str) -> None:
+    def __init__(
+        self,
+        plugin: TopologyPlugin,
+        machine: Machine,
+        node_name: str,
+        kubelet: Callable[[], Mapping[str, Any]] | None = None,
+    ) -> None:
         self._plugin = plugin
         self._machine = machine
         self._node = node_name
+        self._kubelet = kubelet  # what the kubelet's own managers do (`coexist`)
 
     def routes(self) -> dict[str, Callable[[Mapping[str, str]], Page]]:
         return {
@@ -95,6 +102,7 @@ class StatusPages:
                 "schema": STATUS_SCHEMA,
                 "version": __version__,
                 "registered": ready,
+                **({"kubelet": dict(self._kubelet())} if self._kubelet is not None else {}),
                 "machine": render_json.machine(self._machine, self._node),
                 **render_json.node(node),
             }
@@ -110,6 +118,7 @@ class StatusPages:
         lines = [
             f"nri-topology {__version__} on {self._node}, {state}",
             render_text.describe_machine(self._machine, self._node),
+            *_kubelet_lines(self._kubelet() if self._kubelet is not None else {}),
             "",
         ]
         text = "\n".join(lines) + render_text.pool_tree(node, heading="Pools:")
@@ -145,6 +154,25 @@ class StatusPages:
             return HTTPStatus.OK, _JSON, _dump(doc)
         text = "\n".join(line for a, cid, e in entries for line in _explained_text(a, cid, e))
         return HTTPStatus.OK, _TEXT, (text + "\n").encode()
+
+
+def _kubelet_lines(doc: Mapping[str, Any]) -> list[str]:
+    """A plain line when the kubelet's own managers pin containers on this node."""
+    running = [
+        name
+        for key, name in (
+            ("static_cpu_manager", "static CPU manager"),
+            ("memory_manager", "Memory Manager"),
+        )
+        if doc.get(key)
+    ]
+    if not running:
+        return []
+    taken = doc.get("cpus_taken") or "none"
+    return [
+        f"Kubelet: its {' and '.join(running)} is on and pins Guaranteed containers itself; "
+        f"CPUs it pinned containers to: {taken}"
+    ]
 
 
 def _when(at_ns: int) -> str:

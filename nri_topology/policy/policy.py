@@ -51,6 +51,9 @@ class Policy:
         # `container`); the engine's grants hold the same ids, for the accounting.
         self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
         self._by_pod: dict[str, set[str]] = {}  # pod id -> its placed containers (`_infos`)
+        # Stopped containers whose exclusive CPUs wait for their next attempt (`hold`), by
+        # (pod id, container name): the kubelet names every attempt of a container alike.
+        self._held: dict[tuple[str, str], str] = {}
         self._replaced = False  # the engine was replaced since the last `changes`
 
     @property
@@ -58,10 +61,23 @@ class Policy:
         return self._options
 
     def create(self, pod: PodInfo, container: ContainerInfo) -> Decision:
-        """Place a new container; the decision carries updates for the others that changed."""
+        """Place a new container; the decision carries updates for the others that changed.
+
+        The next attempt of a held container (`hold`) takes over what the previous one holds,
+        changing no one else when it asks for the same amounts (`Engine.succeed`).
+        """
         given = self._with_budget(pod, container)
         req = build_request(pod, given, self._options, machine=self._machine)
-        decision = self._engine.place(req)
+        previous = self._held.pop((container.pod_id, container.name), None)
+        if previous is None:
+            decision = self._engine.place(req)
+        else:
+            try:
+                decision = self._engine.succeed(previous, req)
+            except PolicyError:
+                self._held[(container.pod_id, container.name)] = previous
+                raise
+            self._forget(previous)
         self._remember(pod, container)
         if pod.resources is not None and given is container:
             decision = self._rebudget(pod, container.id, decision)
@@ -92,6 +108,18 @@ class Policy:
             placement=self._engine.placement(self._engine.grants[placed]),
             updates=tuple(updates[cid] for cid in sorted(updates)),
         )
+
+    def hold(self, container_id: str) -> bool:
+        """Keep what a stopped container holds for its next attempt in the same pod, when it
+        holds exclusive CPUs: giving them back and taking them again would re-pin every shared
+        container twice. False (nothing kept) otherwise; `release` ends a hold."""
+        known = self._infos.get(container_id)
+        grant = self._engine.grants.get(container_id)
+        if known is None or grant is None or not grant.exclusive:
+            return False
+        pod, ctr = known
+        self._held[(pod.id, ctr.name)] = container_id
+        return True
 
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
         """New resources for a running container: in place when they fit, else moved."""
@@ -128,6 +156,15 @@ class Policy:
 
     def release(self, container_id: str) -> tuple[Update, ...]:
         """Free what a stopped or removed container held; unknown ids are ignored."""
+        known = self._forget(container_id)
+        if known is not None:
+            key = (known[0].id, known[1].name)
+            if self._held.get(key) == container_id:
+                del self._held[key]
+        return self._engine.release(container_id)
+
+    def _forget(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
+        """Drop a container from the record of placed ones (its grant is the engine's)."""
         known = self._infos.pop(container_id, None)
         if known is not None:
             ids = self._by_pod.get(known[0].id)
@@ -135,7 +172,7 @@ class Policy:
                 ids.discard(container_id)
                 if not ids:
                     del self._by_pod[known[0].id]
-        return self._engine.release(container_id)
+        return known
 
     def restore(
         self,
@@ -150,6 +187,7 @@ class Policy:
         self._replace(engine)
         self._infos = {cid: infos[cid] for cid in engine.grants}
         self._index()
+        self._held = {}  # the runtime reports running containers only
         return replace(report, failed={**failed, **report.failed})
 
     def _found(
@@ -247,6 +285,7 @@ class Policy:
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
         self._index()
+        self._held = {k: cid for k, cid in self._held.items() if cid in engine.grants}
         return report
 
     def placements(self, ids: Iterable[str] | None = None) -> dict[str, Placement]:

@@ -657,10 +657,11 @@ class Run:
         cpu_milli: int = 0,
         memory: int = 64 << 20,
         annotations: dict | None = None,
+        attempt: int = 0,
     ) -> str:
         assert self.cri is not None
         config = cri.ContainerConfig(
-            metadata=cri.ContainerMetadata(name=name),
+            metadata=cri.ContainerMetadata(name=name, attempt=attempt),
             image=cri.ImageSpec(image=IMAGE, user_specified_image=IMAGE),
             command=SLEEP,
             labels=container_labels(pod.config, name),
@@ -689,9 +690,12 @@ class Run:
         memory: int = 64 << 20,
         annotations: dict | None = None,
         start: bool = True,
+        attempt: int = 0,
     ) -> Container:
+        """A container created (attempt N of its name in the pod, as the kubelet counts) and
+        started."""
         assert self.cri is not None
-        cid = self.create_container(pod, name, cpu_milli, memory, annotations)
+        cid = self.create_container(pod, name, cpu_milli, memory, annotations, attempt)
         container = Container(cid, name)
         pod.containers.append(container)
         if start:

@@ -950,6 +950,43 @@ class Engine:
             g, trace, self._pins.updates(op, cid, others, self._grants), tuple(sorted(others))
         )
 
+    def succeed(self, previous: str, req: Request) -> Decision:
+        """Give a container's next attempt what its previous attempt holds, which it replaces.
+
+        Asking for the same amounts, it gets the same pool, CPUs, charges and memory zone, so no
+        other container's pinning changes; else it is placed as a resize would (its old pool and
+        CPUs tried first). All or nothing: on PolicyError the previous attempt keeps its grant.
+        """
+        old = self._grants.get(previous)
+        if old is None:
+            raise PolicyError(f"{req.who}: previous attempt {previous} is not placed")
+        if req.container_id in self._grants:
+            raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
+        req = parity.kubelet_request(req, self.options)
+        self._validate(req)
+        op = Op()
+        self._uncommit(old, op)
+        others: dict[str, Grant] = {}
+        trace: tuple[PoolScore, ...] = ()
+        if _same_amounts(old.request, req):
+            same = GrantShape(
+                old.pool, old.kind, old.exclusive, old.isolated, old.shared, old.zone, old.relaxed
+            )
+            g = self._grant(req, same)
+            g.memory = old.memory  # as charged, cut back or not
+            g.reason = f"kept from its previous attempt: {old.reason}"
+            g.degraded = old.degraded
+            self._commit(g, op)
+        else:
+            try:
+                g, trace, others = self._admit(req, old.pool, old.exclusive, op)
+            except PolicyError:
+                self._commit(old, Op())
+                raise
+        self._pins.forget(previous)
+        updates = self._pins.updates(op, req.container_id, others, self._grants)
+        return self._decision(g, trace, updates, tuple(sorted(others)))
+
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
         g = self._grants.get(container_id)
         if g is None or g.cold_start is None:

@@ -1,0 +1,119 @@
+"""Living beside the kubelet's CPU manager and Memory Manager (configuration `kubelet`).
+
+At start and on every reload the daemon reads the kubelet's state files and, where given, its
+configuration. With the static CPU manager or the Memory Manager on, the kubelet pins Guaranteed
+containers itself and writes its choice back to their cgroups: the daemon says so (log, metric,
+`status`) and either keeps every other container off the CPUs the kubelet pinned containers to,
+or refuses to run. Asked to, it takes the reserved CPUs from the kubelet's `reservedSystemCPUs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import structlog
+import yaml
+
+from nri_topology.bounded_read import TooLarge, read_bounded
+from nri_topology.config.load import with_overrides
+from nri_topology.config.schema import Config, KubeletSection, read_cpu_amount
+from nri_topology.kubelet.managers import (
+    KubeletView,
+    parse_cpu_manager_state,
+    parse_kubelet_config,
+    parse_memory_manager_state,
+)
+from nri_topology.topology import cpuset
+
+_log = structlog.get_logger("nri_topology.daemon")
+_LIMIT = 16 << 20  # bytes of one state or configuration file
+T = TypeVar("T")
+
+
+class KubeletActive(Exception):
+    """The kubelet's own managers run and the configuration says to refuse (`when_active`)."""
+
+
+def _read(path: str | None, parse: Callable[[str], T], problems: list[str]) -> T | None:
+    if not path:
+        return None
+    try:
+        text = read_bounded(Path(path), _LIMIT).decode()
+    except FileNotFoundError:
+        return None  # the kubelet never wrote it: no such manager here
+    except (OSError, TooLarge, UnicodeDecodeError) as exc:
+        problems.append(f"{path}: {exc}")
+        return None
+    try:
+        return parse(text)
+    except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
+        problems.append(f"{path}: not as the kubelet writes it: {exc}")
+        return None
+
+
+def read_view(section: KubeletSection) -> KubeletView:
+    """What the kubelet's files say now; unreadable ones are named in `problems`."""
+    problems: list[str] = []
+    cpu = _read(section.cpu_manager_state, parse_cpu_manager_state, problems)
+    memory = _read(section.memory_manager_state, parse_memory_manager_state, problems)
+    config = _read(section.config, parse_kubelet_config, problems)
+    return KubeletView(cpu, memory, config, tuple(problems))
+
+
+def active(view: KubeletView) -> list[str]:
+    """The kubelet's managers that pin containers on this node, by name."""
+    return [
+        name
+        for name, on in (
+            ("static CPU manager", view.static_cpu),
+            ("Memory Manager", view.static_memory),
+        )
+        if on
+    ]
+
+
+def check(view: KubeletView, section: KubeletSection) -> None:
+    """Say what runs; raise KubeletActive when it runs and `when_active` is refuse."""
+    for problem in view.problems:
+        _log.warning("kubelet state unreadable", problem=problem)
+    running = active(view)
+    if not running:
+        return
+    what = " and ".join(running)
+    if section.when_active == "refuse":
+        raise KubeletActive(
+            f"the kubelet's {what} is on: it pins Guaranteed containers itself and would undo "
+            "this plugin's placements (kubelet.when_active: refuse); set cpuManagerPolicy: none "
+            "and memoryManagerPolicy: None, or kubelet.when_active: avoid"
+        )
+    _log.warning(
+        f"the kubelet's {what} is on: the CPUs it pinned containers to are left to it",
+        **view.summary(),
+    )
+
+
+def beside(config: Config, view: KubeletView) -> Config:
+    """`config` with what the kubelet holds taken out and, when asked, its reserved CPUs."""
+    section = config.kubelet
+    policy: dict[str, object] = {}
+    taken = view.taken if view.static_cpu else frozenset()
+    if taken:
+        available = config.policy.available_resources
+        if available is None:
+            policy["available_resources"] = {"cpu": f"exclude-cpuset:{cpuset.format(taken)}"}
+        else:
+            kind, amount = read_cpu_amount(available.cpu, quantity=False)
+            assert isinstance(amount, frozenset)
+            text = (
+                f"cpuset:{cpuset.format(amount - taken)}"
+                if kind == "cpus"
+                else f"exclude-cpuset:{cpuset.format(amount | taken)}"
+            )
+            policy["available_resources"] = {"cpu": text}
+    kubelet = view.config
+    if section.reserved_cpus and kubelet is not None and kubelet.reserved_cpus:
+        policy["reserved_resources"] = {"cpu": f"cpuset:{cpuset.format(kubelet.reserved_cpus)}"}
+        policy["strict_reserved_cpus"] = kubelet.strict_reservation
+    return with_overrides(config, {"policy": policy}, "the kubelet's state")
