@@ -171,9 +171,7 @@ class Schedule:
         first = min(p.due for p in self._pending.values())
         return max(0.0, max(first, self._ready_at) - now)
 
-    def done(
-        self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()
-    ) -> Done:
+    def done(self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()) -> Done:
         """The batch in flight was acknowledged; `retry` did not land, `drop` are gone."""
         closed: list[Closed] = []
         retried, given_up, dropped = [], [], []
@@ -211,14 +209,17 @@ class Schedule:
     def _settled(self, cid: str, placement: Placement, now: float) -> list[Closed]:
         """Close the windows that waited only for `cid`, now holding none of their CPUs."""
         return [
-            c for owner, w in list(self._windows.items())
+            c
+            for owner, w in list(self._windows.items())
             if cid in w.waiting and not _may_hold(placement, w.cpus)
             for c in self._discard(owner, w, cid, now)
         ]
 
     def _leave(self, cid: str, now: float) -> tuple[Closed, ...]:
         return tuple(
-            c for owner, w in list(self._windows.items()) if cid in w.waiting
+            c
+            for owner, w in list(self._windows.items())
+            if cid in w.waiting
             for c in self._discard(owner, w, cid, now)
         )
 
