@@ -107,7 +107,8 @@ async def test_a_failing_re_pin_of_another_container_fails_no_creation(
     pacing: Pacing | None,
 ) -> None:
     plugin = _plugin(pacing)
-    peer = RuntimePeer(failing_containers=["c0"])  # exited as the grant was made
+    # c0 exited as the grant was made; CRI-O fails a creation whose reply's update fails
+    peer = RuntimePeer(failing_containers=["c0"], reply_failures_fail=True)
     async with connected(plugin, peer):
         await _shared(peer, 3)
         g = _pod(100, "")
