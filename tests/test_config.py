@@ -160,7 +160,7 @@ def test_cpu_amounts(value, quantity, expected):
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose, hints, nrt, verify"
+                "metrics, expose, hints, nrt, verify, updates"
             ],
         ),
         (
@@ -261,7 +261,7 @@ def test_cpu_amounts(value, quantity, expected):
             "- policy\n",
             [
                 "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, hints, nrt, verify, got a list"
+                "state, logging, metrics, expose, hints, nrt, verify, updates, got a list"
             ],
         ),
         (

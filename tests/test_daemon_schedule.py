@@ -11,9 +11,13 @@ from __future__ import annotations
 import math
 
 import pytest
+import yaml
+from pydantic import ValidationError
 
+from nri_topology.config.schema import Config
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.schedule import Pacing
+from nri_topology.daemon.service import settings_of
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
@@ -158,3 +162,29 @@ async def test_removing_a_pod_releases_what_its_containers_still_hold() -> None:
             == 0
         )
         await peer.create_container(_pod(101, ""), _container(101, cpus=19))
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", Pacing()),
+        ("updates: {in_reply: true}", None),
+        (
+            "updates: {batch: 5, gap_seconds: 0.02, grow_delay_seconds: 0}",
+            Pacing(batch=5, gap_s=0.02, grow_delay_s=0.0),
+        ),
+    ],
+)
+def test_the_updates_section_chooses_where_re_pins_travel(
+    text: str, expected: Pacing | None
+) -> None:
+    config = Config.model_validate(yaml.safe_load(text) or {})
+    assert settings_of(config).pacing == expected
+
+
+@pytest.mark.parametrize(
+    "text", ["updates: {batch: 0}", "updates: {gap_seconds: -1}", "updates: {in_reply: 1}"]
+)
+def test_the_updates_section_refuses_what_cannot_pace(text: str) -> None:
+    with pytest.raises(ValidationError):
+        Config.model_validate(yaml.safe_load(text))

@@ -297,6 +297,18 @@ class VerifySection(_Section):
     interval_seconds: Annotated[float, Field(ge=0, le=86400)] = 10.0
 
 
+class UpdatesSection(_Section):
+    """When other containers' re-pins reach the runtime (docs/architecture.md, "Update
+    schedule"): after the reply in small paced batches, or all in the reply."""
+
+    # true: every re-pin in the reply, applied before the new container is created: no
+    # exclusivity window, but its creation (and the runtime's other events) wait for all of them.
+    in_reply: StrictBool = False
+    batch: Annotated[StrictInt, Field(ge=1, le=64)] = 3  # re-pins per UpdateContainers
+    gap_seconds: Annotated[float, Field(ge=0, le=1)] = 0.01  # pause between two batches
+    grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -310,3 +322,4 @@ class Config(_Section):
     hints: HintsSection = HintsSection()
     nrt: NrtSection = NrtSection()
     verify: VerifySection = VerifySection()
+    updates: UpdatesSection = UpdatesSection()

@@ -42,6 +42,7 @@ from nri_topology.daemon.lock import InstanceLock, LockedError
 from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
+from nri_topology.daemon.schedule import Pacing
 from nri_topology.daemon.verify import cgroup_root
 from nri_topology.nri.stub import Stub, StubError
 from nri_topology.nrt.build import node_name, node_resource_topology
@@ -105,7 +106,16 @@ def settings_of(config: Config) -> Settings:
         file_dir=e.file_dir,
         cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
         verify_interval_s=config.verify.interval_seconds,
+        pacing=pacing_of(config),
     )
+
+
+def pacing_of(config: Config) -> Pacing | None:
+    """How re-pins of other containers go out; None: in the reply."""
+    u = config.updates
+    if u.in_reply:
+        return None
+    return Pacing(batch=u.batch, gap_s=u.gap_seconds, grow_delay_s=u.grow_delay_seconds)
 
 
 def hint_finder(config: Config) -> HintFinder | None:
