@@ -10,6 +10,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_topology.policy import bounded
 from nri_topology.policy.bounded import (
     MAX_DEPTH,
     Refused,
@@ -68,6 +69,31 @@ def test_yaml_refusals(text, limit, fragment):
     with pytest.raises(Refused, match=fragment or None) as refused:
         load_yaml(text)
     assert refused.value.limit == limit
+
+
+_BACKENDS = {"libyaml": getattr(yaml, "CSafeLoader", None), "python": yaml.SafeLoader}
+
+
+@pytest.mark.parametrize("backend", sorted(_BACKENDS))
+@pytest.mark.parametrize(
+    "text",
+    [
+        hostile.nested_brackets(30_000),
+        "a:\n" + "".join("  " * i + "b:\n" for i in range(1, 2000)),
+        "- " * 2000 + "x",
+    ],
+    ids=["flow", "block mapping", "block sequence"],
+)
+def test_deep_nesting_names_the_depth_limit_whichever_layer_refuses(backend, text, monkeypatch):
+    # libyaml 0.2.6 and newer refuse deep nesting in their scanner, before our depth check sees
+    # the events; the refusal must name the same limit as ours.
+    if _BACKENDS[backend] is None:
+        pytest.skip("this PyYAML is built without libyaml")
+    monkeypatch.setattr(bounded, "_PARSER", _BACKENDS[backend])
+    with pytest.raises(Refused) as refused:
+        load_yaml(text)
+    assert refused.value.limit == "depth"
+    assert str(refused.value) == f"nested deeper than {MAX_DEPTH} levels"
 
 
 def test_yaml_nesting_up_to_the_limit_is_read():

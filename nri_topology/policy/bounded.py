@@ -93,6 +93,8 @@ class _Frame:
 
 
 _NODE_EVENTS = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)
+# How libyaml names its own nesting bound ("exceeded maximum nesting depth").
+_NESTING = "nesting depth"
 
 
 def _annotated(event: yaml.NodeEvent) -> Refused:
@@ -141,6 +143,9 @@ def load_yaml(text: str) -> Any:
             else:
                 result = value
     except yaml.YAMLError as e:
+        if _NESTING in str(getattr(e, "problem", "")):
+            # libyaml >= 0.2.6 bounds nesting itself, in its scanner, before our events see it.
+            raise Refused(f"nested deeper than {MAX_DEPTH} levels", "depth") from None
         raise Refused(f"not valid YAML ({str(e).splitlines()[0]})") from None
     except (ValueError, TypeError, OverflowError) as e:
         if isinstance(e, Refused):

@@ -118,8 +118,12 @@ def install_python_packages(root: Path, work: Path, python_version: str) -> None
     site = root / VENV / "lib" / PYTHON / "site-packages"
     run(
         sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps",
-        "--only-binary=:all:", "--target", str(site),
-        "-r", str(REPO / "packaging/image/requirements.txt"), *map(str, wheels.glob("*.whl")),
+        "--only-binary=:all:", "--require-hashes", "--target", str(site),
+        "-r", str(REPO / "requirements/demo.lock"),
+    )  # fmt: skip
+    run(
+        sys.executable, "-m", "pip", "install", "--quiet", "--no-compile", "--no-deps",
+        "--target", str(site), *map(str, wheels.glob("*.whl")),
     )  # fmt: skip
     # RECORD lists files as this install wrote them, direct_url.json the temporary wheel path:
     # neither is read at run time, and both would differ between builds.
