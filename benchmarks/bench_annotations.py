@@ -37,7 +37,7 @@ from benchmarks.latency import median_quantiles
 from benchmarks.socket_path import real_daemon, rss_kib
 from benchmarks.workload import MACHINES, load_machine, sysfs_root
 from nri_topology.nri import api_pb2
-from nri_topology.policy.annotations import DOMAIN, RESOURCES_KEY
+from nri_topology.policy.intake.annotations import DOMAIN, RESOURCES_KEY
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources

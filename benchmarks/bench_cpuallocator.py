@@ -26,8 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from test_cpuallocator import grid
 from test_numasets import machine as distance_machine
 
-from nri_topology.policy.cpuallocator import take_cpus, take_distributed
-from nri_topology.policy.numasets import best_node_set, grant_nodes
+from nri_topology.policy.allocator.cpuallocator import take_cpus, take_distributed
+from nri_topology.policy.allocator.numasets import best_node_set, grant_nodes
 from nri_topology.simulate.machine_spec import load_bundled
 from nri_topology.topology.model import Machine
 

@@ -53,7 +53,7 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.mux import HEADER, MAX_ACCEPTED_PAYLOAD, MuxDecoder, MuxProtocolError
 from nri_topology.nri.mux import frame_message as mux_frame
 from nri_topology.nri.stub import PLUGIN_SERVICE
-from nri_topology.policy.annotations import ALIAS_DOMAIN, ANNOTATIONS, DOMAIN, RESOURCES_KEY
+from nri_topology.policy.intake.annotations import ALIAS_DOMAIN, ANNOTATIONS, DOMAIN, RESOURCES_KEY
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import QoS

@@ -30,7 +30,7 @@ if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.workload import Spec, policy_pair, random_spec, resources
-from nri_topology.policy.annotations import DOMAIN
+from nri_topology.policy.intake.annotations import DOMAIN
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, PolicyError, QoS

@@ -20,7 +20,7 @@ from pathlib import Path
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.nri import api_pb2
-from nri_topology.policy.annotations import DOMAIN
+from nri_topology.policy.intake.annotations import DOMAIN
 from nri_topology.policy.types import ContainerInfo, PodInfo, QoS, Resources
 from nri_topology.topology.model import Machine
 

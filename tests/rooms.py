@@ -84,6 +84,59 @@ def imports() -> dict[tuple[str, str], list[str]]:
     return found
 
 
+def _modules() -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its own name)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, anywhere in it (`TYPE_CHECKING` and
+    function-level imports too); a module's own packages are not counted."""
+    modules = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        targets = graph.setdefault(name, set())
+        for dotted, _ in _imported(path):
+            while dotted and dotted not in modules:  # a name imported from a module
+                dotted = dotted.rpartition(".")[0]
+            if dotted and dotted != name and not name.startswith(f"{dotted}."):
+                targets.add(dotted)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one node (each an import cycle), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:  # Tarjan's algorithm
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            part = [stack.pop()]
+            while part[-1] != node:
+                part.append(stack.pop())
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
 def drawing() -> str:
     """docs/imports.md: a Mermaid graph of the rooms' imports, generated from the source."""
     edges = sorted(imports())

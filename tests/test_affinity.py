@@ -9,7 +9,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.affinity import (
+from nri_topology.policy.intake.affinity import (
     ALWAYS,
     Affinity,
     Expression,
@@ -18,8 +18,8 @@ from nri_topology.policy.affinity import (
     parse,
     same_pod,
 )
+from nri_topology.policy.intake.request import build_request
 from nri_topology.policy.options import AnnotationLimits, Options
-from nri_topology.policy.request import build_request
 from nri_topology.policy.types import ContainerInfo, CpuKind, PodInfo, PolicyError, QoS, Request
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
 
@@ -308,7 +308,7 @@ def _containers(draw):
     st.data(),
 )
 def test_index_agrees_with_the_walk(containers, affinities, data):
-    from nri_topology.policy.affinity import Index
+    from nri_topology.policy.intake.affinity import Index
 
     index = Index()
     for c in containers:
@@ -347,7 +347,7 @@ def _operations(draw):
 @settings(max_examples=300, deadline=None)
 @given(_operations(), st.integers(0, 3))
 def test_index_agrees_with_the_walk_while_containers_come_and_go(ops, spare):
-    from nri_topology.policy.affinity import Index
+    from nri_topology.policy.intake.affinity import Index
 
     index = Index(spare)
     live: dict[str, Request] = {}
@@ -365,7 +365,7 @@ def test_index_agrees_with_the_walk_while_containers_come_and_go(ops, spare):
 
 @pytest.mark.parametrize("spare", [0, 16])
 def test_index_keeps_its_keys_in_step_with_the_live_containers(spare):
-    from nri_topology.policy.affinity import Index
+    from nri_topology.policy.intake.affinity import Index
 
     rule = Affinity(
         Expression("name", Operator.EXISTS), Expression("name", Operator.IN, ("web", "db")), 5

@@ -7,8 +7,8 @@ import gc
 import json
 import tracemalloc
 
-from nri_topology.policy.annotations import DOMAIN, RESOURCES_KEY
-from nri_topology.policy.bounded import CACHE
+from nri_topology.policy.intake.annotations import DOMAIN, RESOURCES_KEY
+from nri_topology.policy.intake.bounded import CACHE
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources

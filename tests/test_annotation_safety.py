@@ -10,10 +10,10 @@ import pytest
 
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
-from nri_topology.policy.annotations import DOMAIN, RESOURCES_KEY, key_problems
+from nri_topology.policy.intake.annotations import DOMAIN, RESOURCES_KEY, key_problems
+from nri_topology.policy.intake.request import build_request
 from nri_topology.policy.options import AnnotationLimits, Options, Trust
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.request import build_request
 from nri_topology.policy.types import (
     AnnotationError,
     ContainerInfo,
@@ -318,7 +318,7 @@ def test_unknown_keys_name_the_nearest_known_key(key, kind, fragment):
 
 
 def test_every_known_key_is_known():
-    from nri_topology.policy.annotations import ANNOTATIONS
+    from nri_topology.policy.intake.annotations import ANNOTATIONS
 
     keys = [spec.key for spec in ANNOTATIONS]
     keys += [f"{s.name}.{DOMAIN}/container.web" for s in ANNOTATIONS if not s.prefixed]

@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from nri_topology.policy.annotations import ANNOTATIONS, SPECS, Scope, ScopedAnnotation, lookup
+from nri_topology.policy.intake.annotations import (
+    ANNOTATIONS,
+    SPECS,
+    Scope,
+    ScopedAnnotation,
+    lookup,
+)
 
 P = "resource-policy.nri.io"
 A = "cri-resource-manager.intel.com"

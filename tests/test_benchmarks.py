@@ -155,3 +155,13 @@ def test_a_failed_soak_still_says_over_how_many_machines_and_why(
     failed = run.soak_summary(two, 20) | {"seconds": 0.1}
     line = run.soak_line(failed)
     assert "over 2 machines, 1 invariant violations" in line and "restart lost" in line
+
+
+def test_golden_trace_is_deterministic_and_covers_restarts() -> None:
+    from benchmarks import golden
+
+    machine = machines.load("server")
+    first = list(golden.trace(machine, golden.OPTIONS["daemon"], 1.0, 320, 3))
+    assert first == list(golden.trace(machine, golden.OPTIONS["daemon"], 1.0, 320, 3))
+    assert "300 restart same=True" in first
+    assert first[-1].startswith("snapshot ")

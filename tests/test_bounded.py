@@ -10,8 +10,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy import bounded
-from nri_topology.policy.bounded import (
+from nri_topology.policy.intake import bounded
+from nri_topology.policy.intake.bounded import (
     MAX_DEPTH,
     Refused,
     TextCache,

@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy import cpuallocator
-from nri_topology.policy.cpuallocator import AllocationError, take_cpus, take_distributed
+from nri_topology.policy.allocator import cpuallocator
+from nri_topology.policy.allocator.cpuallocator import AllocationError, take_cpus, take_distributed
 from nri_topology.topology.cpuset import parse
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
 

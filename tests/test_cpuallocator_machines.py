@@ -8,8 +8,8 @@ pytest.importorskip("nri_topology.topology.sysfs")
 
 from machines import load
 
-from nri_topology.policy.cpuallocator import take_cpus, take_distributed
-from nri_topology.policy.numasets import best_node_set
+from nri_topology.policy.allocator.cpuallocator import take_cpus, take_distributed
+from nri_topology.policy.allocator.numasets import best_node_set
 from nri_topology.topology.cpuset import parse
 from nri_topology.topology.model import Machine
 

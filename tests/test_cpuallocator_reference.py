@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 from machines import DATA, SyntheticSpec, load, synthetic
 from test_cpuallocator import PROPERTY_TOPOLOGIES, TOPOLOGIES
 
-from nri_topology.policy import cpuallocator
-from nri_topology.policy.cpuallocator import AllocationError, take_cpus
+from nri_topology.policy.allocator import cpuallocator
+from nri_topology.policy.allocator.cpuallocator import AllocationError, take_cpus
 from nri_topology.topology.model import Machine
 
 COMMITTED = ["4-socket", "server", *sorted(p.stem for p in DATA.glob("*.json"))]

@@ -18,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri import api_pb2
-from nri_topology.policy.annotations import ALIAS_DOMAIN, ANNOTATIONS, DOMAIN, RESOURCES_KEY
+from nri_topology.policy.intake.annotations import ALIAS_DOMAIN, ANNOTATIONS, DOMAIN, RESOURCES_KEY
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.testing import hostile

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, CpuPriority, PolicyError, QoS, Request
 from nri_topology.simulate.machine_spec import (

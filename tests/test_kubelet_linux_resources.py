@@ -97,9 +97,7 @@ def test_qos_class(containers: list[Amounts], qos: QoS) -> None:
         ((0, 1000, None, None), Amounts(0, 1000, 0, 0)),  # a request given as 0 stays 0
     ],
 )
-def test_a_request_left_out_is_the_limit(
-    given_: tuple[int | None, ...], stored: Amounts
-) -> None:
+def test_a_request_left_out_is_the_limit(given_: tuple[int | None, ...], stored: Amounts) -> None:
     assert Amounts.defaulted(*given_) == stored
 
 

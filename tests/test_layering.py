@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from rooms import DRAWING, allowed, drawing, imports, rooms_in_source
+from rooms import DRAWING, allowed, cycles, drawing, imports, module_imports, rooms_in_source
 
 ALLOWED = allowed()
 
@@ -36,6 +36,17 @@ def test_no_import_against_the_table() -> None:
         if target not in ALLOWED[source]
     }
     assert not against, against
+
+
+def test_no_module_imports_itself_back() -> None:
+    """Inside rooms too: no cycle among the package's modules, `TYPE_CHECKING` imports counted
+    (a cycle hidden from the interpreter still ties the modules together for a reader)."""
+    assert not cycles(module_imports())
+
+
+def test_cycles_are_found() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_the_drawing_is_current() -> None:

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from machines import load
 
-from nri_topology.policy.cpuallocator import AllocationError
-from nri_topology.policy.numasets import (
+from nri_topology.policy.allocator.cpuallocator import AllocationError
+from nri_topology.policy.allocator.numasets import (
     average_distance,
     best_node_set,
     closest_node_sets,

@@ -12,11 +12,11 @@ from dataclasses import replace
 import pytest
 from test_policy_engine import GiB, req
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.checkpoint.restore import Found, restore
+from nri_topology.policy.checkpoint.state import snapshot
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.restore import Found, restore
-from nri_topology.policy.state import snapshot
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from nri_topology.policy import choice, scoring
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.choice import choose, scoring
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool
+from nri_topology.policy.shaping import shape
 from nri_topology.policy.types import Outcome, PoolScore, Verdict
 from tests import machines
 
@@ -15,22 +16,22 @@ POOLS = Engine(machines.load("server"), Options()).pools
 ORDER = {p.name: p.index for p in POOLS}
 
 
-def option(pool: Pool, hint_miss: int = 0) -> choice.Option:
+def option(pool: Pool, hint_miss: int = 0) -> choose.Option:
     numa = (len(pool.cpu_nodes), 10.0)
     key = scoring.sort_key(pool, 0.0, hint_miss, False, False, False, False, numa, False, 0, 1000)
-    return choice.Option(key, pool, hint_miss, frozenset(), False, ())
+    return choose.Option(key, pool, hint_miss, frozenset(), False, ())
 
 
 def grant_unless(failing: set[str]):
-    def attempt(o: choice.Option) -> str:
+    def attempt(o: choose.Option) -> str:
         if o.pool.name in failing:
-            raise choice.GrantFailed("cannot slice")
+            raise shape.GrantFailed("cannot slice")
         return o.pool.name
 
     return attempt
 
 
-def verdicts(c: choice.Chosen[str]) -> dict[str, str]:
+def verdicts(c: choose.Chosen[str]) -> dict[str, str]:
     return {s.pool: s.verdict for s in c.trace}
 
 
@@ -49,7 +50,7 @@ def test_first_grant_in_order_wins_and_the_next_is_runner_up(
     failing: set[str], hint: int | None, winner: str, runner_up: str | None, criterion: str
 ) -> None:
     options = [option(LEAF_B, hint_miss=1), option(LEAF_A)]
-    c = choice.choose(options, [], hint, grant_unless(failing), ORDER)
+    c = choose.choose(options, [], hint, grant_unless(failing), ORDER)
     assert c.grant == winner
     assert verdicts(c)[winner] == "chosen"
     if runner_up is None:
@@ -63,13 +64,13 @@ def test_first_grant_in_order_wins_and_the_next_is_runner_up(
 
 def test_trace_is_in_pool_order_with_the_unfit_pools() -> None:
     unfit = [PoolScore(POOLS[0].name, (), Verdict(Outcome.UNFIT, "no CPUs"))]
-    c = choice.choose([option(LEAF_B), option(LEAF_A)], unfit, None, grant_unless(set()), ORDER)
+    c = choose.choose([option(LEAF_B), option(LEAF_A)], unfit, None, grant_unless(set()), ORDER)
     assert [s.pool for s in c.trace] == sorted((s.pool for s in c.trace), key=ORDER.__getitem__)
     assert verdicts(c)[POOLS[0].name] == "does not fit: no CPUs"
 
 
 def test_nothing_granted_leaves_no_winner() -> None:
-    c = choice.choose([option(LEAF_A)], [], None, grant_unless({LEAF_A.name}), ORDER)
+    c = choose.choose([option(LEAF_A)], [], None, grant_unless({LEAF_A.name}), ORDER)
     assert c.grant is None and c.runner_up is None
     assert verdicts(c) == {LEAF_A.name: "grant failed: cannot slice"}
 

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy import engine as engine_module
-from nri_topology.policy.engine import Engine
-from nri_topology.policy.ledger import Ledger
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.engine import engine as engine_module
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, Update
 from tests import machines

@@ -6,10 +6,11 @@ from dataclasses import replace
 
 import pytest
 
-from nri_topology.policy import affinity, scoring
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.choice import scoring
+from nri_topology.policy.engine.engine import Engine
+from nri_topology.policy.intake import affinity
+from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.request import milli_to_shares
 from nri_topology.policy.types import CpuKind, Degradation, Outcome, PolicyError, QoS, Request
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier

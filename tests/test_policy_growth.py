@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 import tracemalloc
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import CpuKind, QoS
 from tests import machines

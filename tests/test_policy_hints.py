@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nri_topology.policy.choice.scoring import CRITERIA, labelled
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.scoring import CRITERIA, labelled
 from nri_topology.policy.types import (
     ContainerInfo,
     HintSource,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.engine import Engine
-from nri_topology.policy.numasets import average_distance, best_node_set
+from nri_topology.policy.allocator.numasets import average_distance, best_node_set
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind
 from nri_topology.simulate.machine_spec import parse_spec, to_machine

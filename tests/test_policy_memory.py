@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts.memory import MemoryBook
 from tests import machines
 
 MACHINE = machines.load("server")

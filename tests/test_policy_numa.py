@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind
 from nri_topology.topology import cpuset

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, QoS
 from nri_topology.topology.model import Machine

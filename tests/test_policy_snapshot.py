@@ -10,9 +10,9 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy import engine as engine_module
-from nri_topology.policy import state
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.checkpoint import state
+from nri_topology.policy.engine import engine as engine_module
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import CpuKind, PolicyError

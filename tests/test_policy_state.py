@@ -18,10 +18,10 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.checkpoint.restore import Found, restore
+from nri_topology.policy.checkpoint.state import read_entry, snapshot
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.restore import Found, restore
-from nri_topology.policy.state import read_entry, snapshot
 from nri_topology.policy.types import CpuKind, Decision, PolicyError, QoS, Request, Update
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine

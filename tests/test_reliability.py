@@ -26,9 +26,9 @@ from nri_topology.daemon import checkpoint as checkpoint_module
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.nri.stub import Stub
+from nri_topology.policy.intake.request import milli_to_shares, shares_to_milli
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.request import milli_to_shares, shares_to_milli
 from nri_topology.policy.types import QoS
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer

@@ -9,14 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.options import Options, Trust
-from nri_topology.policy.request import (
+from nri_topology.policy.intake.request import (
     build_request,
     in_namespaces,
     parse_bool,
     parse_duration,
     shares_to_milli,
 )
+from nri_topology.policy.options import Options, Trust
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import structlog
 
 from nri_topology.daemon.convert import DeviceRef
+from nri_topology.policy.intake.request import hint_sources
 from nri_topology.policy.options import Options
-from nri_topology.policy.request import hint_sources
 from nri_topology.policy.types import (
     ContainerInfo,
     HintSource,

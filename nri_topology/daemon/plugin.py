@@ -45,10 +45,10 @@ from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
-from nri_topology.policy.annotations import in_domains, key_problems
+from nri_topology.policy.checkpoint.state import ENTRIES
+from nri_topology.policy.intake.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
-from nri_topology.policy.state import ENTRIES
 from nri_topology.policy.types import (
     AnnotationError,
     ColdStart,

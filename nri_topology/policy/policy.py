@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from nri_topology.policy import restore as restoring
-from nri_topology.policy import state
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.checkpoint import restore as restoring
+from nri_topology.policy.checkpoint import state
+from nri_topology.policy.engine.engine import Engine
+from nri_topology.policy.intake.request import build_request
 from nri_topology.policy.options import Options
-from nri_topology.policy.request import build_request
 from nri_topology.policy.types import (
     ContainerInfo,
     CpuKind,

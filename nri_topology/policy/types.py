@@ -262,7 +262,7 @@ class Request:
     memory_preserve: bool = False  # leave cpuset.mems untouched
     hide_hyperthreads: bool = False  # pin one thread per physical core
     cold_start_ns: int = 0  # > 0: start without DRAM, add it after this long
-    affinities: tuple[object, ...] = ()  # policy.affinity.Affinity values
+    affinities: tuple[object, ...] = ()  # policy.intake.affinity.Affinity values
     labels: Mapping[str, str] = field(default_factory=dict)
     created_at: int = 0
     pod_labels: Mapping[str, str] = field(default_factory=dict)  # affinity keys pod/labels/<k>

@@ -10,7 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from nri_topology.policy import scoring
+from nri_topology.policy.choice import scoring
 from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
 from nri_topology.simulate.runner import NodeAssignment, NodeState, Placed, Simulation, StepResult

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from nri_topology.policy import scoring
+from nri_topology.policy.choice import scoring
 from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
 from nri_topology.quantity import format_bytes, format_cores

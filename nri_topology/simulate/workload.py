@@ -27,7 +27,7 @@ from pydantic import (
 
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
-from nri_topology.policy.request import parse_duration
+from nri_topology.policy.intake.request import parse_duration
 from nri_topology.policy.types import (
     ContainerInfo,
     HintSource,

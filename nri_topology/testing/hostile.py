@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from nri_topology.policy.annotations import DOMAIN, RESOURCES_KEY
+from nri_topology.policy.intake.annotations import DOMAIN, RESOURCES_KEY
 
 AFFINITY = f"{DOMAIN}/affinity"
 ANTI_AFFINITY = f"{DOMAIN}/anti-affinity"

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
-from nri_topology.policy import cpuallocator
+from nri_topology.policy.allocator import cpuallocator
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, PolicyError, QoS

@@ -184,7 +184,7 @@ class Pod:
 
 
 def qos_named(name: str) -> QoS:
-    """"guaranteed", "burstable" or "besteffort", as the kubelet names its QoS cgroups."""
+    """ "guaranteed", "burstable" or "besteffort", as the kubelet names its QoS cgroups."""
     return next(q for q in QoS if q.value.lower() == name)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from nri_topology.policy import cpuallocator
+from nri_topology.policy.allocator import cpuallocator
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology import cpuset

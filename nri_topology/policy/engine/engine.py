@@ -7,7 +7,7 @@ format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zone
 choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
 the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
 
-Accounting, per pool, in the `ledger` (the pool choice reads it, `choice.room`):
+Accounting, per pool, in the `ledger` (the pool choice reads it, `choose.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
   of a container placed in the pool is this set. Exclusive CPUs leave it in every pool holding them
   (ancestors and descendants of the grant's pool alike) and return on release.
@@ -26,7 +26,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
-  the next memory tier (`admission.TIER_ORDER`), then, when the kubelet admits its memory
+  the next memory tier (`parity.TIER_ORDER`), then, when the kubelet admits its memory
   request, to all of those nodes charged what fits (`admission`); other containers are never
   moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
@@ -53,40 +53,37 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from itertools import chain
 from operator import attrgetter
 from types import MappingProxyType
 
-from nri_topology.policy import (
-    admission,
-    affinity,
-    choice,
-    consolidate,
-    cpuallocator,
-    reservation,
-    scoring,
-)
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts import reservation
+from nri_topology.policy.accounts.grant import Grant, Op, memory_size
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.accounts.zones import Zones
+from nri_topology.policy.admission import moves, parity
+from nri_topology.policy.allocator import cpuallocator
+from nri_topology.policy.choice import choose, scoring
+from nri_topology.policy.intake import affinity
+from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
-from nri_topology.policy.request import milli_to_shares
-from nri_topology.policy.shaping import GrantShape, Shaper
+from nri_topology.policy.shaping import shape
+from nri_topology.policy.shaping.shape import GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
     ColdStart,
     CpuKind,
     Decision,
-    Degradation,
     Placement,
     PolicyError,
     PoolScore,
     Request,
     Update,
 )
-from nri_topology.policy.zones import Zones
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
@@ -97,40 +94,6 @@ _CHANGES_NAMED = 4096
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
-
-
-def memory_size(req: Request) -> int:
-    """Bytes charged for a container: its request, else its limit, else nothing."""
-    if req.memory_request > 0:
-        return req.memory_request
-    return req.memory_limit or 0
-
-
-@dataclass(slots=True)
-class Grant:
-    """What one container holds; `cpus`/`mems` are the pinning last given to the runtime."""
-
-    request: Request
-    pool: int
-    kind: CpuKind
-    exclusive: frozenset[int]
-    isolated: bool  # the exclusive CPUs are kernel-isolated ones
-    shared: int  # milli-CPU charged to the pool's shared capacity (or to the reservation)
-    zone: frozenset[int]  # memory nodes charged
-    memory: int  # bytes charged to `zone`
-    relaxed: bool
-    cold_start: ColdStart | None
-    cpus: frozenset[int] | None = None
-    mems: frozenset[int] | None = None
-    reason: str = ""
-    degraded: tuple[Degradation, ...] = ()
-
-    @property
-    def uses_shared(self) -> bool:
-        """Whether the container runs on its pool's shared CPUs."""
-        if self.kind is CpuKind.SHARED or self.kind is CpuKind.MIXED:
-            return True
-        return self.kind is CpuKind.ISOLATED and self.shared > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,13 +109,6 @@ class Accounts:
     reserved_granted: int
     memory_requested: int  # the grants' known memory requests
     memory: Mapping[frozenset[int], int]  # bytes charged per zone
-
-
-@dataclass(slots=True)
-class _Op:
-    """Pools whose free CPUs changed during one operation, for the update diff."""
-
-    touched: set[int] = field(default_factory=set)
 
 
 class Engine:
@@ -207,7 +163,7 @@ class Engine:
         self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
-        self._board = choice.Board(
+        self._board = choose.Board(
             machine,
             self._pools,
             self._ledger,
@@ -369,9 +325,9 @@ class Engine:
         """Place a new container; `hint`/`keep` try its old pool and CPUs first (resize)."""
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         grant, trace, moved = self._admit(req, hint, keep, op)
         updates = self._updates(op, req.container_id, moved)
         return self._decision(grant, trace, updates, tuple(sorted(moved)))
@@ -381,7 +337,7 @@ class Engine:
         req: Request,
         hint: int | None,
         keep: frozenset[int],
-        op: _Op,
+        op: Op,
         overcommit: bool = True,
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
         """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
@@ -400,17 +356,18 @@ class Engine:
             return g, trace, {}
         if not self._kubelet_admits(req):
             raise refusal
-        room = consolidate.make_room(self, req, hint, keep, op)
+        found = moves.candidates(self._pools, self._ledger, self.options.max_moves, req)
+        room = moves.make_room(found, self.try_moves, req, hint, keep, op)
         if room is not None:
             self._note_degradation(room[0], req)
             return room
-        if not admission.may_degrade(req, self.options):
+        if not parity.may_degrade(req, self.options):
             raise refusal
         on_isolated = self._on_isolated(req, op)
         if on_isolated is not None:
             return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
         if req.kind in EXCLUSIVE_KINDS:
-            shared = admission.as_kind(req, CpuKind.SHARED)
+            shared = parity.as_kind(req, CpuKind.SHARED)
             try:
                 g, trace, moved = self._admit(shared, None, frozenset(), op, overcommit=False)
             except PolicyError:
@@ -435,7 +392,7 @@ class Engine:
         return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
     def try_moves(
-        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: _Op
+        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: Op
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
         """Take the movers out, place `req`, place the movers again; all or nothing.
 
@@ -444,7 +401,7 @@ class Engine:
         """
         olds = {cid: self._grants[cid] for cid in movers}
         pinned = {cid: (g.cpus, g.mems) for cid, g in olds.items()}  # what the runtime holds
-        trial = _Op()
+        trial = Op()
         for old in olds.values():
             self._uncommit(old, trial)
         placed: list[Grant] = []
@@ -456,21 +413,21 @@ class Engine:
                 placed.append(self._move(olds[cid], req, trial))
         except PolicyError:
             for done in reversed(placed):
-                self._uncommit(done, _Op())
+                self._uncommit(done, Op())
             for cid, old in olds.items():
-                self._commit(old, _Op())
+                self._commit(old, Op())
                 old.cpus, old.mems = pinned[cid]  # the next diff compares with these
             return None
         op.touched |= trial.touched
         return g, trace, olds
 
-    def _move(self, old: Grant, cause: Request, op: _Op) -> Grant:
+    def _move(self, old: Grant, cause: Request, op: Op) -> Grant:
         """Place a shared container taken out for `cause` again (committed); PolicyError if not."""
         try:
             g, _ = self._choose(old.request, None, frozenset())
         except PolicyError:
             last = self._on_reserved(old.request)
-            if last is None or not admission.may_degrade(old.request, self.options):
+            if last is None or not parity.may_degrade(old.request, self.options):
                 raise
             g = last
         if old.cold_start is None:
@@ -481,7 +438,7 @@ class Engine:
         g.reason = f"moved to make room for {cause.who}: {g.reason}"
         return g
 
-    def _on_isolated(self, req: Request, op: _Op) -> Grant | None:
+    def _on_isolated(self, req: Request, op: Op) -> Grant | None:
         """Exclusive CPUs from the isolated ones when no ordinary CPUs are left (committed).
 
         The kubelet hands isolated CPUs out like any other; this policy keeps them for the
@@ -499,7 +456,7 @@ class Engine:
         g.reason += "; isolated CPUs because no ordinary ones are left"
         return g
 
-    def _on_isolated_mixed(self, req: Request, op: _Op) -> Grant | None:
+    def _on_isolated_mixed(self, req: Request, op: Op) -> Grant | None:
         """Exclusive CPUs from the root's free ordinary CPUs plus isolated ones (committed).
 
         Neither kind alone holds the request but together they do, as the kubelet, which counts
@@ -520,7 +477,7 @@ class Engine:
             sliceable = self._shaper.sliceable(
                 root, k, mixed.shared if kind is CpuKind.MIXED else 0, kind
             )
-        except (LookupError, PolicyError, choice.GrantFailed):
+        except (LookupError, PolicyError, shape.GrantFailed):
             return None
         whole = self.options.full_pcpus_only
         ordinary = min(k, len(sliceable))
@@ -579,7 +536,7 @@ class Engine:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
             return None
-        shared = admission.as_kind(req, CpuKind.RESERVED)
+        shared = parity.as_kind(req, CpuKind.RESERVED)
         g = self._grant(
             shared,
             GrantShape(
@@ -589,7 +546,7 @@ class Engine:
         g.reason = "no shared CPU left in any pool: on the reserved CPUs, the kubelet shares them"
         return g
 
-    def _on_overcommit(self, req: Request, op: _Op) -> Grant | None:
+    def _on_overcommit(self, req: Request, op: Op) -> Grant | None:
         """Shared CPUs of the root, charged only the shared milli-CPU left there (committed).
 
         No pool holds the request, yet the kubelet, with one shared pool, admits it: the root's
@@ -601,7 +558,7 @@ class Engine:
         root = 0
         if not self._ledger.shared_cpus[root]:
             return None
-        req = admission.as_kind(req, CpuKind.SHARED)
+        req = parity.as_kind(req, CpuKind.SHARED)
         try:
             zone, relaxed, size = self._degraded_root_zone(req)
         except LookupError:
@@ -626,7 +583,7 @@ class Engine:
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
         if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
             return
-        g.degraded = admission.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
+        g.degraded = parity.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
         if cut:
             g.reason += (
                 f"; {g.memory} of {memory_size(g.request)} bytes of memory charged, "
@@ -636,7 +593,7 @@ class Engine:
             names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
 
-    def _updates(self, op: _Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
+    def _updates(self, op: Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
         """The diff of the operation, with every moved container's new cpuset and memset."""
         diff = self._diff(op, skip=cid)
         if not moved:
@@ -704,8 +661,8 @@ class Engine:
         else:
             fallback = ""
 
-        widen = admission.may_degrade(req, self.options)
-        options, unfit = choice.options(
+        widen = parity.may_degrade(req, self.options)
+        options, unfit = choose.options(
             req,
             self._board,
             tiers,
@@ -716,7 +673,7 @@ class Engine:
             squeeze=widen and self._squeeze(req),
         )
 
-        def attempt(o: choice.Option) -> Grant:
+        def attempt(o: choose.Option) -> Grant:
             shape = self._shaper.shape(
                 req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
@@ -726,11 +683,11 @@ class Engine:
                 g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
-        chosen = choice.choose(options, unfit, hint, attempt, self._by_name)
+        chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
-                choice.refusal(
+                choose.refusal(
                     req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
                 )
             )
@@ -742,7 +699,7 @@ class Engine:
         self, req: Request, tiers: frozenset[MemoryTier], size: int
     ) -> tuple[frozenset[int], bool]:
         try:
-            widen = admission.may_degrade(req, self.options)
+            widen = parity.may_degrade(req, self.options)
             return self._zones.zone(0, tiers, size, widen, widen and self._squeeze(req))
         except LookupError as e:
             raise PolicyError(f"{req.who}: memory does not fit at the root: {e}") from None
@@ -791,7 +748,7 @@ class Engine:
             return min(size, self._book.room(zone))
         return size
 
-    def _commit(self, g: Grant, op: _Op) -> None:
+    def _commit(self, g: Grant, op: Op) -> None:
         """Apply a grant to the accounting and pin it; the grant must have been checked."""
         cid = g.request.container_id
         self._note_changed(cid)
@@ -820,7 +777,7 @@ class Engine:
         g.cpus = self.pin(g)
         g.mems = self._mems(g)
 
-    def _uncommit(self, g: Grant, op: _Op) -> None:
+    def _uncommit(self, g: Grant, op: Op) -> None:
         cid = g.request.container_id
         self._note_changed(cid)
         del self._grants[cid]
@@ -869,7 +826,7 @@ class Engine:
         """Whether a shared user is pinned to exactly its pool's shared set (`pin`)."""
         return self.options.pin_cpu and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
 
-    def _diff(self, op: _Op, skip: str = "") -> tuple[Update, ...]:
+    def _diff(self, op: Op, skip: str = "") -> tuple[Update, ...]:
         """Updates, by container id, for shared containers in touched pools whose cpuset really
         changed; `skip` (the container the operation is for) is left alone.
 
@@ -968,7 +925,7 @@ class Engine:
         g = self._grants.get(container_id)
         if g is None:
             return ()
-        op = _Op()
+        op = Op()
         self._uncommit(g, op)
         updates = self._diff(op)
         for _, kept in self._shared_sets.values():  # a set may outlive many of its containers
@@ -990,14 +947,14 @@ class Engine:
             self._by_attribute.add(req)
             old.cpus, old.mems = self.pin(old), self._mems(old)
             return self._decision(old, (), ())
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
-        op = _Op()
+        op = Op()
         self._uncommit(old, op)
         try:
             g, trace, others = self._admit(req, old.pool, old.exclusive, op)
         except PolicyError:
-            self._commit(old, _Op())
+            self._commit(old, Op())
             raise
         moved = g.pool != old.pool or not (
             old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
@@ -1041,7 +998,7 @@ class Engine:
         """
         if req.container_id in self._grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = admission.kubelet_request(req, self.options)
+        req = parity.kubelet_request(req, self.options)
         self._validate(req)
         kind = req.kind
         if kind is CpuKind.ISOLATED and not isolated:
@@ -1068,7 +1025,7 @@ class Engine:
         elif exclusive:
             raise PolicyError(f"kind {kind} holds no exclusive CPUs")
         size = _charged_size(req)
-        degradable = admission.may_degrade(req, self.options)
+        degradable = parity.may_degrade(req, self.options)
         saved_shared, saved_memory = charged if degradable else (None, None)
         charge = size if saved_memory is None else min(size, saved_memory)
         tiers = self._zones.tiers(req)
@@ -1096,7 +1053,7 @@ class Engine:
         )
         self._check_fits(g)
         g.reason = "adopted as found"
-        g.degraded = admission.degradations(
+        g.degraded = parity.degradations(
             kind,
             kind,
             tier_widened=False,
@@ -1104,7 +1061,7 @@ class Engine:
             memory_cut=g.memory < size,
             cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
         )
-        self._commit(g, _Op())
+        self._commit(g, Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
             cold_start_over or (mems is not None and g.cold_start.then_mems <= mems)

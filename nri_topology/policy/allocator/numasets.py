@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from nri_topology.policy.cpuallocator import AllocationError
+from nri_topology.policy.allocator.cpuallocator import AllocationError
 from nri_topology.topology.model import Machine
 
 

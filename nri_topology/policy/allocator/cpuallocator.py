@@ -14,7 +14,7 @@ whose message says what was asked and what was available; the caller's sets are 
   KEP-2902 "distribute-cpus-across-numa": `count` spread evenly over the fewest NUMA nodes, in
   multiples of `group_size` per node; `min_nodes` raises the node count (a multi-node hint).
 * NUMA node sets by distance (KEP-3545: `average_distance`, `closest_node_sets`,
-  `best_node_set`) live in `nri_topology.policy.numasets` and raise the same `AllocationError`.
+  `best_node_set`) live in `numasets` beside it and raise the same `AllocationError`.
 
 Packed algorithm (`take_cpus`)
 ------------------------------

@@ -23,38 +23,43 @@ otherwise be refused or degraded.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
 
-from nri_topology.policy.pools import subtree
+from nri_topology.policy.accounts.grant import Grant, Op
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.pools import Pool, subtree
 from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, PoolScore, Request
-
-if TYPE_CHECKING:
-    from nri_topology.policy.engine import Engine, Grant, _Op
 
 MAX_TRIALS = 32
 
+# A trial (`Engine.try_moves`): take the movers out, place the request, place the movers again;
+# the committed grant, its trace and the movers' old grants, or None with nothing changed.
+Moved = tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]
+Trial = Callable[[Request, int | None, frozenset[int], tuple[str, ...], Op], Moved | None]
 
 
-def candidates(engine: Engine, req: Request) -> list[tuple[str, ...]]:
+def candidates(
+    pools: Sequence[Pool], ledger: Ledger, max_moves: int, req: Request
+) -> list[tuple[str, ...]]:
     """Sets of shared containers to move, least disruptive first (see the module docstring)."""
-    bound = engine.options.max_moves
+    bound = max_moves
     if bound <= 0:
         return []
     k = req.exclusive if req.kind in EXCLUSIVE_KINDS else 0
     seen: set[frozenset[str]] = set()
     found: list[tuple[int, int, int, tuple[str, ...]]] = []
-    for pool in engine.pools:
+    for pool in pools:
         p = pool.index
-        shared_cpus = engine.shared_cpus(p)
-        room = len(engine.sliceable(p))
+        shared_cpus = ledger.shared_cpus[p]
+        room = len(shared_cpus - ledger.partial)
         if room < k or (not k and 1000 * len(shared_cpus) < req.shared):
             continue
         groups = [
             sorted(
-                (g for g in engine.shared_users(x).values() if _movable(g, req)),
+                (g for g in ledger.users[x].values() if _movable(g, req)),
                 key=lambda g: (-g.shared, g.request.container_id),
             )
-            for x in subtree(engine.pools, p)
+            for x in subtree(pools, p)
         ]
         groups = [gs for gs in groups if gs]
         groups.sort(key=lambda gs: (len(gs), sum(g.shared for g in gs)))
@@ -74,14 +79,20 @@ def _movable(g: Grant, req: Request) -> bool:
 
 
 def make_room(
-    engine: Engine, req: Request, hint: int | None, keep: frozenset[int], op: _Op
-) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
-    """Place `req` after moving the first candidate set that makes it fit; None when none does.
+    found: list[tuple[str, ...]],
+    trial: Trial,
+    req: Request,
+    hint: int | None,
+    keep: frozenset[int],
+    op: Op,
+) -> Moved | None:
+    """Place `req` after moving the first set of `found` (`candidates`) that makes it fit; None
+    when none does.
 
     Returns the committed grant, its trace and the old grants of the moved containers.
     """
-    for movers in candidates(engine, req):
-        done = engine.try_moves(req, hint, keep, movers, op)
+    for movers in found:
+        done = trial(req, hint, keep, movers, op)
         if done is not None:
             g, trace, olds = done
             g.reason += f"; made room by moving {len(olds)} shared container(s)"

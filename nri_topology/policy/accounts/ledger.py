@@ -10,12 +10,9 @@ them for the length of one decision.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import TYPE_CHECKING
 
+from nri_topology.policy.accounts.grant import Grant
 from nri_topology.policy.pools import Pool
-
-if TYPE_CHECKING:
-    from nri_topology.policy.engine import Grant
 
 
 class Ledger:

@@ -43,10 +43,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from nri_topology.policy import admission
-from nri_topology.policy.engine import Engine
+from nri_topology.policy.admission import parity
+from nri_topology.policy.checkpoint.state import read_entry, saved_entries
+from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.pools import could_exist
-from nri_topology.policy.state import read_entry, saved_entries
 from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
@@ -108,7 +108,7 @@ def _from_saved(engine: Engine, f: Found, entry: _Believed) -> _Plan:
     req = f.request
     name, kind, isolated = entry.pool, entry.kind, entry.isolated
     exclusive, zone = entry.exclusive, entry.zone
-    granted = admission.as_granted(req, kind, isolated) if kind != req.kind else None
+    granted = parity.as_granted(req, kind, isolated) if kind != req.kind else None
     if granted is not None:
         f = Found(granted, f.cpus, f.mems)  # placed degraded
     elif kind != req.kind:

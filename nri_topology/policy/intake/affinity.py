@@ -39,8 +39,8 @@ from enum import StrEnum
 from fnmatch import fnmatchcase, translate
 from typing import Any
 
-from nri_topology.policy.annotations import SHOWN_CHARS, shown
-from nri_topology.policy.bounded import CACHE, Refused, load_yaml
+from nri_topology.policy.intake.annotations import SHOWN_CHARS, shown
+from nri_topology.policy.intake.bounded import CACHE, Refused, load_yaml
 from nri_topology.policy.options import AnnotationLimits
 from nri_topology.policy.types import AnnotationError, Request
 

@@ -10,14 +10,17 @@ from __future__ import annotations
 import contextlib
 from typing import NamedTuple
 
-from nri_topology.policy import cpuallocator, numasets
-from nri_topology.policy.choice import GrantFailed
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.allocator import cpuallocator, numasets
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool
 from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, CpuPriority, Request
 from nri_topology.topology.model import Machine, MemoryTier
+
+
+class GrantFailed(Exception):
+    """A feasible pool in which the grant could not be computed (its CPUs cannot be sliced)."""
 
 
 class GrantShape(NamedTuple):

@@ -13,12 +13,14 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
-from nri_topology.policy import numasets, scoring
-from nri_topology.policy.ledger import Ledger
-from nri_topology.policy.memory import MemoryBook
+from nri_topology.policy.accounts.ledger import Ledger
+from nri_topology.policy.accounts.memory import MemoryBook
+from nri_topology.policy.allocator import numasets
+from nri_topology.policy.choice import scoring
 from nri_topology.policy.pools import Pool
+from nri_topology.policy.shaping.shape import GrantFailed, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
@@ -33,14 +35,7 @@ from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 
-if TYPE_CHECKING:
-    from nri_topology.policy.shaping import Shaper
-
 T = TypeVar("T")
-
-
-class GrantFailed(Exception):
-    """A feasible pool in which the grant could not be computed (its CPUs cannot be sliced)."""
 
 
 class Option(NamedTuple):

@@ -17,7 +17,8 @@ from nri_topology.policy.types import CpuKind
 from nri_topology.topology import cpuset
 
 if TYPE_CHECKING:
-    from nri_topology.policy.engine import Engine, Grant
+    from nri_topology.policy.accounts.grant import Grant
+    from nri_topology.policy.engine.engine import Engine
 
 SNAPSHOT_VERSION = 1
 ENTRIES = "containers"  # the key of the per-container map

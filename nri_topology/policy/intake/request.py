@@ -62,8 +62,8 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
-from nri_topology.policy import affinity
-from nri_topology.policy.annotations import (
+from nri_topology.policy.intake import affinity
+from nri_topology.policy.intake.annotations import (
     RESOURCES_KEY,
     Scope,
     ScopedAnnotation,
@@ -71,7 +71,7 @@ from nri_topology.policy.annotations import (
     relevant,
     shown,
 )
-from nri_topology.policy.bounded import CACHE, Refused, load_json, load_yaml
+from nri_topology.policy.intake.bounded import CACHE, Refused, load_json, load_yaml
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
     AnnotationError,

@@ -1,0 +1,1 @@
+"""Accounts: what is granted and what is left, CPUs (the ledger), memory, the reservation."""

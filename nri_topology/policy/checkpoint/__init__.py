@@ -1,0 +1,1 @@
+"""Checkpoint: the saved state's format and the restore of running containers."""

@@ -1,0 +1,1 @@
+"""Engine: place, release, resize and adopt as transactions over the accounts."""

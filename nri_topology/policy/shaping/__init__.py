@@ -1,0 +1,1 @@
+"""Shaping: the CPUs and memory a request takes in one given pool."""
