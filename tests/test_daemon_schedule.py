@@ -167,24 +167,57 @@ async def test_removing_a_pod_releases_what_its_containers_still_hold() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("", Pacing()),
-        ("updates: {in_reply: true}", None),
+        ("", (Pacing(), False)),
+        ("updates: {in_reply: auto}", (Pacing(), False)),
+        ("updates: {in_reply: false}", (Pacing(), True)),
+        ("updates: {in_reply: true}", (None, False)),
         (
             "updates: {batch: 5, gap_seconds: 0.02, grow_delay_seconds: 0}",
-            Pacing(batch=5, gap_s=0.02, grow_delay_s=0.0),
+            (Pacing(batch=5, gap_s=0.02, grow_delay_s=0.0), False),
         ),
     ],
 )
 def test_the_updates_section_chooses_where_re_pins_travel(
-    text: str, expected: Pacing | None
+    text: str, expected: tuple[Pacing | None, bool]
 ) -> None:
-    config = Config.model_validate(yaml.safe_load(text) or {})
-    assert settings_of(config).pacing == expected
+    settings = settings_of(Config.model_validate(yaml.safe_load(text) or {}))
+    assert (settings.pacing, settings.pace_old_runtimes) == expected
 
 
 @pytest.mark.parametrize(
-    "text", ["updates: {batch: 0}", "updates: {gap_seconds: -1}", "updates: {in_reply: 1}"]
+    "text",
+    [
+        "updates: {batch: 0}",
+        "updates: {gap_seconds: -1}",
+        "updates: {in_reply: 1}",
+        "updates: {in_reply: maybe}",
+    ],
 )
 def test_the_updates_section_refuses_what_cannot_pace(text: str) -> None:
     with pytest.raises(ValidationError):
         Config.model_validate(yaml.safe_load(text))
+
+
+@pytest.mark.parametrize(
+    ("nri_version", "pace_old", "paced"),
+    [
+        ("v0.12.2", False, True),  # serves UpdateContainers apart from its events
+        ("v0.12.0", False, False),  # takes its event lock for them: deadlock-prone
+        ("", False, False),  # too old to report a version (containerd 1.7, 2.1)
+        ("v0.11.0", True, True),  # paced there all the same when configured so
+    ],
+)
+async def test_re_pins_follow_the_reply_only_where_the_runtime_serves_updates_apart(
+    nri_version: str, pace_old: bool, paced: bool
+) -> None:
+    plugin = TopologyPlugin(
+        Policy(DESKTOP, Options()), settings=Settings(pacing=PACING, pace_old_runtimes=pace_old)
+    )
+    peer = RuntimePeer(nri_version=nri_version or "v0.9.0", report_nri_version=bool(nri_version))
+    async with connected(plugin, peer):
+        await _shared(peer, 3)
+        reply = await peer.create_container(_pod(100, ""), _container(100, cpus=1))
+        await plugin.settle()
+        assert plugin.paced is paced
+        assert len(reply.update) == (0 if paced else 3)
+        assert len(peer.unsolicited_updates) == (3 if paced else 0)

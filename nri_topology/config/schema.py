@@ -303,7 +303,9 @@ class UpdatesSection(_Section):
 
     # true: every re-pin in the reply, applied before the new container is created: no
     # exclusivity window, but its creation (and the runtime's other events) wait for all of them.
-    in_reply: StrictBool = False
+    # auto: after the reply where the runtime's NRI adaptation serves UpdateContainers apart from
+    # its events (v0.12.1 and later), in the reply elsewhere. false: after the reply everywhere.
+    in_reply: StrictBool | Literal["auto"] = "auto"
     batch: Annotated[StrictInt, Field(ge=1, le=64)] = 3  # re-pins per UpdateContainers
     gap_seconds: Annotated[float, Field(ge=0, le=1)] = 0.01  # pause between two batches
     grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant

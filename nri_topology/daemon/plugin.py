@@ -45,6 +45,7 @@ from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
+from nri_topology.nri.versions import runtime_serves_updates_apart
 from nri_topology.policy.checkpoint.state import ENTRIES
 from nri_topology.policy.intake.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
@@ -102,6 +103,9 @@ class Settings:
     expose_file: bool = False  # mount a placement file, kept current, into new containers
     file_dir: str = "/.nri-topology"  # where that file's directory appears in the container
     pacing: Pacing | None = PACED  # re-pins after the reply; None: in the reply
+    # Pace re-pins even where the runtime's NRI adaptation may deadlock on UpdateContainers
+    # (older than v0.12.1); otherwise they travel in the reply there.
+    pace_old_runtimes: bool = False
 
 
 def _is_ns(value: Any) -> bool:
@@ -174,6 +178,7 @@ class TopologyPlugin(Plugin):
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
         self.schedule = Schedule(settings.pacing or PACED)
+        self.paced = False  # re-pins after the reply: decided at Configure, for this runtime
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._windows: dict[str, float] = {}  # closed before their decision was kept
@@ -216,6 +221,20 @@ class TopologyPlugin(Plugin):
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
         self.metrics.request("Configure")
+        safe = runtime_serves_updates_apart(req)
+        self.paced = self.settings.pacing is not None and (safe or self.settings.pace_old_runtimes)
+        if self.settings.pacing is not None and not safe:
+            _log.warning(
+                "the runtime's NRI adaptation may deadlock on UpdateContainers (older than "
+                "v0.12.1)"
+                + (
+                    ": pacing re-pins all the same, as configured"
+                    if self.paced
+                    else ": re-pins of other containers travel in the replies"
+                ),
+                runtime=f"{req.runtime_name} {req.runtime_version}",
+                nri_version=req.NRI_version or None,
+            )
         if req.config.strip() and self._runtime_config is not None:
             await self._runtime_config(req.config)
         return None
@@ -428,7 +447,7 @@ class TopologyPlugin(Plugin):
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self.metrics.request("StopContainer")
         updates = await self._release(ctr.id, "stopped")
-        if self.settings.pacing is None:
+        if not self.paced:
             return convert.updates(updates, ignore_failure=True)
         self._defer(updates, "release")
         return []
@@ -769,7 +788,7 @@ class TopologyPlugin(Plugin):
         mode, return them for the reply; open the window of its exclusive CPUs."""
         cid = decision.container_id
         others = tuple(u for u in decision.updates if u.container_id != cid)
-        if self.settings.pacing is None:
+        if not self.paced:
             if decision.exclusive:  # applied before the container runs: no window
                 self._closed((Closed(cid, 0.0),))
             return others
@@ -789,7 +808,7 @@ class TopologyPlugin(Plugin):
         mode in one UpdateContainers of their own."""
         if not updates:
             return
-        if self.settings.pacing is None:
+        if not self.paced:
             self._send_later(convert.updates(updates, ignore_failure=True), why)
             return
         self.schedule.change(updates, self._clock())

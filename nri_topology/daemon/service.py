@@ -107,13 +107,14 @@ def settings_of(config: Config) -> Settings:
         cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
         verify_interval_s=config.verify.interval_seconds,
         pacing=pacing_of(config),
+        pace_old_runtimes=config.updates.in_reply is False,
     )
 
 
 def pacing_of(config: Config) -> Pacing | None:
     """How re-pins of other containers go out; None: in the reply."""
     u = config.updates
-    if u.in_reply:
+    if u.in_reply is True:
         return None
     return Pacing(batch=u.batch, gap_s=u.gap_seconds, grow_delay_s=u.grow_delay_seconds)
 
