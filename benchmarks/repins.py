@@ -1,13 +1,15 @@
 """A Guaranteed pod's start and removal beside shared containers, on a real containerd (root).
 
     .venv/bin/python benchmarks/repins.py [--shared 0,30,100] [--rounds 3] [--samples 2]
-                                          [--json out.json]
+                                          [--modes M1,M2] [--json out.json]
 
 For each count of BestEffort (shared) containers live, one containerd from tests/e2e (fetched as
 tests/e2e/prepare.sh does) runs them, with runc wrapped to log every subcommand it runs. Then the
 modes alternate, `--rounds` times, `--samples` pods each: no plugin connected; the plugin with
-every re-pin in the reply (`updates.in_reply: true`, the old behaviour); the plugin with re-pins
-after the reply (the default). Each sample:
+every re-pin in the reply (`updates.in_reply: true`, the old behaviour); the plugin as configured
+by default (re-pins after the reply where the runtime's NRI is v0.12.1 or later, in the reply
+elsewhere). `--modes` may add the plugin with re-pins after the reply forced (`after reply`:
+`in_reply: false`), which can deadlock an older NRI. Each sample:
 
 * a Guaranteed 1-CPU pod's sandbox, then its container created and started, as a kubelet does
   (timed: create+start);
@@ -43,9 +45,13 @@ from tests.e2e import harness
 
 MODES = {
     "without plugin": None,
-    "plugin, in reply": "updates:\n  in_reply: true\n",
-    "plugin, after reply": "",
+    "in reply": "updates:\n  in_reply: true\n",
+    "default": "",  # after the reply where the runtime's NRI is v0.12.1 or later
+    # After the reply on any runtime: on an NRI older than v0.12.1 (containerd 1.7, 2.1) it can
+    # deadlock the runtime's NRI (docs/protocol.md §6.6), so only with --modes naming it.
+    "after reply": "updates:\n  in_reply: false\n",
 }
+DEFAULT_MODES = "without plugin,in reply,default"
 GIB = 1 << 30
 WRAPPER = """#!/bin/sh
 sub=
@@ -168,15 +174,16 @@ def switch(run: harness.Run, config: str | None) -> None:
 
 
 def measure(tools: harness.Tools, base: Path, image: Path, log: Path, n: int, args) -> dict:
-    results: dict[str, list[dict]] = {mode: [] for mode in MODES}
+    modes = {m: MODES[m] for m in args.modes}
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
     with harness.running(tools, base, image) as run:
-        switch(run, MODES["plugin, after reply"])
+        switch(run, MODES["default"])
         pods = [run.run_pod(f"be{i}", "besteffort") for i in range(n)]
         probe = run.run_pod("probe", "besteffort", containers=0)
         shared = Shared(run, pods)
         i = 0
         for _ in range(args.rounds):
-            for mode, config in MODES.items():
+            for mode, config in modes.items():
                 switch(run, config)
                 for _ in range(args.samples):
                     results[mode].append(sample(run, shared, probe, i, log))
@@ -209,8 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shared", default="0,30,100", help="shared containers live, per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=2, help="pods per mode and round")
+    parser.add_argument("--modes", default=DEFAULT_MODES, help="of: " + "; ".join(MODES))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
+    args.modes = [m for m in MODES if m in args.modes.split(",")]
     tools = harness.prepare()
     report: dict = {"load_before": os.getloadavg(), "cpus": len(harness.online_cpus())}
     with tempfile.TemporaryDirectory(prefix="nri-e2e-", dir="/tmp") as d:
