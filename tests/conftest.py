@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 import structlog
+from hypothesis import settings
 
 _SHM = Path("/dev/shm")
+
+# Property tests check behaviour, never time: on a loaded 2-core machine one example can take
+# twenty times its usual time, and hypothesis' per-example deadline then fails a correct test.
+settings.register_profile("untimed", deadline=None)
+settings.load_profile("untimed")
 
 
 def pytest_configure(config: pytest.Config) -> None:

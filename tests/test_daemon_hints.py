@@ -87,6 +87,24 @@ async def test_a_gpu_device_places_the_container_on_its_node(
     await plugin.shutdown()
 
 
+async def test_a_missed_device_node_is_said_and_counted(sys_root: Path, machine: Machine) -> None:
+    plugin = TopologyPlugin(Policy(machine, OPTS), hints=HintFinder(DeviceLocator(sys_root), None))
+    missed = "nri_topology_topology_hints_missed_total"
+    p = pod()
+    await plugin.run_pod_sandbox(p)
+    for cid, cpus in (("c0", 4), ("c1", 1)):  # c0 fills node 3; c1 gets a CPU of node 2
+        c = guaranteed(cid, cpus, p)
+        c.linux.devices.add(path="/dev/dri/card0", type="c", major=226, minor=0)
+        with structlog.testing.capture_logs() as logs:
+            adjust, _ = await plugin.create_container(p, c)
+            await asyncio.sleep(0)
+        assert nodes_of(machine, adjust) == ({3} if cid == "c0" else {2})
+        (placed,) = [e for e in logs if e.get("container_id") == cid and "reason" in e]
+        assert ("covered" if cid == "c0" else "missed, CPUs on NUMA 2") in placed["reason"]
+        assert plugin.metrics.registry.get_sample_value(missed) == (0 if cid == "c0" else 1)
+    await plugin.shutdown()
+
+
 async def test_a_vfio_mount_and_an_unknown_device(sys_root: Path, machine: Machine) -> None:
     plugin = TopologyPlugin(Policy(machine, OPTS), hints=HintFinder(DeviceLocator(sys_root), None))
     p = pod()

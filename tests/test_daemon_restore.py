@@ -64,12 +64,19 @@ def guaranteed(
     return pod, ctr
 
 
-def one_per_node(machine: Machine) -> tuple[list[api_pb2.PodSandbox], list[api_pb2.Container]]:
-    """Four 4-CPU Guaranteed containers as a previous run left them: c<n> on NUMA node n."""
+def one_per_node(
+    machine: Machine, first: bool = False
+) -> tuple[list[api_pb2.PodSandbox], list[api_pb2.Container]]:
+    """Four 4-CPU Guaranteed containers as a previous run left them: c<n> on NUMA node n; with
+    `first`, c1-c3 on the first CPUs of their node, one of which (3) a 750m reservation takes
+    when node 1 is excluded and it is picked anew."""
     pods, ctrs = [], []
     for n in range(4):
         pod, ctr = guaranteed(n, 4)
-        ctr.linux.resources.cpu.cpus = cpuset.format(frozenset(sorted(node_cpus(machine, n))[4:8]))
+        held = (
+            sorted(node_cpus(machine, n))[:4] if first and n else sorted(node_cpus(machine, n))[4:8]
+        )
+        ctr.linux.resources.cpu.cpus = cpuset.format(frozenset(held))
         ctr.linux.resources.cpu.mems = str(n)
         pods.append(pod)
         ctrs.append(ctr)
@@ -94,8 +101,10 @@ def cpus_of(plugin: TopologyPlugin) -> dict[str, frozenset[int]]:
     return {cid: a.cpus or frozenset() for cid, a in plugin.policy.assignments().items()}
 
 
-async def first_run(machine: Machine, state: Path) -> tuple[list, list, dict[str, frozenset[int]]]:
-    pods, ctrs = one_per_node(machine)
+async def first_run(
+    machine: Machine, state: Path, first: bool = False
+) -> tuple[list, list, dict[str, frozenset[int]]]:
+    pods, ctrs = one_per_node(machine, first)
     first = plugin(machine, state)
     async with connected(first, RuntimePeer(pods=pods, containers=ctrs)) as (peer, _):
         assert peer.applied_updates == []  # all four adopted as found
@@ -103,11 +112,15 @@ async def first_run(machine: Machine, state: Path) -> tuple[list, list, dict[str
         return list(peer.pods.values()), list(peer.containers.values()), cpus_of(first)
 
 
+ON_THE_PICK = pytest.mark.parametrize("first", [False, True], ids=["", "on-the-reservations-pick"])
+
+
+@ON_THE_PICK
 async def test_restart_after_excluding_a_node_moves_only_that_nodes_container(
-    tmp_path: Path,
+    tmp_path: Path, first: bool
 ) -> None:
     machine, state = server(), tmp_path / "state.json"
-    pods, ctrs, before = await first_run(machine, state)
+    pods, ctrs, before = await first_run(machine, state, first)
     second = plugin(machine, state, without_node(machine, 1))
     with structlog.testing.capture_logs() as logs:
         async with connected(second, RuntimePeer(pods=pods, containers=ctrs)) as (peer, _):
@@ -119,13 +132,15 @@ async def test_restart_after_excluding_a_node_moves_only_that_nodes_container(
     assert not after["c1"] & node_cpus(machine, 1)
     (sync,) = [e for e in logs if e["event"] == "synchronized with the runtime"]
     assert (sync["adopted"], sync["replaced"]) == (3, 1)
+    assert second.policy.pools()[0].reserved == {0}  # kept from the checkpoint
 
 
+@ON_THE_PICK
 async def test_reload_after_excluding_a_node_moves_only_that_nodes_container(
-    tmp_path: Path,
+    tmp_path: Path, first: bool
 ) -> None:
     machine, state = server(), tmp_path / "state.json"
-    pods, ctrs = one_per_node(machine)
+    pods, ctrs = one_per_node(machine, first)
     running = plugin(machine, state)
     async with connected(running, RuntimePeer(pods=pods, containers=ctrs)) as (peer, stub):
         running.stub = stub

@@ -213,10 +213,16 @@ def test_without_moves_the_fragmented_case_degrades_or_refuses() -> None:
 
 
 def test_packing_shared_containers_leaves_room_without_moves() -> None:
-    e = _fragmented(Options(shared_placement="pack"))
+    e = _fragmented(Options(shared_placement="pack", max_moves=0))
     assert len({e.grants[f"b{i}"].pool for i in range(4)}) == 1
     d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
-    assert len(d.exclusive) == 6 and d.moved == ()
+    assert len(d.exclusive) == 6 and d.moved == () and not d.degraded
+    # with moves allowed, they are made for whole cores on fewer NUMA nodes, not for room
+    d = _fragmented(Options(shared_placement="pack")).place(
+        req("x", CpuKind.EXCLUSIVE, exclusive=6)
+    )
+    assert len(d.exclusive) == 6 and "made room" not in d.reason
+    assert "for whole cores on fewer NUMA nodes" in d.reason
 
 
 def test_moves_are_undone_when_they_do_not_help() -> None:

@@ -90,7 +90,33 @@ def test_a_full_node_falls_back_to_the_pool_covering_it(machine: Machine) -> Non
     d = p.create(*container(2, 2, (gpu(3),)))
     assert d.pool == "socket #1"
     assert nodes_of(machine, d.placement.cpus) == {2}
-    assert "1 not covered" not in d.reason and ": covered" in d.reason
+    # the socket pool covers node 3, but the CPUs are node 2's: not "covered"
+    assert ": covered" not in d.reason
+    assert "devices on NUMA 3 (/dev/dri/card3 (0000:3b:00.0)): missed, CPUs on NUMA 2: " in (
+        d.reason
+    )
+    assert "NUMA node #3 does not fit: 0 CPUs free to slice, 2 needed" in d.hints_missed
+
+
+def test_covered_only_when_the_cpus_are_on_the_devices_nodes(machine: Machine) -> None:
+    """A 1-CPU container whose device's node cannot give a whole CPU: the socket pool, which
+    covers that node, gives it a CPU of the other node."""
+    p = Policy(machine, OPTS)
+    p.create(*container(1, 4, (gpu(0),)))  # node 0 full
+    d = p.create(*container(3, 1, (gpu(0),)))
+    assert nodes_of(machine, d.placement.cpus) == {1}
+    assert ": covered" not in d.reason
+    assert d.hints_missed.startswith("CPUs on NUMA 1: NUMA node #0 does not fit")
+    assert f"devices on NUMA 0 (/dev/dri/card0 (0000:0b:00.0)): missed, {d.hints_missed}" in (
+        d.reason
+    )
+    # more CPUs than the device's node has: some on it, the others not
+    wide = Policy(machine, OPTS).create(*container(5, 6, (gpu(3),)))
+    assert wide.hints_missed.startswith("CPUs on NUMA 2 too: NUMA node #3 does not fit")
+    # where the CPUs are on the device's node, it is covered and nothing is missed
+    covered = Policy(machine, OPTS).create(*container(4, 1, (gpu(0),)))
+    assert nodes_of(machine, covered.placement.cpus) == {0} and covered.hints_missed == ""
+    assert "devices on NUMA 0 (/dev/dri/card0 (0000:0b:00.0)): covered" in covered.reason
 
 
 def test_devices_on_two_sockets_take_the_root(machine: Machine) -> None:

@@ -384,6 +384,74 @@ def test_restart_excluding_a_node_moves_only_that_nodes_container(saved: bool) -
     assert {c: after[c] for c in ("c0", "c2", "c3")} == {c: before[c] for c in ("c0", "c2", "c3")}
 
 
+def server_on_the_reservations_picks() -> tuple[Policy, Runtime, dict[int, frozenset[int]]]:
+    """As `server_one_per_node`, but c1-c3 hold the first CPUs of their node: the CPU a 750m
+    reservation takes when another node is excluded (2 without node 0, 3 without node 1)."""
+    m = load_bundled("server")[1]
+    nodes = {n: frozenset(c for c in m.cpus if m.cpus[c].node == n) for n in range(4)}
+    rt = Runtime()
+    for n in range(4):
+        pod, ctr = workload(n, "g", 4000)
+        rt.pods[pod.id], rt.ctrs[ctr.id] = pod, ctr
+        rt.pin(ctr.id, frozenset(sorted(nodes[n])[4:8] if n == 0 else sorted(nodes[n])[:4]), None)
+        rt.pin(ctr.id, None, frozenset({n}))
+    policy = Policy(m, Options())
+    report = policy.restore(list(rt.pods.values()), list(rt.ctrs.values()))
+    assert sorted(report.adopted) == ["c0", "c1", "c2", "c3"]
+    assert set(policy.pools()[0].reserved) == {0}
+    return policy, rt, nodes
+
+
+def reserved(policy: Policy) -> frozenset[int]:
+    return policy.pools()[0].reserved
+
+
+@pytest.mark.parametrize("path", ["reload", "checkpoint", "synchronize-only"])
+@pytest.mark.parametrize("gone", [1, 0])
+def test_a_changed_configuration_moves_only_containers_whose_cpus_it_took(
+    path: str, gone: int
+) -> None:
+    """The 750m reservation keeps CPU 0 while it is usable, and never lands on a CPU a running
+    exclusive container holds (it would pick 3 without node 1, 2 without node 0, both held)."""
+    policy, rt, nodes = server_on_the_reservations_picks()
+    m = load_bundled("server")[1]
+    options = without_node(nodes, gone)
+    pick = Policy(m, options).pools()[0].reserved  # what a fresh node would reserve
+    assert pick & (rt.cpus("c3") | rt.cpus("c2"))
+    before = placements(policy)
+    if path == "reload":
+        report = policy.reconfigure(options)
+        after = policy
+    else:
+        snapshot = json.loads(json.dumps(policy.snapshot())) if path == "checkpoint" else None
+        after = Policy(m, options)
+        report = after.restore(list(rt.pods.values()), list(rt.ctrs.values()), snapshot)
+    moved = f"c{gone}"
+    assert set(report.replaced) == {moved}, report.replaced
+    assert [u.container_id for u in report.updates] == [moved]
+    now = placements(after)
+    assert {c: now[c] for c in now if c != moved} == {c: before[c] for c in now if c != moved}
+    held = frozenset().union(*(a.cpus or () for a in after.assignments().values()))
+    assert not reserved(after) & held
+    if gone != 0 and path != "synchronize-only":  # still usable, and known: kept
+        assert reserved(after) == {0}
+
+
+def test_a_restart_keeps_the_reservation_a_fresh_start_would_not_pick() -> None:
+    """Restored with its checkpoint, the reservation stays on its CPU while nothing holds it."""
+    policy, rt, nodes = server_one_per_node()
+    m = load_bundled("server")[1]
+    options = without_node(nodes, 1)
+    assert Policy(m, options).pools()[0].reserved == {3}
+    assert not rt.cpus("c3") & {3}
+    fresh = Policy(m, options)
+    fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), policy.snapshot())
+    assert reserved(fresh) == {0} == reserved(policy)
+    again = Policy(m, options)  # and again, from the checkpoint the restored policy writes
+    again.restore(list(rt.pods.values()), list(rt.ctrs.values()), fresh.snapshot())
+    assert reserved(again) == {0}
+
+
 def test_memory_node_no_longer_usable_moves_the_container() -> None:
     policy, rt, nodes = server_one_per_node()
     rt.pin("c0", None, frozenset({0, 1}))  # memory on node 1 too

@@ -293,6 +293,12 @@ class Metrics:
             "Shared containers moved to another pool to make room for a new container.",
             registry=self.registry,
         )
+        self.hints_missed = Counter(
+            f"{PREFIX}_topology_hints_missed",
+            "Containers placed or resized with CPUs outside their devices' NUMA nodes (the "
+            "decision's reason says why).",
+            registry=self.registry,
+        )
         self.annotation_warnings = Counter(
             f"{PREFIX}_annotation_warnings",
             "Annotations ignored or cut back rather than refused, by kind (untrusted: a "

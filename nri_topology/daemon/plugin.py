@@ -621,6 +621,8 @@ class TopologyPlugin(Plugin):
             )
         if decision.degraded or decision.moved:
             self._count_admission(operation, pod, info, decision)
+        if decision.hints_missed:
+            self.metrics.hints_missed.inc()
         return decision
 
     def _count_admission(

@@ -83,8 +83,8 @@ class Policy:
         saved: Mapping[str, Any] | None = None,
     ) -> RestoreReport:
         """Replace the state with the running containers, adopting their placements."""
-        engine = Engine(self._machine, self._options)
         found, failed, infos = self._found(pods, containers, self._options)
+        engine = restoring.new_engine(self._machine, self._options, found, saved)
         report = restoring.restore(engine, found, saved)
         self._replace(engine)
         self._infos = {cid: infos[cid] for cid in engine.grants}
@@ -154,7 +154,6 @@ class Policy:
         longer fits) are re-placed; the report says which. Raises PolicyError, keeping the old
         options and state, when a container cannot be placed under the new options.
         """
-        engine = Engine(self._machine, options)
         old = self._engine
         pods = [pod for pod, _ in self._infos.values()]
         containers = []
@@ -167,7 +166,9 @@ class Policy:
             )
             containers.append(replace(ctr, resources=current))
         found, failed, _ = self._found(pods, containers, options)
-        report = restoring.restore(engine, found, state.snapshot(old))
+        saved = state.snapshot(old)
+        engine = restoring.new_engine(self._machine, options, found, saved)
+        report = restoring.restore(engine, found, saved)
         failed.update(report.failed)
         if failed:
             lines = "; ".join(f"{cid}: {why}" for cid, why in sorted(failed.items()))

@@ -193,6 +193,7 @@ class Decision:
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
     degraded: tuple[Degradation, ...] = ()  # what the container got less of than it asked for
     moved: tuple[str, ...] = ()  # shared containers moved to make room (their updates included)
+    hints_missed: str = ""  # why its CPUs are not all on its devices' NUMA nodes ("": they are)
 
 
 class Degradation(StrEnum):

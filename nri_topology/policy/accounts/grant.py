@@ -33,6 +33,7 @@ class Grant:
     mems: frozenset[int] | None = None
     reason: str = ""
     degraded: tuple[Degradation, ...] = ()
+    hints_missed: str = ""  # why its CPUs are not all on its devices' NUMA nodes ("": they are)
 
     @property
     def uses_shared(self) -> bool:

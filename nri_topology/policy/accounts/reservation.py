@@ -2,7 +2,11 @@
 `reserved_resources`, checked against the machine.
 
 A quantity reservation is exact to the milli-CPU: `ceil(q / 1000)` CPUs are set aside, and the
-last one, when only partly reserved, stays shared for its unreserved remainder.
+last one, when only partly reserved, stays shared for its unreserved remainder. Which CPUs it
+takes is the allocator's choice, which depends on the configuration; after a restart or a reload
+it keeps the CPUs it held before while they remain usable (`keep`) and stays off the CPUs that
+running exclusive containers hold (`avoid`), so a new configuration moves only the containers
+whose CPUs it takes away.
 """
 
 from __future__ import annotations
@@ -47,9 +51,16 @@ def allowed_cpus(machine: Machine, options: Options) -> frozenset[int]:
 
 
 def reserve(
-    machine: Machine, options: Options, allowed: frozenset[int], isolated: frozenset[int]
+    machine: Machine,
+    options: Options,
+    allowed: frozenset[int],
+    isolated: frozenset[int],
+    *,
+    keep: frozenset[int] = frozenset(),
+    avoid: frozenset[int] = frozenset(),
 ) -> Reservation:
-    """The CPUs `reserved_resources` sets aside among the allowed ones."""
+    """The CPUs `reserved_resources` sets aside among the allowed ones; a quantity takes the
+    CPUs of `keep` first and those of `avoid` only when the others cannot hold it."""
     amount = options.reserved_resources
     if amount.cpus is not None or amount.exclude is not None:
         if amount.cpus is not None:
@@ -77,8 +88,11 @@ def reserve(
             f"reserved_resources: {milli}m needs {count} CPUs but only {len(pool)} "
             "non-isolated CPUs are available"
         )
+    free = pool - avoid
     try:
-        cpus = cpuallocator.take_cpus(machine, pool, count)
+        cpus = cpuallocator.take_cpus(machine, pool, count, prefer=keep & free)
+        if cpus & avoid and len(free) >= count:
+            cpus = cpuallocator.take_cpus(machine, free, count, prefer=keep & free)
     except cpuallocator.AllocationError as e:
         raise PolicyError(f"reserved_resources: cannot pick {count} CPUs: {e}") from None
     rem = milli % 1000

@@ -32,6 +32,11 @@ names CPUs, memory nodes or a pool this machine cannot have, is dropped (the rep
 and the container is taken as the runtime reports it. So a damaged or forged checkpoint, even
 with a valid checksum, never moves an exclusive container whose cpuset is consistent.
 
+The engine restored into comes from `new_engine`: a quantity reservation keeps the CPUs it held
+(saved in the snapshot) while they remain usable and never takes CPUs a running exclusive
+container holds unless nothing else is left, so a changed configuration does not pick a reserved
+CPU from under a container it does not concern.
+
 So a restart moves no exclusive CPU as long as the containers and the configuration are the same.
 Updates are returned for every container whose reported pinning differs from the result.
 """
@@ -44,13 +49,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from nri_topology.policy.admission import parity
-from nri_topology.policy.checkpoint.state import read_entry, saved_entries
+from nri_topology.policy.checkpoint.state import read_entry, saved_entries, saved_reserved
 from nri_topology.policy.engine.engine import Engine
+from nri_topology.policy.options import Options
 from nri_topology.policy.pools import could_exist
 from nri_topology.policy.types import ColdStart, CpuKind, PolicyError, QoS, Request
 from nri_topology.policy.views import RestoreReport
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier
 
 _MAX_TEXT = 1 << 16  # of a saved CPU or node list: far more than any machine's list takes
 
@@ -279,6 +285,22 @@ def _warm(engine: Engine, f: Found, entry: _Believed | None) -> bool:
     return bool(f.mems) and any(
         n in nodes and nodes[n].tier is MemoryTier.DRAM for n in f.mems or ()
     )
+
+
+def new_engine(
+    machine: Machine, options: Options, found: Sequence[Found], saved: Mapping[str, Any] | None
+) -> Engine:
+    """The empty engine to restore `found` into: a quantity reservation keeps the CPUs the
+    snapshot says it held and stays off those the exclusive containers run on, so that only
+    containers whose CPUs left the usable set move."""
+    held: set[int] = set()
+    for f in found:
+        if f.request.exclusive and f.cpus:
+            held.update(f.cpus)
+            if f.request.hide_hyperthreads:  # pinned to one thread of each core it holds
+                held.update(*(machine.cpus[c].threads for c in f.cpus if c in machine.cpus))
+    keep = saved_reserved(saved, max(machine.cpus) + 1)
+    return Engine(machine, options, keep=keep, avoid=frozenset(held))
 
 
 def restore(

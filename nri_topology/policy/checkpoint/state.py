@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from nri_topology.policy.engine.engine import Engine
 
 SNAPSHOT_VERSION = 1
+_MAX_TEXT = 1 << 16  # of the saved CPU list: far more than any machine's list takes
 ENTRIES = "containers"  # the key of the per-container map
+RESERVED = "reserved"  # the reserved CPUs, kept by a quantity reservation after a restart
 
 
 def snapshot(engine: Engine, entries: bool = True) -> dict[str, Any]:
@@ -29,7 +31,11 @@ def snapshot(engine: Engine, entries: bool = True) -> dict[str, Any]:
     empty map of containers when not `entries` (their entries then come from `entry`)."""
     grants = engine.grants
     out = {cid: _entry(engine, grants[cid]) for cid in sorted(grants)} if entries else {}
-    return {"version": SNAPSHOT_VERSION, ENTRIES: out}
+    return {
+        "version": SNAPSHOT_VERSION,
+        RESERVED: cpuset.text(engine.reserved_cpus),
+        ENTRIES: out,
+    }
 
 
 def entry(engine: Engine, container_id: str) -> dict[str, Any] | None:
@@ -49,6 +55,20 @@ def _entry(engine: Engine, g: Grant) -> dict[str, Any]:
         "memory": g.memory,
         "cold_start": g.cold_start is not None,
     }
+
+
+def saved_reserved(saved: Mapping[str, Any] | None, cpus: int) -> frozenset[int]:
+    """The reserved CPUs of a snapshot (of `cpus` CPUs' machine); none when it holds no valid
+    list (missing in checkpoints written before it was saved)."""
+    if not isinstance(saved, Mapping) or saved.get("version") != SNAPSHOT_VERSION:
+        return frozenset()
+    text = saved.get(RESERVED)
+    if not isinstance(text, str) or len(text) > _MAX_TEXT:
+        return frozenset()
+    try:
+        return cpuset.parse(text, cpus)
+    except ValueError:
+        return frozenset()
 
 
 def saved_entries(saved: Mapping[str, Any] | None) -> tuple[dict[str, Mapping[str, Any]], str]:

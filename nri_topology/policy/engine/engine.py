@@ -52,7 +52,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from itertools import chain
 from operator import attrgetter
@@ -78,6 +78,7 @@ from nri_topology.policy.types import (
     ColdStart,
     CpuKind,
     Decision,
+    Outcome,
     Placement,
     PolicyError,
     PoolScore,
@@ -94,6 +95,7 @@ _CHANGES_NAMED = 4096
 # Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
 # pool cover containers coming and going; the Updates kept are at most this many per container.
 _SHARED_SETS_KEPT = 32
+_WHY_SHOWN = 3  # pools named when a decision says why its devices' nodes were missed
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +116,21 @@ class Accounts:
 class Engine:
     """Grants and accounting for one machine and one set of options."""
 
-    def __init__(self, machine: Machine, options: Options) -> None:
+    def __init__(
+        self,
+        machine: Machine,
+        options: Options,
+        *,
+        keep: frozenset[int] = frozenset(),
+        avoid: frozenset[int] = frozenset(),
+    ) -> None:
+        """`keep` and `avoid` steer a quantity reservation (`reservation.reserve`): the CPUs it
+        held before a restart or reload, and those running exclusive containers hold."""
         self.machine = machine
         self.options = options
         self._allowed = reservation.allowed_cpus(machine, options)
         isolated = machine.isolated & self._allowed
-        r = reservation.reserve(machine, options, self._allowed, isolated)
+        r = reservation.reserve(machine, options, self._allowed, isolated, keep=keep, avoid=avoid)
         reserved, partial, partial_reserved = r.cpus, r.partial, r.partial_reserved
         self._reserved_all = reserved  # every reserved CPU, the partly reserved one included
         self._partial = partial  # the partly reserved CPU, if any (stays shared)
@@ -351,6 +362,10 @@ class Engine:
         except PolicyError as e:
             refusal = e
         else:
+            better = None if hint is not None else self._better_shape(req, g, trace, op)
+            if better is not None:
+                self._note_degradation(better[0], req)
+                return better
             self._commit(g, op)
             self._note_degradation(g, req)
             return g, trace, {}
@@ -391,10 +406,28 @@ class Engine:
         self._note_degradation(g, req)
         return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
 
+    def _better_shape(
+        self, req: Request, g: Grant, trace: tuple[PoolScore, ...], op: Op
+    ) -> moves.Moved | None:
+        """`req` placed with whole cores on fewer NUMA nodes than `g` (chosen, not committed)
+        by moving shared containers (`moves.better_shape`); None, nothing changed, if not."""
+        max_moves = self.options.max_moves
+        pools, ledger = self._pools, self._ledger
+        return moves.better_shape(
+            self.machine, pools, ledger, max_moves, self.try_moves, req, g, trace, op
+        )
+
     def try_moves(
-        self, req: Request, hint: int | None, keep: frozenset[int], movers: tuple[str, ...], op: Op
+        self,
+        req: Request,
+        hint: int | None,
+        keep: frozenset[int],
+        movers: tuple[str, ...],
+        op: Op,
+        better: Callable[[Grant], bool] | None = None,
     ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]] | None:
-        """Take the movers out, place `req`, place the movers again; all or nothing.
+        """Take the movers out, place `req`, place the movers again; all or nothing; with
+        `better`, only when `req`'s grant is better.
 
         Returns the committed grant, its trace and the movers' old grants, or None with the
         state exactly as before.
@@ -407,6 +440,8 @@ class Engine:
         placed: list[Grant] = []
         try:
             g, trace = self._choose(req, hint, keep)
+            if better is not None and not better(g):
+                raise PolicyError("no better than without the moves")
             self._commit(g, trial)
             placed.append(g)
             for cid in sorted(olds, key=lambda c: (-olds[c].shared, c)):
@@ -679,8 +714,6 @@ class Engine:
             )
             g = self._grant(req, shape)
             g.reason = _reason(g, o.pool.name, fallback, shape.note)
-            if req.hint_nodes:
-                g.reason += "; " + _hinted(req, o.hint_miss)
             return g
 
         chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
@@ -691,9 +724,36 @@ class Engine:
                     req, size, tiers, chosen.trace, self._pools, self._ledger, self._book
                 )
             )
+        if req.hint_nodes:
+            g.hints_missed = self._hints_missed(g, chosen.trace)
+            g.reason += "; " + _hinted(req, g.hints_missed)
         if chosen.runner_up is not None:
             g.reason += f"; beat {chosen.runner_up.pool} on {chosen.runner_up.result.criterion}"
         return g, chosen.trace
+
+    def _hints_missed(self, g: Grant, trace: tuple[PoolScore, ...]) -> str:
+        """Why a grant's CPUs are not all on its devices' NUMA nodes, "" when they are.
+
+        The CPUs it runs on decide, not its pool: a pool covering the devices' nodes may still
+        give CPUs of others (a full node in a socket pool). Why: what became of the pools whose
+        CPUs are all on those nodes.
+        """
+        hinted = g.request.hint_nodes
+        cpus = g.exclusive | (self.shared_cpus(g.pool) if g.uses_shared else frozenset())
+        nodes = frozenset(self.machine.cpus[c].node for c in cpus)
+        outside = nodes - hinted
+        if not outside:
+            return ""
+        within = [
+            f"{s.pool} {s.verdict}"
+            for s in trace
+            if s.result.outcome is not Outcome.CHOSEN
+            and (i := self._by_name.get(s.pool)) is not None
+            and self._pools[i].cpu_nodes <= hinted
+        ]
+        why = "; ".join(within[:_WHY_SHOWN]) if within else "no pool has CPUs of those nodes only"
+        too = " too" if nodes & hinted else ""
+        return f"CPUs on NUMA {cpuset.format(outside)}{too}: {why}"
 
     def _root_zone(
         self, req: Request, tiers: frozenset[MemoryTier], size: int
@@ -912,6 +972,7 @@ class Engine:
             cold_start=g.cold_start,
             degraded=g.degraded,
             moved=moved,
+            hints_missed=g.hints_missed,
             warnings=g.request.warnings,
         )
 
@@ -1160,10 +1221,11 @@ def _same_amounts(a: Request, b: Request) -> bool:
     )
 
 
-def _hinted(req: Request, miss: int) -> str:
-    """What the decision says about the container's topology hints."""
+def _hinted(req: Request, missed: str) -> str:
+    """What the decision says about the container's topology hints: covered when its CPUs are
+    all on the devices' NUMA nodes, else missed and why."""
     providers = ", ".join(sorted({h.provider for h in req.hints}))
-    covered = "covered" if not miss else f"{miss} not covered"
+    covered = f"missed, {missed}" if missed else "covered"
     return f"devices on NUMA {cpuset.format(req.hint_nodes)} ({providers}): {covered}"
 
 
