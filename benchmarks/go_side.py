@@ -8,8 +8,11 @@ fourth, `go-pin`, is the same Go plugin answering each probe's create and stop w
 ours gave it (recorded by the harness in ours' first run of each live count): the cpuset
 adjustment and the updates of other containers that any placement plugin sends and the
 runtime side must decode, validate and merge, at no cost of the plugin's own. The
-Go programs are built from Debian 13's Go toolchain and containerd/nri packages by
-`go_side/build.sh` (downloaded once into `.cache/go-side`, not installed). Ours is the real
+Go programs are built by `go_side/build.sh` with Debian 13's Go toolchain (downloaded once into
+`.cache/go-side`, not installed), against Debian 13's containerd/nri packages (0.6.x) by default,
+or with `--nri-src DIR` (or `NRI_TOPOLOGY_NRI_SRC`) against the containerd/nri vendored in the Go
+module at DIR, e.g. a containerd 2.x source tree (the release containerd embeds, 0.12.x); the
+version built against is recorded with the figures. Ours is the real
 `nri-topology run` process on a sysfs tree written from a committed machine file.
 
 For every live count the harness creates that many containers of `workload.fill_spec` through
@@ -25,7 +28,7 @@ also restart the plugin before timing and report its registration and Synchroniz
 fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
-        [--samples 500] [--out benchmarks/results/go_side.json]
+        [--samples 500] [--nri-src DIR] [--out benchmarks/results/go_side.json]
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from nri_topology.policy.types import QoS
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("NRI_TOPOLOGY_GO_CACHE") or ROOT / ".cache" / "go-side")
+SRC_ENV = "NRI_TOPOLOGY_NRI_SRC"  # a Go module whose vendor/ holds containerd/nri (build.sh)
 MI = 1 << 20
 PROBES = {
     "guaranteed-2cpu": Spec(QoS.GUARANTEED, cpu=2000, memory=1024 * MI),
@@ -60,21 +64,32 @@ PROBES = {
 PLUGINS = ("ours", "noop", "python-noop", "go-pin")  # ours first: go-pin replays its replies
 
 
-def toolchain_cached() -> bool:
-    """Whether build.sh has its Go toolchain and containerd/nri already (builds offline)."""
+def toolchain_cached(src: str | None = None) -> bool:
+    """Whether build.sh has its Go toolchain and containerd/nri already (builds offline): the
+    Debian packages, or the vendor tree of `src` (default: $NRI_TOPOLOGY_NRI_SRC)."""
+    src = os.environ.get(SRC_ENV) if src is None else src
     root = CACHE / "debian" / "root"
-    nri = root / "usr/share/gocode/src/github.com/containerd/nri/pkg/adaptation"
+    if src:
+        nri = Path(src) / "vendor/github.com/containerd/nri/pkg/adaptation"
+    else:
+        nri = root / "usr/share/gocode/src/github.com/containerd/nri/pkg/adaptation"
     return nri.is_dir() and any(root.glob("usr/lib/go-1.*/bin/go"))
 
 
-def build() -> dict[str, str]:
-    """Build (or reuse) the harness and the no-op plugin; their paths and versions."""
+def build(src: str | None = None) -> dict[str, str]:
+    """Build (or reuse) the harness and the no-op plugin against the containerd/nri of `src`
+    (default: $NRI_TOPOLOGY_NRI_SRC, else Debian's packages); their paths and versions."""
+    src = os.environ.get(SRC_ENV) if src is None else src
+    env = {**os.environ, "NRI_TOPOLOGY_GO_CACHE": str(CACHE)}
+    env.pop(SRC_ENV, None)
+    if src:
+        env[SRC_ENV] = src
     proc = subprocess.run(
         ["bash", str(ROOT / "benchmarks" / "go_side" / "build.sh")],
         capture_output=True,
         text=True,
         check=False,
-        env={**os.environ, "NRI_TOPOLOGY_GO_CACHE": str(CACHE)},
+        env=env,
     )
     if proc.returncode:
         raise SystemExit(f"go_side/build.sh failed:\n{proc.stderr[-3000:]}")
@@ -346,8 +361,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="ours also times its own share of each create (benchmarks/plugin_side.py)",
     )
+    parser.add_argument(
+        "--nri-src",
+        metavar="DIR",
+        default=os.environ.get(SRC_ENV),
+        help="build against the containerd/nri vendored in the Go module at DIR (a containerd "
+        f"2.x source tree; default ${SRC_ENV}, else Debian's containerd/nri packages)",
+    )
     args = parser.parse_args(argv)
-    tools = build()
+    tools = build(args.nri_src)
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     load_before = os.getloadavg()
     started = time.monotonic()

@@ -34,7 +34,7 @@ from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.types import ContainerInfo, PodInfo, PolicyError
+from nri_topology.policy.types import ContainerInfo, Decision, PodInfo, PolicyError
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
 
@@ -72,6 +72,13 @@ def _restart(policy: Policy, machine: Machine, options: Options, live: dict) -> 
     return fresh
 
 
+def _shown(decision: Decision) -> str:
+    """A decision's repr with each sort key as a plain tuple: the key's values, not its type,
+    are the decision."""
+    trace = tuple(replace(s, key=tuple(s.key)) for s in decision.trace)
+    return repr(replace(decision, trace=trace))
+
+
 def trace(machine: Machine, options: Options, load: float, steps: int, seed: int) -> Iterator[str]:
     """The lines of one trace."""
     rng = random.Random(seed)
@@ -97,7 +104,7 @@ def trace(machine: Machine, options: Options, load: float, steps: int, seed: int
                 yield f"{step} resize {target} refused {e}"
             else:
                 live[target] = (pod, replace(ctr, resources=new))
-                yield f"{step} resize {decision!r}"
+                yield f"{step} resize {_shown(decision)}"
             continue
         pod, ctr = policy_pair(cid, spec)
         try:
@@ -106,7 +113,7 @@ def trace(machine: Machine, options: Options, load: float, steps: int, seed: int
             yield f"{step} create {cid} refused {e}"
         else:
             live[cid] = (pod, ctr)
-            yield f"{step} create {decision!r}"
+            yield f"{step} create {_shown(decision)}"
     yield "snapshot " + json.dumps(policy.snapshot(), sort_keys=True)
 
 

@@ -1,5 +1,13 @@
-"""A small Kubernetes API server for tests: the two requests the NRT publisher makes (GET a Node,
-server-side apply of a NodeResourceTopology), over real HTTP, with failures on demand."""
+"""A small Kubernetes API server for tests: the requests the NRT publisher makes (GET a Node, GET
+and server-side apply of a NodeResourceTopology), over real HTTP, with failures on demand.
+
+What the publisher relies on behaves as on a real server: an apply answers 201 when it creates
+the object and 200 when it updates it, the stored object carries the fields the server adds
+(uid, resourceVersion, creationTimestamp, managedFields), a GET of a missing object is a 404
+Status, and a Node deleted and registered again has a new uid. The garbage collector is modelled
+by its effect: an object whose ownerReference names no existing Node with that uid is deleted
+(after every change of nodes and every apply; the real one does it within moments).
+"""
 
 from __future__ import annotations
 
@@ -29,10 +37,30 @@ class ApiServer:
     fail: list[int] = field(default_factory=list)  # status codes for the next applies
     requests: list[Request] = field(default_factory=list)
     objects: dict[str, Any] = field(default_factory=dict)  # NRT objects by name
+    collected: list[str] = field(default_factory=list)  # NRT objects the collector deleted
+    delay: float = 0.0  # seconds before each answer
+    written: int = 0  # applies stored so far (counted when stored, not when received)
     url: str = ""
+    _serial: int = 0
 
     def applies(self) -> list[Request]:
         return [r for r in self.requests if r.method == "PATCH"]
+
+    def delete_node(self, name: str) -> None:
+        del self.nodes[name]
+        self._collect()
+
+    def register_node(self, name: str, uid: str) -> None:
+        self.nodes[name] = uid
+        self._collect()
+
+    def _collect(self) -> None:
+        """The garbage collector: delete objects whose owner is not there with that uid."""
+        for name, obj in list(self.objects.items()):
+            owners = obj.get("metadata", {}).get("ownerReferences", [])
+            if any(self.nodes.get(o.get("name")) != o.get("uid") for o in owners):
+                del self.objects[name]
+                self.collected.append(name)
 
     def _answer(self, req: Request) -> tuple[int, Any]:
         if req.method == "GET" and req.path.startswith("/api/v1/nodes/"):
@@ -41,13 +69,29 @@ class ApiServer:
                 return 404, _status(404, f'nodes "{name}" not found', "NotFound")
             meta = {"name": name, "uid": self.nodes[name]}
             return 200, {"apiVersion": "v1", "kind": "Node", "metadata": meta}
+        if req.method == "GET" and req.path.startswith(NRT_PATH):
+            name = req.path.removeprefix(NRT_PATH)
+            if name not in self.objects:
+                return 404, _status(404, f'noderesourcetopologies "{name}" not found', "NotFound")
+            return 200, self.objects[name]
         if req.method == "PATCH" and req.path.startswith(NRT_PATH):
             if self.fail:
                 code = self.fail.pop(0)
                 return code, _status(code, "injected failure", "InternalError")
             name = req.path.removeprefix(NRT_PATH)
-            self.objects[name] = req.body
-            return 200, req.body
+            old = self.objects.get(name)
+            self._serial += 1
+            server_meta = {
+                "uid": old["metadata"]["uid"] if old else f"nrt-uid-{self._serial}",
+                "resourceVersion": str(self._serial),
+                "creationTimestamp": "2026-01-01T00:00:00Z",
+                "managedFields": [{"manager": req.query.get("fieldManager", [""])[0]}],
+            }
+            stored = {**req.body, "metadata": {**req.body["metadata"], **server_meta}}
+            self.objects[name] = stored
+            self.written += 1
+            self._collect()
+            return (200 if old else 201), stored
         return 404, _status(404, "no such path", "NotFound")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -67,6 +111,8 @@ class ApiServer:
                 body = json.loads(raw) if raw else None
                 req = Request(method, parts.path, parse_qs(parts.query), headers, body)
                 self.requests.append(req)
+                if self.delay:
+                    await asyncio.sleep(self.delay)
                 code, payload = self._answer(req)
                 data = json.dumps(payload).encode()
                 writer.write(

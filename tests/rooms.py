@@ -137,6 +137,23 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return sorted(found)
 
 
+def sub_room_imports(room: str = "policy") -> dict[str, set[str]]:
+    """Inside a room: its sub-rooms (sub-packages and modules) -> the sub-rooms they import."""
+    prefix = f"nri_topology.{room}."
+
+    def sub(module: str) -> str | None:
+        return module.removeprefix(prefix).split(".")[0] if module.startswith(prefix) else None
+
+    graph: dict[str, set[str]] = {}
+    for module, targets in module_imports().items():
+        source = sub(module)
+        if source is None:
+            continue
+        inside = graph.setdefault(source, set())
+        inside.update(t for t in map(sub, targets) if t is not None and t != source)
+    return graph
+
+
 def drawing() -> str:
     """docs/imports.md: a Mermaid graph of the rooms' imports, generated from the source."""
     edges = sorted(imports())
@@ -161,6 +178,20 @@ def drawing() -> str:
             f"| `{room}` | {', '.join(f'`{b}`' for a, b in edges if a == room) or '—'} |"
             for room in rooms
         ),
+        "",
+        "## Inside `policy`",
+        "",
+        "The policy's sub-rooms, named for the steps a request takes (the same reading of the",
+        "source; no cycle, `TYPE_CHECKING` imports counted):",
+        "",
+        "```mermaid",
+        "flowchart TD",
+        *(
+            f"    {a} --> {b}"
+            for a, targets in sorted(sub_room_imports().items())
+            for b in sorted(targets)
+        ),
+        "```",
         "",
     ]
     return "\n".join(lines)

@@ -2,10 +2,11 @@
 
 The summaries, the table and the description of the replies go-pin replays are tested on
 their own. The runs themselves need the Go toolchain the benchmark downloads into
-.cache/go-side; the suite never downloads it, so without it those tests skip. The upstream
-runtime side validates what plugins send (adjustments, updates of other containers) and drops
-a plugin that fails or times out; the benchmark driver fails when ours or go-pin did not pin
-every exclusive probe.
+.cache/go-side, and containerd/nri from there or from $NRI_TOPOLOGY_NRI_SRC's vendor tree
+(then built against that release); the suite never downloads them, so without them those tests
+skip. The upstream runtime side validates what plugins send (adjustments, updates of other
+containers) and drops a plugin that fails or times out; the benchmark driver fails when ours or
+go-pin did not pin every exclusive probe.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from nri_topology.policy.types import Placement
 
 needs_go = pytest.mark.skipif(
     not go_side.toolchain_cached(),
-    reason=f"no Go toolchain in {go_side.CACHE} (benchmarks/go_side.py downloads it once)",
+    reason=f"no Go toolchain and containerd/nri in {go_side.CACHE} or ${go_side.SRC_ENV}'s "
+    "vendor tree (benchmarks/go_side.py downloads them once)",
 )
 
 # p50 of each plugin per round (three rounds), p99 twice that; updates per reply by plugin.

@@ -14,11 +14,11 @@ from nri_topology.kubelet.linux_resources import (
     Amounts,
     cgroup_parent,
     cpu_quota,
-    cpu_shares,
     oom_score_adj,
     qos_class,
     resources,
 )
+from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.types import QoS, Resources
 
 GIB = 1 << 30
@@ -31,13 +31,13 @@ CAPACITY = 64 * GIB
      (256_000, 262144), (10**6, 262144)],
 )  # fmt: skip
 def test_cpu_shares(milli: int, shares: int) -> None:
-    assert cpu_shares(milli) == shares
+    assert milli_to_shares(milli) == shares
 
 
 @given(st.integers(3, 256_000))
 def test_shares_give_back_the_request_within_a_milli_cpu(milli: int) -> None:
     """The policy recovers requests as round(shares*1000/1024); the loss stays under 1m."""
-    assert abs(round(cpu_shares(milli) * 1000 / 1024) - milli) <= 1
+    assert abs(round(milli_to_shares(milli) * 1000 / 1024) - milli) <= 1
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,16 @@ import subprocess
 import sys
 
 import pytest
-from rooms import DRAWING, allowed, cycles, drawing, imports, module_imports, rooms_in_source
+from rooms import (
+    DRAWING,
+    allowed,
+    cycles,
+    drawing,
+    imports,
+    module_imports,
+    rooms_in_source,
+    sub_room_imports,
+)
 
 ALLOWED = allowed()
 
@@ -42,6 +51,14 @@ def test_no_module_imports_itself_back() -> None:
     """Inside rooms too: no cycle among the package's modules, `TYPE_CHECKING` imports counted
     (a cycle hidden from the interpreter still ties the modules together for a reader)."""
     assert not cycles(module_imports())
+
+
+def test_no_sub_room_of_the_policy_imports_itself_back() -> None:
+    """The policy's sub-rooms form layers: intake, accounts, allocator, shaping, choice,
+    admission, engine, checkpoint, none importing one that imports it."""
+    graph = sub_room_imports()
+    assert {"intake", "accounts", "allocator", "shaping", "choice", "admission"} <= set(graph)
+    assert not cycles(graph)
 
 
 def test_cycles_are_found() -> None:

@@ -16,7 +16,8 @@ from lightkube.generic_resource import create_global_resource
 from lightkube.models.meta_v1 import ObjectMeta
 
 from nri_topology.cli import main
-from nri_topology.nrt.build import hugepage_name, node_name, node_resource_topology
+from nri_topology.nrt.build import node_name, node_resource_topology
+from nri_topology.policy.accounts.hugepages import resource_name as hugepage_name
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import ContainerInfo, PodInfo, Resources

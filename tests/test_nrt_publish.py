@@ -4,6 +4,7 @@ limit, retries with backoff."""
 from __future__ import annotations
 
 import asyncio
+import io
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -115,7 +116,7 @@ async def test_applies_the_object_owned_by_the_node_and_coalesces_changes(
     sleeps.release()
     await asyncio.sleep(0.05)
     assert len(api.applies()) == 2  # nothing changed: nothing sent
-    assert [r.method for r in api.requests].count("GET") == 1  # the node's uid is read once
+    assert [r.method for r in api.requests].count("GET") == 2  # the node's uid, at each write
     await pub.close()
 
 
@@ -154,6 +155,61 @@ async def test_a_node_not_yet_known_is_retried(
     await pub.close()
 
 
+async def test_a_node_registered_again_owns_the_next_write(
+    api: ApiServer, make: Callable[..., Publisher]
+) -> None:
+    """The kubelet deletes and registers the Node again: a new uid. An object naming the old one
+    is deleted by the garbage collector at once, so the next write must name the new one."""
+    state, sleeps = State(), Sleeps()
+    pub = make(state, sleeps, resync_s=0)
+    pub.start()
+    await until(lambda: pub.published == 1)
+    api.delete_node("worker-1")
+    assert api.collected == ["worker-1"]  # owned by the Node: gone with it
+    api.register_node("worker-1", "uid-2")
+    state.version = 1
+    pub.changed()
+    sleeps.release()
+    await until(lambda: pub.published == 2)
+    owner = api.objects["worker-1"]["metadata"]["ownerReferences"][0]
+    assert owner["uid"] == "uid-2" and api.collected == ["worker-1"]
+    await pub.close()
+
+
+async def test_an_object_missing_or_changed_on_the_server_is_written_again(
+    api: ApiServer, make: Callable[..., Publisher]
+) -> None:
+    """No placement changes, yet the object is deleted by hand or edited: the periodic resync
+    reads it and writes it again; one found as written is left alone."""
+    state = State()
+    pub = make(state, asyncio.sleep, min_interval_s=0, resync_s=0.05)
+    pub.start()
+    await until(lambda: pub.published == 1)
+    await until(lambda: [r.method for r in api.requests].count("GET") >= 4)  # resyncs ran
+    assert (api.written, pub.resyncs) == (1, 0)  # found as written: nothing sent
+    del api.objects["worker-1"]
+    await until(lambda: "worker-1" in api.objects)
+    assert (api.written, pub.resyncs) == (2, 1)
+    api.objects["worker-1"]["zones"] = []
+    await until(lambda: api.objects["worker-1"]["zones"] != [])
+    assert (api.written, pub.resyncs) == (3, 2)
+    await pub.close()
+
+
+async def test_close_lets_the_write_in_flight_finish_and_sends_nothing_after(
+    api: ApiServer, make: Callable[..., Publisher]
+) -> None:
+    api.delay = 0.3
+    pub = make(State(), asyncio.sleep, min_interval_s=0, resync_s=0)
+    pub.start()
+    await until(lambda: len(api.applies()) == 1)  # received, not yet stored
+    await pub.close()
+    assert api.written == 1
+    pub.changed()
+    await asyncio.sleep(0.5)
+    assert api.written == 1 and len(api.requests) == 2
+
+
 def test_when_to_publish(tmp_path: Path) -> None:
     account = tmp_path / "sa"
     assert not in_cluster({"KUBERNETES_SERVICE_HOST": "10.0.0.1"}, account)
@@ -173,7 +229,6 @@ def test_when_to_publish(tmp_path: Path) -> None:
 
 @pytest.mark.usefixtures("restore_logging")
 async def test_the_daemon_publishes_and_follows_placements(api: ApiServer, tmp_path: Path) -> None:
-    import io
     import socket
     import tempfile
 
@@ -191,7 +246,7 @@ async def test_the_daemon_publishes_and_follows_placements(api: ApiServer, tmp_p
         config.write_text(
             "policy: {reserved_resources: {cpu: 'cpuset:0'}}\n"
             f"nrt: {{publish: true, kubeconfig: {kubeconfig(tmp_path / 'kc', api.url)}, "
-            "node_name: worker-1, min_interval_seconds: 0}\n"
+            "node_name: worker-1, min_interval_seconds: 0, resync_seconds: 0.2}\n"
         )
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -203,7 +258,8 @@ async def test_the_daemon_publishes_and_follows_placements(api: ApiServer, tmp_p
             metrics_port=port,
             log_format="json",
         )
-        daemon = Daemon(config, overrides, log_stream=io.StringIO(), environ={})
+        log = WrittenAtShutdown(api)
+        daemon = Daemon(config, overrides, log_stream=log, environ={})
         daemon.setup()
         assert daemon.publisher is not None
         task = asyncio.get_running_loop().create_task(daemon.serve())
@@ -228,6 +284,34 @@ async def test_the_daemon_publishes_and_follows_placements(api: ApiServer, tmp_p
         await until(lambda: node_cpu(1) == "0")
         owner = api.objects["worker-1"]["metadata"]["ownerReferences"][0]
         assert (owner["kind"], owner["uid"]) == ("Node", "uid-1")
+        # the kubelet registers the Node again; no placement changes, yet the object comes back
+        api.delete_node("worker-1")
+        api.register_node("worker-1", "uid-2")
+        await until(lambda: "worker-1" in api.objects)
+        owner = api.objects["worker-1"]["metadata"]["ownerReferences"][0]
+        assert owner["uid"] == "uid-2" and node_cpu(1) == "0"
+        # stopped while a write is in flight: it lands before "shut down", nothing after
+        api.delay = 0.3
+        received = len(api.applies())
+        await peer.remove_container(pod, ctr)
+        await until(lambda: len(api.applies()) > received)
         daemon.stop()
         assert await asyncio.wait_for(task, 5) == 0
         await peer.close()
+        await asyncio.sleep(0.5)
+        assert log.written_at_shutdown == api.written
+
+
+class WrittenAtShutdown(io.StringIO):
+    """A log stream noting how many objects the API server had stored when "shut down" was
+    logged."""
+
+    def __init__(self, api: ApiServer) -> None:
+        super().__init__()
+        self.api = api
+        self.written_at_shutdown: int | None = None
+
+    def write(self, text: str) -> int:
+        if '"shut down"' in text:
+            self.written_at_shutdown = self.api.written
+        return super().write(text)

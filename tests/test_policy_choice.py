@@ -18,7 +18,19 @@ ORDER = {p.name: p.index for p in POOLS}
 
 def option(pool: Pool, hint_miss: int = 0) -> choose.Option:
     numa = (len(pool.cpu_nodes), 10.0)
-    key = scoring.sort_key(pool, 0.0, hint_miss, False, False, False, False, numa, False, 0, 1000)
+    key = scoring.sort_key(
+        pool,
+        affinity=0.0,
+        hint_miss=hint_miss,
+        tier_miss=False,
+        relaxed=False,
+        burst_short=False,
+        isolated_short=False,
+        numa=numa,
+        cores_short=False,
+        colocated=0,
+        free_shared=1000,
+    )
     return choose.Option(key, pool, hint_miss, frozenset(), False, ())
 
 
@@ -75,26 +87,51 @@ def test_nothing_granted_leaves_no_winner() -> None:
     assert verdicts(c) == {LEAF_A.name: "grant failed: cannot slice"}
 
 
-_WINNER = (-0.0, 0, 0, 0, 0, 0, (1, 10.0), 0, -1, (0, -5000), 1)
+_WINNER = scoring.SortKey(
+    affinity=-0.0,
+    hints=0,
+    tiers=0,
+    memory=0,
+    burst=0,
+    isolated=0,
+    numa=(1, 10.0),
+    cores=0,
+    depth=-1,
+    load=(0, -5000),
+    index=1,
+)
 
 
 @pytest.mark.parametrize(
-    ("changed", "value", "criterion"),
+    ("criterion", "value"),
     [
-        (0, -1.0, "affinity"),
-        (6, (2, 15.0), "numa"),
-        (8, 0, "depth"),
-        (9, (1, -5000), "load"),
-        (10, 2, "index"),
-        (None, None, "index"),  # the same key: only the index could tell them apart
+        ("affinity", -1.0),
+        ("hints", 1),
+        ("tiers", 1),
+        ("memory", 1),
+        ("burst", 1),
+        ("isolated", 1),
+        ("numa", (2, 15.0)),
+        ("cores", 1),
+        ("depth", 0),
+        ("load", (1, -5000)),
+        ("index", 2),
     ],
 )
-def test_losing_criterion_names_the_first_difference(changed, value, criterion) -> None:
-    key = list(_WINNER)
-    if changed is not None:
-        key[changed] = value
-        key[-1] = 7  # a later difference never wins over the first
-    assert scoring.losing_criterion(tuple(key), _WINNER) == criterion
+def test_losing_criterion_is_the_first_field_that_differs(criterion: str, value: object) -> None:
+    key = _WINNER._replace(**{criterion: value})
+    if criterion != "index":
+        key = key._replace(index=7)  # a later difference never wins over the first
+    assert scoring.losing_criterion(key, _WINNER) == criterion
+
+
+def test_the_same_key_loses_on_the_index() -> None:
+    assert scoring.losing_criterion(_WINNER, _WINNER) == "index"
+
+
+def test_the_criteria_are_the_sort_keys_field_names_in_order() -> None:
+    assert scoring.SortKey._fields == scoring.CRITERIA
+    assert list(scoring.labelled(_WINNER))[:2] == ["affinity", "hint_miss"]
 
 
 def test_losing_criterion_refuses_keys_of_another_shape() -> None:

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.policy.accounts.ledger import Ledger
-from nri_topology.policy.engine import engine as engine_module
+from nri_topology.policy.engine import updates
 from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.types import CpuKind, PolicyError, Update
@@ -145,7 +145,7 @@ def test_forgetting_kept_shared_sets_changes_no_update(steps: list[tuple[int, in
     """With room for only two shared sets, kept sets are forgotten all the time; updates stay
     exactly the changed containers."""
     e = Engine(MACHINE, Options())
-    with mock.patch.object(engine_module, "_SHARED_SETS_KEPT", 2):
+    with mock.patch.object(updates, "SHARED_SETS_KEPT", 2):
         run_steps(e, steps)
 
 

@@ -90,6 +90,7 @@ CONTAINER_KEYS = {
     "exclusive",
     "cpu_shares",
     "memory_tiers",
+    "hugepages",
 }
 PLACED_KEYS = CONTAINER_KEYS | {"reason", "memory_relaxed", "cold_start", "trace"}
 POOL_KEYS = {
@@ -106,6 +107,7 @@ POOL_KEYS = {
     "free_milli",
     "containers",
     "memory",
+    "hugepages",
 }
 
 

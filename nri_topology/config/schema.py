@@ -288,6 +288,9 @@ class NrtSection(_Section):
     topology_manager_scope: Literal["container", "pod"] = "container"
     min_interval_seconds: Annotated[float, Field(ge=0, le=3600)] = 5.0
     max_backoff_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    # Seconds between checks that the object on the server is the one to write (written again
+    # when missing or different, e.g. collected after the Node was re-registered); 0: never.
+    resync_seconds: Annotated[float, Field(ge=0, le=86400)] = 60.0
 
 
 class VerifySection(_Section):

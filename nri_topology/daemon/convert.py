@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import EncodedUpdates, delimited
+from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import (
     ContainerInfo,
     Decision,
@@ -56,10 +57,32 @@ def resources(linux: api_pb2.LinuxResources) -> Resources:
         memory.limit.value if memory.HasField("limit") else None,
         cpu.cpus,
         cpu.mems,
+        _hugepage_limits(linux.hugepage_limits) if linux.hugepage_limits else (),
     )
 
 
-def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:
+def _hugepage_limits(limits: Iterable[api_pb2.HugepageLimit]) -> tuple[tuple[int, int], ...]:
+    """(page size kB, bytes) of each hugetlb limit whose page size reads as one (`2MB`)."""
+    out = []
+    for limit in limits:
+        size = hugepages.page_size_kb(limit.page_size)
+        if size is not None:
+            out.append((size, limit.limit))
+    return tuple(out)
+
+
+def pod_info(
+    pod: api_pb2.PodSandbox, resources_now: api_pb2.LinuxResources | None = None
+) -> PodInfo:
+    """A pod as the policy sees it; `resources_now` overrides the pod's resources (an
+    UpdatePodSandbox carries the new ones beside the pod)."""
+    linux = pod.linux
+    if resources_now is not None:
+        pod_resources = _pod_resources(resources_now)
+    else:
+        pod_resources = (
+            _pod_resources(linux.pod_resources) if linux.HasField("pod_resources") else None
+        )
     return PodInfo(
         pod.id,
         pod.name,
@@ -67,8 +90,17 @@ def pod_info(pod: api_pb2.PodSandbox) -> PodInfo:
         pod.uid,
         _plain(pod.labels),
         _plain(pod.annotations),
-        pod.linux.cgroup_parent,
+        linux.cgroup_parent,
+        pod_resources,
     )
+
+
+def _pod_resources(linux: api_pb2.LinuxResources) -> Resources | None:
+    """The pod's resources (KEP-2837), None when the runtime reports no amount at all."""
+    res = resources(linux)
+    if res.cpu_shares is None and res.cpu_quota is None and res.memory_limit is None:
+        return None if not res.hugepages else res
+    return res
 
 
 def container_info(

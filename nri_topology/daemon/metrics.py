@@ -68,6 +68,7 @@ REQUEST_METHODS = (
     "Configure",
     "Synchronize",
     "RunPodSandbox",
+    "UpdatePodSandbox",
     "StopPodSandbox",
     "RemovePodSandbox",
     "CreateContainer",

@@ -2,12 +2,14 @@
 
 Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
-* changes to other containers (re-pins) follow the reply: `schedule.Schedule` sends them as small
-  paced UpdateContainers batches from a task of its own, never awaited by a handler and never
-  while holding the lock, because the runtime holds its own lock while it waits for our reply
-  (docs/architecture.md, "Update schedule"); with `updates.in_reply` they travel in the reply of
-  the event that caused them, as before. Either way they never fail the event's own container
-  (`ignore_failure`);
+* changes to other containers (re-pins) follow the reply where the runtime's NRI allows:
+  `schedule.Schedule` sends them as small paced UpdateContainers batches from a task of its own,
+  never awaited by a handler and never while holding the lock, because the runtime holds its own
+  lock while it waits for our reply (docs/architecture.md, "Update schedule"); elsewhere, or with
+  `updates.in_reply`, they travel in the reply of the event that caused them. Changes with no
+  event to ride on (cold-start expiry, a pod resized in place: the reply to UpdatePodSandbox
+  carries no updates) go out through UpdateContainers from a task of their own. Updates of other
+  containers never fail the event's own container (`ignore_failure`);
 * placements left when a pod's sandbox stops or is removed, and those of containers missing from
   the runtime's Synchronize, are released and counted;
 * after every change the state is checkpointed, off the request path: `CheckpointWriter` takes
@@ -47,6 +49,7 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
 from nri_topology.nri.versions import runtime_serves_updates_apart
 from nri_topology.policy.checkpoint.state import ENTRIES
+from nri_topology.policy.intake import podlevel
 from nri_topology.policy.intake.annotations import in_domains, key_problems
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
@@ -331,6 +334,42 @@ class TopologyPlugin(Plugin):
     async def stop_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("StopPodSandbox")
         await self._release_pod(pod.id, "pod_stopped")
+
+    async def update_pod_sandbox(
+        self,
+        pod: api_pb2.PodSandbox,
+        overhead: api_pb2.LinuxResources,
+        resources: api_pb2.LinuxResources,
+    ) -> None:
+        """A pod resized in place (KEP-1287 with pod-level resources): the container holding the
+        pod's budget (`podlevel`) is placed again with the new one (the policy keeps the pod's
+        new data for all its containers); what changes for it and for others goes out through
+        UpdateContainers, as this event's reply carries no updates."""
+        self.metrics.request("UpdatePodSandbox")
+        # the new resources beside the pod; without them the pod's own say what it has now
+        pod_info = convert.pod_info(pod, resources if resources.ByteSize() else None)
+        async with self._lock:
+            infos = [
+                known[1]
+                for cid, a in self.policy.assignments().items()
+                if a.pod_id == pod_info.id and (known := self.policy.container(cid)) is not None
+            ]
+            holder = podlevel.holder(pod_info, infos)
+            if holder is None:
+                return  # no container of the pod takes its amounts from the pod's
+            info = next(i for i in infos if i.id == holder)
+            decision = self._decide(
+                "resize", pod_info, info, lambda: self.policy.resize(pod_info, info, info.resources)
+            )
+            self._commit()
+        self._log_decision(decision, "resized", "pod resources changed")
+        if self.files is not None:
+            self.files.replaced(decision)
+            self.files.updated(u for u in decision.updates if u.container_id != holder)
+        updates = {u.container_id: u for u in decision.updates}
+        updates[holder] = Update(holder, decision.placement)
+        ordered = [updates[cid] for cid in sorted(updates)]
+        self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("RemovePodSandbox")
@@ -929,7 +968,14 @@ class TopologyPlugin(Plugin):
         for cid in new:
             a = held.get(cid)
             if a is not None:
-                placed = Decision(cid, a.pool, a.kind, Placement(a.cpus, a.mems), a.exclusive)
+                placed = Decision(
+                    cid,
+                    a.pool,
+                    a.kind,
+                    Placement(a.cpus, a.mems),
+                    a.exclusive,
+                    hugepages=a.hugepages,
+                )
                 self.decisions[cid] = Explained("adopted", now, placed)
 
     def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:

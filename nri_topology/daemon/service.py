@@ -3,7 +3,11 @@ reload and signals, for `nri-topology run`.
 
 Start-up problems (bad configuration, another instance holding the state file, unreadable sysfs,
 a policy that cannot be built for this machine) end the process with a clear message before it
-connects: a plugin that registers and then refuses every container would be worse. After start-up
+connects: a plugin that registers and then refuses every container would be worse. A plugin the
+runtime launched is configured by the runtime instead: the text of its conf.d file arrives with the
+first Configure, and the runtime never restarts it with another, so it takes nothing (state file,
+topology, policy, metrics port) before that Configure; a problem found then fails the Configure and
+ends the process with the same exit status. After start-up
 nothing ends it but SIGTERM/SIGINT or, for a plugin the runtime launched, the runtime closing its
 socket. A final checkpoint that cannot be written makes the exit status non-zero: the state on
 disk is older than the placements, and whoever restarts the plugin should know.
@@ -16,7 +20,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -44,7 +48,8 @@ from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.daemon.schedule import Pacing
 from nri_topology.daemon.verify import cgroup_root
-from nri_topology.nri.stub import Stub, StubError
+from nri_topology.nri import api_pb2
+from nri_topology.nri.stub import SOCKET_ENV, Plugin, Refused, Stub, StubError
 from nri_topology.nrt.build import node_name, node_resource_topology
 from nri_topology.nrt.cluster import in_cluster, wanted
 from nri_topology.policy.port import PolicyPort
@@ -137,6 +142,18 @@ def hint_finder(config: Config) -> HintFinder | None:
 PolicyFactory = Callable[[Machine, Config], PolicyPort]
 
 
+class _AwaitingConfigure(Plugin):
+    """The stub's plugin in a runtime-launched daemon until the first Configure, which carries
+    the configuration: `start` builds the plugin proper from it and hands the stub over to it."""
+
+    def __init__(self, start: Callable[[api_pb2.ConfigureRequest], Awaitable[Plugin]]) -> None:
+        self._start = start
+
+    async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
+        plugin = await self._start(req)
+        return await plugin.configure(req)
+
+
 def _default_policy(machine: Machine, config: Config) -> PolicyPort:
     from nri_topology.policy.policy import Policy  # the policy package is heavy; load it here
 
@@ -167,7 +184,13 @@ class Daemon:
         self.reloader: Reloader[Config] | None = None
         self.publisher: Publisher | None = None  # set when publishing NodeResourceTopology
         self.lock: InstanceLock | None = None
+        self.stub: Stub | None = None
+        env = os.environ if environ is None else environ
+        self.launched = bool(env.get(SOCKET_ENV))
+        """Launched by the runtime: configured by its first Configure (see the module doc)."""
         self._stop = asyncio.Event()
+        self._failed = 0  # exit status of a start-up that failed after connecting
+        self._watcher: asyncio.Task[None] | None = None
 
     def setup(self) -> None:
         """Everything that can fail before connecting; raises StartupError."""
@@ -184,6 +207,13 @@ class Daemon:
         )
         for note in loaded.notes:
             _log.info(note)
+        if self.launched:
+            _log.info("launched by the runtime, waiting for its configuration")
+            return
+        self._start()
+
+    def _start(self) -> None:
+        """Take the state file and build the plugin from `self.config`; raises StartupError."""
         self.lock = InstanceLock(Path(self.config.state.path))
         try:
             self.lock.acquire()
@@ -195,6 +225,7 @@ class Daemon:
             self._build()
         except BaseException:
             self.close()
+            self.plugin = self.publisher = self.reloader = None  # half built: never served
             raise
 
     def close(self) -> None:
@@ -223,7 +254,7 @@ class Daemon:
             policy,
             checkpoint=Checkpoint(Path(self.config.state.path)),
             settings=settings_of(self.config),
-            runtime_config=self._runtime_config,
+            runtime_config=None if self.launched else self._runtime_config,
             hints=hint_finder(self.config),
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
@@ -256,7 +287,8 @@ class Daemon:
         self.config = replace_config(self.config, new)
 
     async def _runtime_config(self, text: str) -> None:
-        """Configuration from the runtime's drop-in file (plugins the runtime launches)."""
+        """Configuration text in a Configure after start-up (runtimes send a drop-in file's to
+        the plugins they launch, which are configured by the first one: `_configured`)."""
         try:
             config = parse_config(text, "NRI Configure")
             await self.apply(config)
@@ -265,30 +297,41 @@ class Daemon:
             self.plugin.metrics.error("config")
             _log.error("runtime-supplied configuration refused, keeping defaults", error=str(exc))
 
-    async def serve(self) -> int:
-        """Connect and serve until stopped; 0 on a clean stop. Releases the state file's lock."""
+    async def _configured(self, req: api_pb2.ConfigureRequest) -> Plugin:
+        """Start a launched daemon with the first Configure's configuration (the file's, or the
+        defaults, when it has none or an invalid one); Refused when it cannot start."""
+        refused = ""
+        if req.config.strip():
+            try:
+                self.config = effective(parse_config(req.config, "NRI Configure"), self.overrides)
+            except ConfigError as exc:
+                refused = str(exc)
+        logs.configure(
+            self.config.logging.format, self.config.logging.level, self._log_stream or sys.stderr
+        )
         try:
-            return await self._serve()
-        finally:
-            self.close()
+            self._start()
+            assert self.plugin is not None and self.stub is not None
+            self.plugin.stub = self.stub
+            await self._open()
+        except (StartupError, OSError) as exc:
+            why = str(exc) if isinstance(exc, StartupError) else f"metrics endpoint: {exc}"
+            self._failed = 2 if isinstance(exc, StartupError) else 1
+            _log.error("cannot start with the runtime's configuration", error=why)
+            self._stop.set()
+            raise Refused(f"nri-topology: {why}") from None
+        if refused:
+            self.plugin.metrics.error("config")
+            _log.error("runtime-supplied configuration refused, using the file's", error=refused)
+        self.stub.plugin = self.plugin
+        return self.plugin
 
-    async def _serve(self) -> int:
-        assert self.plugin is not None
-        plugin, config = self.plugin, self.config
-        loop = asyncio.get_running_loop()
-        try:
-            stub = Stub(
-                plugin,
-                config.nri.plugin_name,
-                config.nri.plugin_index,
-                config.nri.socket,
-                environ=self._environ,
-                on_disconnect=lambda error: plugin.metrics.registered.set(0),
-            )
-        except StubError as exc:
-            _log.error("cannot start the NRI stub", error=str(exc))
-            return 1
-        plugin.stub = stub
+    async def _open(self) -> None:
+        """Open the metrics endpoint (OSError if it cannot), start publishing and watching the
+        configuration file."""
+        plugin = self.plugin
+        assert plugin is not None
+        config = self.config
         if config.metrics.enabled:
             from nri_topology.daemon.status import StatusPages  # loads the simulator's renderers
 
@@ -301,18 +344,49 @@ class Daemon:
                 config.metrics.port,
                 pages=pages.routes(),
             )
+            await self.status.start()
+        if self.publisher is not None:
+            self.publisher.start()
+        if self.reloader is not None:
+            loop = asyncio.get_running_loop()
+            self.reloader.install_sighup(loop)
+            self._watcher = loop.create_task(self.reloader.watch())
+
+    def _disconnected(self, error: BaseException | None) -> None:
+        if self.plugin is not None:
+            self.plugin.metrics.registered.set(0)
+
+    async def serve(self) -> int:
+        """Connect and serve until stopped; 0 on a clean stop. Releases the state file's lock."""
+        try:
+            return await self._serve()
+        finally:
+            self.close()
+
+    async def _serve(self) -> int:
+        config = self.config
+        loop = asyncio.get_running_loop()
+        first = self.plugin if self.plugin is not None else _AwaitingConfigure(self._configured)
+        try:
+            stub = Stub(
+                first,
+                config.nri.plugin_name,
+                config.nri.plugin_index,
+                config.nri.socket,
+                environ=self._environ,
+                on_disconnect=self._disconnected,
+            )
+        except StubError as exc:
+            _log.error("cannot start the NRI stub", error=str(exc))
+            return 1
+        self.stub = stub
+        if self.plugin is not None:
+            self.plugin.stub = stub
             try:
-                await self.status.start()
+                await self._open()
             except OSError as exc:
                 _log.error("cannot open the metrics endpoint", error=str(exc))
                 return 1
-        if self.publisher is not None:
-            self.publisher.start()
-        watcher: asyncio.Task[None] | None = None
-        reloader = self.reloader
-        if reloader is not None:
-            reloader.install_sighup(loop)
-            watcher = loop.create_task(reloader.watch())
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         runner = loop.create_task(stub.run())
@@ -323,25 +397,26 @@ class Daemon:
             if runner.done() and runner.exception() is not None:
                 _log.error("NRI connection failed", error=str(runner.exception()))
                 status = 1
-            else:
+            elif not self._failed:
                 _log.info("stopping", reason="signal" if stopper.done() else "runtime closed")
         finally:
-            if not await plugin.shutdown():
+            if self.publisher is not None:  # its last write lands before "shut down", none after
+                await self.publisher.close()
+            if self.plugin is not None and not await self.plugin.shutdown():
                 status = status or 1
+            await stub.stop()  # the plugin's shutdown did, unless it was never built
             stopper.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await asyncio.wait_for(runner, 5)
-            if watcher is not None:
-                watcher.cancel()
+            if self._watcher is not None:
+                self._watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await watcher
+                    await self._watcher
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
             if self.status is not None:
                 await self.status.close()
-            if self.publisher is not None:
-                await self.publisher.close()
-        return status
+        return self._failed or status
 
     def stop(self) -> None:
         self._stop.set()
@@ -377,6 +452,7 @@ class Daemon:
             build,
             min_interval_s=nrt.min_interval_seconds,
             max_backoff_s=nrt.max_backoff_seconds,
+            resync_s=nrt.resync_seconds,
             on_error=lambda: plugin.metrics.error("nrt_publish"),
         )
         plugin.on_change = publisher.changed

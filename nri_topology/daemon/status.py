@@ -16,6 +16,7 @@ from typing import Any
 
 from nri_topology import __version__
 from nri_topology.daemon.plugin import Explained, TopologyPlugin
+from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import qualified_name
 from nri_topology.policy.views import PoolView
 from nri_topology.simulate import render_json, render_svg, render_text
@@ -67,6 +68,7 @@ def live_node(machine: Machine, name: str, plugin: TopologyPlugin) -> LiveNode:
             memory_tiers=frozenset(
                 machine.nodes[n].tier for n in a.memory_nodes if n in machine.nodes
             ),
+            hugepages=a.hugepages,
         )
     return LiveNode(machine, name, assignments, tuple(plugin.policy.pools()), ids)
 
@@ -171,6 +173,10 @@ def _explained_text(a: NodeAssignment, cid: str, e: Explained | None) -> list[st
         )
     if d.memory_relaxed:
         lines.append("  memory widened beyond the pool: its memory ran out")
+    if d.hugepages:
+        lines.append(f"  hugepages booked: {hugepages.describe(d.hugepages)}")
+    if d.degraded:
+        lines.append(f"  degraded: {', '.join(d.degraded)}")
     if d.cold_start is not None:
         lines.append(
             f"  cold start: after {d.cold_start.delay_ns / 1e9:g} s memory widens to "
@@ -204,6 +210,8 @@ def _explained_doc(a: NodeAssignment, cid: str, e: Explained | None) -> dict[str
             "reason": d.reason,
             "memory_relaxed": d.memory_relaxed,
             "exclusive_window_seconds": e.window_s,
+            "hugepages": render_json.hugepages(d.hugepages),
+            "degraded": list(d.degraded),
             "cold_start": None
             if d.cold_start is None
             else {

@@ -4,7 +4,9 @@ period, memory limit, oom_score_adj and the pod's cgroup parent.
 The policy sees containers only through these values (over NRI), so the simulator, the test
 runtime's pods, the benchmarks and the end-to-end pods all make them here, by the kubelet's own
 rules: the QoS class as `GetPodQOS` decides it, shares and quota as the kubelet's CPU helpers
-compute them (cgroup v1 units, as the runtime reports them), and `GetContainerOOMScoreAdjust`.
+compute them (cgroup v1 units, as the runtime reports them; the shares by the policy's
+`milli_to_shares`, the one copy of that formula, which the policy reads back), and
+`GetContainerOOMScoreAdjust`.
 Amounts are as the API server stores them: a request left out is the limit, and 0 means not set
 (as the kubelet treats a zero quantity).
 """
@@ -14,11 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.types import QoS, Resources
 
-MIN_SHARES = 2
-MAX_SHARES = 262144
-SHARES_PER_CPU = 1024
 PERIOD_US = 100_000  # the CFS period the kubelet sets for every container
 MIN_QUOTA_US = 1000  # the kernel's smallest quota
 GUARANTEED_OOM_SCORE_ADJ = -997
@@ -70,11 +70,6 @@ def qos_class(containers: Iterable[Amounts]) -> QoS:
     return QoS.GUARANTEED if guaranteed else QoS.BURSTABLE
 
 
-def cpu_shares(request_milli: int) -> int:
-    """CPU shares for a CPU request: 1024 per CPU, rounded down, within [2, 262144]."""
-    return max(MIN_SHARES, min(MAX_SHARES, request_milli * SHARES_PER_CPU // 1000))
-
-
 def cpu_quota(limit_milli: int) -> int | None:
     """CFS quota for a CPU limit over the kubelet's period, at least 1 ms; None without a limit."""
     if not limit_milli:
@@ -98,7 +93,7 @@ def oom_score_adj(qos: QoS, memory_request: int, memory_capacity: int) -> int:
 def resources(amounts: Amounts) -> Resources:
     """The container's Linux resources as the runtime reports them to the plugin."""
     return Resources(
-        cpu_shares=cpu_shares(amounts.cpu_request),
+        cpu_shares=milli_to_shares(amounts.cpu_request),
         cpu_quota=cpu_quota(amounts.cpu_limit),
         cpu_period=PERIOD_US,
         memory_limit=amounts.memory_limit or None,

@@ -314,6 +314,8 @@ class Stub:
     ) -> None:
         env = os.environ if environ is None else environ
         self.plugin = plugin
+        """Whose handlers serve requests; may be replaced while Configure is being handled,
+        the event mask then being the new plugin's."""
         self.name = env.get(NAME_ENV) or name
         self.idx = env.get(IDX_ENV) or idx
         if not _NAME.match(self.name):
@@ -573,7 +575,6 @@ class _PluginService:
 
     def __init__(self, stub: Stub, session: _Session) -> None:
         self.stub = stub
-        self.plugin = stub.plugin
         self.session = session
         self.methods: dict[str, Handler] = {}
         for m in _PLUGIN_METHODS:
@@ -584,6 +585,12 @@ class _PluginService:
                 if handler is None:
                     continue  # Shutdown: left UNIMPLEMENTED
             self.methods[m.name] = _endpoint(GetMessageClass(m.input_type), handler)
+
+    @property
+    def plugin(self) -> Plugin:
+        """The stub's plugin at each request: a stand-in may hand over to the plugin proper
+        during Configure (see `Stub.plugin`)."""
+        return self.stub.plugin
 
     async def configure(self, req: api_pb2.ConfigureRequest, ctx: CallContext) -> Message:
         self.stub.runtime = req

@@ -11,8 +11,9 @@ them, people and other tools read them.
 
 A NUMA node without CPUs (PMEM, HBM, CXL, device memory) is a zone of its own with memory only,
 under the socket of its closest CPU node; its tier is the zone attribute `memory.tier` (every
-node zone has one). Hugepages are reported as the kernel has them; the policy does not account
-them, so their available amount is their capacity.
+node zone has one). Hugepages are booked per node and page size by the policy: their capacity and
+allocatable amount are the pages the kernel holds there, their available amount the pages no
+container has booked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import socket
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from nri_topology.policy.accounts.hugepages import resource_name
 from nri_topology.policy.views import NodeCapacity
 from nri_topology.quantity import format_milli
 from nri_topology.topology.model import Machine
@@ -51,14 +53,6 @@ def node_name(configured: str | None = None, environ: Mapping[str, str] | None =
     kubelet does, since node names are lower-case DNS subdomains."""
     environ = os.environ if environ is None else environ
     return (configured or environ.get("NODE_NAME") or socket.gethostname()).strip().lower()
-
-
-def hugepage_name(size_kb: int) -> str:
-    """The Kubernetes resource name of a hugepage size: hugepages-2Mi, hugepages-1Gi."""
-    for unit, kb in (("Gi", 1 << 20), ("Mi", 1 << 10)):
-        if size_kb % kb == 0:
-            return f"hugepages-{size_kb // kb}{unit}"
-    return f"hugepages-{size_kb}Ki"
 
 
 _Amounts = dict[str, tuple[int, int, int]]  # resource -> (capacity, allocatable, available)
@@ -94,10 +88,13 @@ def _node_amounts(machine: Machine, cap: NodeCapacity | None, n: int) -> _Amount
         out["cpu"] = (cap.cpu_capacity, cap.cpu_allocatable, cap.cpu_available)
     if cap is not None and cap.memory_capacity > 0:
         out["memory"] = (cap.memory_capacity, cap.memory_capacity, cap.memory_available)
+    booked = cap.hugepages if cap is not None else {}
     for size_kb, pages in sorted(node.hugepages.items()):
         if pages > 0:
-            total = size_kb * 1024 * pages
-            out[hugepage_name(size_kb)] = (total, total, total)
+            page = size_kb * 1024
+            total = page * pages
+            free = booked[size_kb][1] if size_kb in booked else pages
+            out[resource_name(size_kb)] = (total, total, page * free)
     return out
 
 

@@ -1,9 +1,9 @@
 """The policy facade the daemon, `simulate` and the benchmarks drive.
 
-It turns pod and container data into requests (`request.build_request`) and hands them to the
+It turns pod and container data into requests (`intake.request.build_request`) and hands them to the
 engine, which keeps all accounting. Every call either succeeds or raises `PolicyError` with the
-state exactly as before. See `engine` for accounting and grant rules, `scoring` for the pool sort
-key, `pools` for the tree and `restore` for adoption after a restart.
+state exactly as before. See `engine` for accounting and grant rules, `choice.scoring` for the
+pool sort key, `pools` for the tree and `checkpoint.restore` for adoption after a restart.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from nri_topology.policy.checkpoint import restore as restoring
 from nri_topology.policy.checkpoint import state
 from nri_topology.policy.engine.engine import Engine
+from nri_topology.policy.intake import podlevel
 from nri_topology.policy.intake.request import build_request
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (
@@ -49,6 +50,7 @@ class Policy:
         # Which containers are placed, with their pod: the one record of it (the daemon asks
         # `container`); the engine's grants hold the same ids, for the accounting.
         self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+        self._by_pod: dict[str, set[str]] = {}  # pod id -> its placed containers (`_infos`)
         self._replaced = False  # the engine was replaced since the last `changes`
 
     @property
@@ -57,23 +59,82 @@ class Policy:
 
     def create(self, pod: PodInfo, container: ContainerInfo) -> Decision:
         """Place a new container; the decision carries updates for the others that changed."""
-        req = build_request(pod, container, self._options, machine=self._machine)
+        given = self._with_budget(pod, container)
+        req = build_request(pod, given, self._options, machine=self._machine)
         decision = self._engine.place(req)
-        self._infos[container.id] = (pod, container)
+        self._remember(pod, container)
+        if pod.resources is not None and given is container:
+            decision = self._rebudget(pod, container.id, decision)
         return decision
+
+    def _rebudget(self, pod: PodInfo, placed: str, decision: Decision) -> Decision:
+        """After a container of `pod` was placed, its budget's holder (`podlevel`) placed again
+        with what is left: what a container states is not the holder's any more (a pod that
+        states no pod-level amounts reports their sum, its later containers' amounts included).
+        The holder's new pinning joins the decision's updates; when it cannot be placed again it
+        keeps what it holds."""
+        infos = [self._infos[cid][1] for cid in self._by_pod.get(pod.id, ())]
+        holder = podlevel.holder(pod, infos)
+        if holder is None or holder == placed:
+            return decision
+        _, info = self._infos[holder]
+        given = podlevel.with_budget(pod, info, infos).resources
+        req = build_request(pod, info, self._options, machine=self._machine, resources=given)
+        try:
+            again = self._engine.resize(req)
+        except PolicyError:
+            return decision
+        updates = {u.container_id: u for u in (*decision.updates, *again.updates)}
+        updates.pop(placed, None)  # its own pinning is the decision's, as it is now
+        updates[holder] = Update(holder, again.placement)
+        return replace(
+            decision,
+            placement=self._engine.placement(self._engine.grants[placed]),
+            updates=tuple(updates[cid] for cid in sorted(updates)),
+        )
 
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
         """New resources for a running container: in place when they fit, else moved."""
-        req = build_request(
-            pod, container, self._options, machine=self._machine, resources=resources
-        )
+        now = replace(container, resources=resources)
+        given = self._with_budget(pod, now).resources
+        req = build_request(pod, container, self._options, machine=self._machine, resources=given)
         decision = self._engine.resize(req)
-        self._infos[container.id] = (pod, replace(container, resources=resources))
+        self._remember(pod, now)
         return decision
+
+    def _with_budget(self, pod: PodInfo, container: ContainerInfo) -> ContainerInfo:
+        """The container with its pod's budget when it holds it (`podlevel`)."""
+        if pod.resources is None or not podlevel.states_none(container.resources):
+            return container
+        ids = self._by_pod.get(pod.id, ())
+        siblings = [self._infos[cid][1] for cid in ids if cid != container.id]
+        return podlevel.with_budget(pod, container, siblings)
+
+    def _remember(self, pod: PodInfo, container: ContainerInfo) -> None:
+        """Note a placed container; a pod's newer data (a resize) replaces it for all of them."""
+        ids = self._by_pod.setdefault(pod.id, set())
+        ids.add(container.id)
+        for cid in ids:
+            old = self._infos.get(cid)
+            if old is not None and old[0] != pod:
+                self._infos[cid] = (pod, old[1])
+        self._infos[container.id] = (pod, container)
+
+    def _index(self) -> None:
+        """Rebuild the pod index from `_infos`."""
+        self._by_pod = {}
+        for cid, (pod, _) in self._infos.items():
+            self._by_pod.setdefault(pod.id, set()).add(cid)
 
     def release(self, container_id: str) -> tuple[Update, ...]:
         """Free what a stopped or removed container held; unknown ids are ignored."""
-        self._infos.pop(container_id, None)
+        known = self._infos.pop(container_id, None)
+        if known is not None:
+            ids = self._by_pod.get(known[0].id)
+            if ids is not None:
+                ids.discard(container_id)
+                if not ids:
+                    del self._by_pod[known[0].id]
         return self._engine.release(container_id)
 
     def restore(
@@ -88,6 +149,7 @@ class Policy:
         report = restoring.restore(engine, found, saved)
         self._replace(engine)
         self._infos = {cid: infos[cid] for cid in engine.grants}
+        self._index()
         return replace(report, failed={**failed, **report.failed})
 
     def _found(
@@ -97,13 +159,21 @@ class Policy:
         found: list[restoring.Found] = []
         failed: dict[str, str] = {}
         infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
+        of_pod: dict[str, list[ContainerInfo]] = {}
+        for c in containers:
+            pod = by_id.get(c.pod_id)
+            if pod is not None and pod.resources is not None:
+                of_pod.setdefault(c.pod_id, []).append(c)
         for c in sorted(containers, key=lambda c: c.id):
             pod = by_id.get(c.pod_id)
             if pod is None:
                 failed[c.id] = f"container {c.id} belongs to unknown pod {c.pod_id}"
                 continue
+            given = c
+            if c.pod_id in of_pod and podlevel.states_none(c.resources):
+                given = podlevel.with_budget(pod, c, of_pod[c.pod_id])
             try:
-                req = build_request(pod, c, options, machine=self._machine)
+                req = build_request(pod, given, options, machine=self._machine)
                 cpus = cpuset.parse(c.resources.cpuset_cpus) or None
                 mems = cpuset.parse(c.resources.cpuset_mems) or None
             except (PolicyError, ValueError) as e:
@@ -176,6 +246,7 @@ class Policy:
         self._replace(engine)
         self._options = options
         self._infos = {cid: self._infos[cid] for cid in engine.grants}
+        self._index()
         return report
 
     def placements(self, ids: Iterable[str] | None = None) -> dict[str, Placement]:
@@ -209,6 +280,7 @@ class Policy:
                 memory=g.memory,
                 memory_nodes=g.zone,
                 memory_relaxed=g.relaxed,
+                hugepages=g.hugepages,
             )
         return out
 
@@ -248,9 +320,20 @@ class Policy:
                     containers=placed[p.index],
                     memory=memory,
                     nodes=p.nodes,
+                    hugepages=self._hugepages(p.nodes),
                 )
             )
         return tuple(views)
+
+    def _hugepages(self, nodes: frozenset[int]) -> dict[int, tuple[int, int]]:
+        """Per page size: the pages `nodes` hold and those no container has booked."""
+        out: dict[int, tuple[int, int]] = {}
+        for n in sorted(nodes):
+            for size, total in self._machine.nodes[n].hugepages.items():
+                if total > 0:
+                    held, free = out.get(size, (0, 0))
+                    out[size] = (held + total, free + self._engine.hugepages_free(n, size))
+        return dict(sorted(out.items()))
 
     def node_capacity(self) -> tuple[NodeCapacity, ...]:
         """Per NUMA node capacity, allocatable and available CPU and memory (see NodeCapacity)."""
@@ -290,6 +373,7 @@ class Policy:
                     cpu_available=max(0, allocatable - used),
                     memory_capacity=node.memory,
                     memory_available=max(0, node.memory - memory_used.get(n, 0)),
+                    hugepages=self._hugepages(frozenset({n})),
                 )
             )
         return tuple(out)

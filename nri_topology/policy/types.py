@@ -61,6 +61,8 @@ class Resources:
     memory_limit: int | None = None
     cpuset_cpus: str = ""
     cpuset_mems: str = ""
+    # hugetlb limits: (page size kB, bytes), as the runtime reports them (0 = none of that size)
+    hugepages: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(slots=True, unsafe_hash=True)  # a value: see the module docstring
@@ -72,6 +74,9 @@ class PodInfo:
     labels: Mapping[str, str] = field(default_factory=dict)
     annotations: Mapping[str, str] = field(default_factory=dict)
     cgroup_parent: str = ""  # QoS class is read from it (besteffort / burstable / else guaranteed)
+    # the pod's resources as the runtime reports them with the sandbox (KEP-2837 pod-level ones,
+    # else the sum of its containers'); None when it reports none (`podlevel`)
+    resources: Resources | None = None
 
 
 class HintSource(StrEnum):
@@ -194,6 +199,7 @@ class Decision:
     degraded: tuple[Degradation, ...] = ()  # what the container got less of than it asked for
     moved: tuple[str, ...] = ()  # shared containers moved to make room (their updates included)
     hints_missed: str = ""  # why its CPUs are not all on its devices' NUMA nodes ("": they are)
+    hugepages: tuple[tuple[int, int, int], ...] = ()  # (node, page size kB, pages) booked
 
 
 class Degradation(StrEnum):
@@ -205,6 +211,8 @@ class Degradation(StrEnum):
     ISOLATED_MIXED = "isolated-cpus-mixed"  # exclusive CPUs partly kernel-isolated ones
     MEMORY_CHARGE = "memory-charge"  # less memory charged than asked: the rest fits nowhere
     SHARED_OVERCOMMIT = "shared-overcommit"  # less shared CPU charged than asked: no pool holds it
+    HUGEPAGES_REMOTE = "hugepages-remote"  # hugepages on nodes beyond the pool's: its own were full
+    HUGEPAGES_CHARGE = "hugepages-charge"  # fewer hugepages booked than its limit (adopted so)
 
 
 class PolicyError(Exception):
@@ -271,6 +279,7 @@ class Request:
     hint_nodes: frozenset[int] = frozenset()  # NUMA nodes of the hints, CPUs resolved to nodes
     strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
+    hugepages: tuple[tuple[int, int], ...] = ()  # (page size kB, bytes) asked, sizes ascending
 
     @property
     def who(self) -> str:

@@ -29,6 +29,7 @@ class Assignment:
     memory: int  # bytes charged
     memory_nodes: frozenset[int]  # the zone charged
     memory_relaxed: bool
+    hugepages: tuple[tuple[int, int, int], ...] = ()  # (node, page size kB, pages) booked
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +58,8 @@ class PoolView:
     containers: int  # containers placed in this pool
     memory: Mapping[MemoryTier, TierMemory]
     nodes: frozenset[int]
+    # page size kB -> (pages on the pool's nodes, pages of them no container has booked)
+    hugepages: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +69,8 @@ class NodeCapacity:
     `allocatable` leaves out the reserved CPUs (exactly, to the milli-CPU) and CPUs outside
     `available_resources`; `available` further leaves out exclusive CPUs and the shared milli-CPU
     granted on the node (a pool spanning nodes charges each node by its share of the pool's
-    shared CPUs), and memory charged to zones holding the node (by the node's share of the zone).
+    shared CPUs), and memory charged to zones holding the node (by the node's share of the zone);
+    hugepages are booked per node (`hugepages`), so their available pages are exact.
     """
 
     node: int
@@ -75,6 +79,8 @@ class NodeCapacity:
     cpu_available: int
     memory_capacity: int
     memory_available: int
+    # page size kB -> (pages the node holds, pages no container has booked)
+    hugepages: Mapping[int, tuple[int, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

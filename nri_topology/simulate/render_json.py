@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from nri_topology.policy.accounts.hugepages import resource_name
 from nri_topology.policy.choice import scoring
 from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
@@ -38,7 +39,16 @@ def _assignment(a: NodeAssignment) -> dict[str, Any]:
         "exclusive": cpuset.format(a.exclusive),
         "cpu_shares": a.cpu_shares,
         "memory_tiers": sorted(str(t) for t in a.memory_tiers),
+        "hugepages": hugepages(a.hugepages),
     }
+
+
+def hugepages(layout: tuple[tuple[int, int, int], ...]) -> list[dict[str, Any]]:
+    """Hugepages booked: one entry per node and page size."""
+    return [
+        {"node": node, "resource": resource_name(size), "pages": count}
+        for node, size, count in layout
+    ]
 
 
 def _placed(p: Placed, explain: bool) -> dict[str, Any]:
@@ -126,6 +136,10 @@ def _pool(p: PoolView) -> dict[str, Any]:
                 "free": m.free,
             }
             for tier, m in sorted(p.memory.items())
+        },
+        "hugepages": {
+            resource_name(size): {"pages": held, "free": free}
+            for size, (held, free) in p.hugepages.items()
         },
     }
 

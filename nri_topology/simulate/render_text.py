@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from nri_topology.policy.accounts import hugepages
+from nri_topology.policy.accounts.hugepages import resource_name
 from nri_topology.policy.choice import scoring
 from nri_topology.policy.types import PoolScore
 from nri_topology.policy.views import PoolView
@@ -180,12 +182,15 @@ def _pool_line(p: PoolView) -> str:
         parts.append(f"reserved {cpuset.format(p.reserved)}")
     if mems:
         parts.append(f"memory {mems}")
+    for size, (held, free) in p.hugepages.items():
+        parts.append(f"{resource_name(size)} {free} of {held} pages free")
     return f"{p.name}  " + ", ".join(parts)
 
 
 def _assignment_line(a: NodeAssignment) -> str:
     excl = f" exclusive {cpuset.format(a.exclusive)}" if a.exclusive else ""
-    return f"* {a.id} [{a.kind.value}] cpus {_set(a.cpus)} mems {_set(a.mems)}{excl}"
+    huge = f" ({hugepages.describe(a.hugepages)})" if a.hugepages else ""
+    return f"* {a.id} [{a.kind.value}] cpus {_set(a.cpus)} mems {_set(a.mems)}{excl}{huge}"
 
 
 def pool_tree(sim: NodeState, heading: str = "Pools at the end:") -> str:

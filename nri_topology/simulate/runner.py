@@ -60,6 +60,7 @@ class NodeAssignment:
     exclusive: frozenset[int]
     cpu_shares: int | None
     memory_tiers: frozenset[MemoryTier]
+    hugepages: tuple[tuple[int, int, int], ...] = ()  # (node, page size kB, pages) booked
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +208,7 @@ class Runner:
                 exclusive=decision.exclusive,
                 cpu_shares=decision.placement.cpu_shares,
                 memory_tiers=decision.memory_tiers,
+                hugepages=decision.hugepages,
             )
             self.assignments[rc.info.id] = assignment
             if decision.cold_start is not None:

@@ -238,7 +238,7 @@ class ListPodSandboxResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[PodSandbox, _Mapping]]] = ...) -> None: ...
 
 class ImageSpec(_message.Message):
-    __slots__ = ("image", "annotations")
+    __slots__ = ("image", "annotations", "user_specified_image")
     class AnnotationsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -248,9 +248,11 @@ class ImageSpec(_message.Message):
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     IMAGE_FIELD_NUMBER: _ClassVar[int]
     ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    USER_SPECIFIED_IMAGE_FIELD_NUMBER: _ClassVar[int]
     image: str
     annotations: _containers.ScalarMap[str, str]
-    def __init__(self, image: _Optional[str] = ..., annotations: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    user_specified_image: str
+    def __init__(self, image: _Optional[str] = ..., annotations: _Optional[_Mapping[str, str]] = ..., user_specified_image: _Optional[str] = ...) -> None: ...
 
 class KeyValue(_message.Message):
     __slots__ = ("key", "value")
@@ -581,6 +583,26 @@ class UpdateContainerResourcesRequest(_message.Message):
 class UpdateContainerResourcesResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ExecSyncRequest(_message.Message):
+    __slots__ = ("container_id", "cmd", "timeout")
+    CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]
+    CMD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    container_id: str
+    cmd: _containers.RepeatedScalarFieldContainer[str]
+    timeout: int
+    def __init__(self, container_id: _Optional[str] = ..., cmd: _Optional[_Iterable[str]] = ..., timeout: _Optional[int] = ...) -> None: ...
+
+class ExecSyncResponse(_message.Message):
+    __slots__ = ("stdout", "stderr", "exit_code")
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    stdout: bytes
+    stderr: bytes
+    exit_code: int
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class ImageStatusRequest(_message.Message):
     __slots__ = ("image", "verbose")

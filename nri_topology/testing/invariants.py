@@ -51,8 +51,36 @@ def check(policy: PolicyPort, machine: Machine) -> None:
                 f"{p.capacity_milli}m capacity, {p.free_milli}m free"
             )
     _check_shared_sums(assignments, pools)
+    _check_hugepages(assignments, pools, machine)
     for cid, a in assignments.items():
         _check_pinning(cid, a, pools, reserved, machine)
+
+
+def _check_hugepages(
+    assignments: Mapping[str, Assignment], pools: Mapping[str, PoolView], machine: Machine
+) -> None:
+    """Never more hugepages booked on a node than it holds of that size; every pool's free pages
+    are its nodes' pages less those its containers' nodes hold; a container's pages lie on its
+    memory nodes."""
+    booked: dict[tuple[int, int], int] = {}
+    for cid, a in assignments.items():
+        for node, size, count in a.hugepages:
+            if count <= 0:
+                _fail(f"{cid} books {count} pages of {size} kB on node {node}")
+            booked[node, size] = booked.get((node, size), 0) + count
+            if a.mems is not None and node not in a.mems:
+                _fail(f"{cid} has hugepages on node {node} outside its memory nodes")
+    for (node, size), count in booked.items():
+        held = machine.nodes[node].hugepages.get(size, 0)
+        if count > held:
+            _fail(f"node {node} has {count} pages of {size} kB booked, it holds {held}")
+    for p in pools.values():
+        for size, (held, free) in p.hugepages.items():
+            used = sum(booked.get((n, size), 0) for n in p.nodes)
+            if free != held - used:
+                _fail(
+                    f"pool {p.name} shows {free} of {held} pages of {size} kB free, {used} booked"
+                )
 
 
 def _check_pinning(

@@ -1,14 +1,17 @@
-"""A real containerd with NRI, driven through the CRI as a kubelet drives it, for the e2e tests.
+"""A real container runtime with NRI (containerd 1.7, containerd 2.x or CRI-O), driven through the
+CRI as a kubelet drives it, for the e2e tests.
 
-Every `Run` owns a directory (containerd's root, state, sockets, NRI plugin directories, runc
-state, logs), a cgroup parent (`/kubepods-e2e-<id>/...`) and an NRI socket, so runs on one machine
-never share anything, and `Run.cleanup()` removes the pods, the processes it started (containerd,
-its shims, the plugin), mounts under the directory and the cgroups.
+Every `Run` owns a directory (the runtime's root, state, sockets, NRI plugin directories, runc
+state, image store, logs), a cgroup parent (`/kubepods-e2e-<id>/...`) and an NRI socket, so runs
+on one machine never share anything, and `Run.cleanup()` removes the pods, the processes it
+started (the runtime, its shims or monitors, the plugin), mounts under the directory and the
+cgroups. Where the runtimes behave differently the tests name the `Quirk` they depend on.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import http.client
 import json
 import os
@@ -40,26 +43,76 @@ IMAGE = "e2e.local/busybox:1"
 SLEEP = ["/bin/sleep", "1000000"]
 
 
+# The runtimes the suite runs on, as prepare.sh names them.
+RUNTIMES = ("containerd-1.7", "containerd-2", "crio")
+
+
 class SetupError(Exception):
     """The runtime cannot be had here; the tests skip (or fail, when e2e is required)."""
 
 
+class Absent(SetupError):
+    """The runtime is not on this machine at all (CRI-O without ../shared): the tests skip, also
+    where e2e is required."""
+
+
+class Quirk(enum.Enum):
+    """A way a runtime differs from the others that a test sees; the value says how."""
+
+    NO_SYNC_ON_RELAUNCH = (
+        "containerd 1.7 sends no Synchronize to the plugins it launches, so a relaunched plugin "
+        "does not learn the running containers"
+    )
+
+
+def quirks(runtime: str, version: str) -> frozenset[Quirk]:
+    if runtime.startswith("containerd") and version.startswith("1.7"):
+        return frozenset({Quirk.NO_SYNC_ON_RELAUNCH})
+    return frozenset()
+
+
 @dataclass(frozen=True)
 class Tools:
-    containerd_bin: Path
+    """One runtime's binaries and what the tests need beside them."""
+
+    bin: Path
     runc: Path
     busybox: Path
+    runtime: str = "containerd-1.7"
+    version: str = ""
+
+    @property
+    def containerd_bin(self) -> Path:
+        """The runtime's binaries (the name from before CRI-O was a runtime too)."""
+        return self.bin
+
+    @property
+    def kind(self) -> str:
+        """The family, containerd or crio: how the runtime is started, configured, fed images."""
+        return "crio" if self.runtime == "crio" else "containerd"
+
+    @property
+    def quirks(self) -> frozenset[Quirk]:
+        return quirks(self.runtime, self.version)
 
 
-def prepare() -> Tools:
-    """Run prepare.sh (finds or fetches containerd, runc, busybox)."""
+def prepare(runtime: str = "containerd-1.7") -> Tools:
+    """Run prepare.sh (finds or fetches the runtime, runc, busybox)."""
     proc = subprocess.run(
-        ["bash", str(HERE / "prepare.sh")], capture_output=True, text=True, check=False
+        ["bash", str(HERE / "prepare.sh"), runtime], capture_output=True, text=True, check=False
     )
+    if proc.returncode == 3:
+        raise Absent(proc.stderr.strip().removeprefix("prepare: "))
     if proc.returncode != 0:
-        raise SetupError(f"prepare.sh failed: {proc.stderr.strip()[-2000:]}")
+        raise SetupError(f"prepare.sh {runtime} failed: {proc.stderr.strip()[-2000:]}")
     found = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    return Tools(Path(found["CONTAINERD_BIN"]), Path(found["RUNC"]), Path(found["BUSYBOX"]))
+    return Tools(
+        Path(found["RUNTIME_BIN"]),
+        Path(found["RUNC"]),
+        Path(found["BUSYBOX"]),
+        runtime,
+        found["RUNTIME_VERSION"],
+    )
 
 
 def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
@@ -125,7 +178,7 @@ def affinity(pid: int) -> str:
 
 
 class Cri:
-    """The CRI over containerd's gRPC socket: one method per RPC the tests use."""
+    """The CRI over the runtime's gRPC socket: one method per RPC the tests use."""
 
     def __init__(self, sock: Path) -> None:
         self._channel = grpc.insecure_channel(
@@ -215,6 +268,21 @@ def resources(qos: str, cpu_milli: int, memory: int) -> cri.LinuxContainerResour
     )
 
 
+def pod_labels(name: str, namespace: str, uid: str) -> dict[str, str]:
+    """The labels the kubelet puts on a pod sandbox (CRI-O names pods and containers by them)."""
+    return {
+        "io.kubernetes.pod.name": name,
+        "io.kubernetes.pod.namespace": namespace,
+        "io.kubernetes.pod.uid": uid,
+    }
+
+
+def container_labels(pod: cri.PodSandboxConfig, name: str) -> dict[str, str]:
+    """The labels the kubelet puts on a container of `pod`."""
+    meta = pod.metadata
+    return {**pod_labels(meta.name, meta.namespace, meta.uid), "io.kubernetes.container.name": name}
+
+
 # --- processes ------------------------------------------------------------------------------
 
 
@@ -245,8 +313,16 @@ def _stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: fl
         proc.wait(10)
 
 
+# The runtime's configuration template (in this directory) by runtime.
+CONFIGS = {
+    "containerd-1.7": "containerd.toml.in",
+    "containerd-2": "containerd-2.toml.in",
+    "crio": "crio.conf.in",
+}
+
+
 class Run:
-    """One containerd with NRI, its pods and (optionally) the plugin, in a directory of its own."""
+    """One runtime with NRI, its pods and (optionally) the plugin, in a directory of its own."""
 
     def __init__(self, tools: Tools, base: Path, *, nri_timeout: str = "2s") -> None:
         self.tools = tools
@@ -256,9 +332,9 @@ class Run:
         self.dir.mkdir(parents=True)
         self.kubepods = f"/kubepods-e2e-{self.id}"
         self.nri_socket = self.dir / "nri.sock"
-        self.sock = self.dir / "containerd.sock"
+        self.sock = self.dir / ("crio.sock" if tools.kind == "crio" else "containerd.sock")
         self.nri_timeout = nri_timeout
-        self.containerd: subprocess.Popen | None = None
+        self.daemon: subprocess.Popen | None = None
         self.plugin: subprocess.Popen | None = None
         self.plugin_port = free_port()
         self.cri: Cri | None = None
@@ -269,68 +345,127 @@ class Run:
         self._fake_proc: Path | None = None
         for d in ("nri/plugins", "nri/conf.d", "cni/bin", "cni/conf", "images"):
             (self.dir / d).mkdir(parents=True, exist_ok=True)
+        if tools.kind == "crio":
+            self._shared_mount()
 
-    # --- containerd ---------------------------------------------------------------------
+    def _shared_mount(self) -> None:
+        """CRI-O refuses a host path for a container whose mount is neither shared nor slave, as
+        on a machine without systemd (whose / is private): make the run directory a shared mount
+        of its own, as it would be under systemd."""
+        for argv in (["mount", "--bind", str(self.dir), str(self.dir)],
+                     ["mount", "--make-rshared", str(self.dir)]):  # fmt: skip
+            proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                raise SetupError(f"{' '.join(argv)}: {proc.stderr.strip()}")
+
+    # --- the runtime --------------------------------------------------------------------
+
+    def has(self, quirk: Quirk) -> bool:
+        return quirk in self.tools.quirks
 
     def config_text(self) -> str:
-        text = (HERE / "containerd.toml.in").read_text()
+        text = (HERE / CONFIGS[self.tools.runtime]).read_text()
         for key, value in {
             "@RUN@": str(self.dir),
             "@RUNC@": str(self.tools.runc),
             "@PAUSE@": IMAGE,
             "@NRI_TIMEOUT@": self.nri_timeout,
             "@SNAPSHOTTER@": os.environ.get("NRI_TOPOLOGY_E2E_SNAPSHOTTER", "overlayfs"),
+            "@STORAGE_DRIVER@": self.storage_driver,
+            "@HERE@": str(self.tools.bin),
+            "@CONMON@": shutil.which("conmon") or "/usr/bin/conmon",
         }.items():
             text = text.replace(key, value)
         return text
 
-    def start_containerd(self) -> None:
+    @property
+    def storage_driver(self) -> str:
+        """CRI-O's containers-storage driver: overlay, or vfs where containerd's snapshotter
+        is told to be native (no overlayfs mounts in the temporary directory)."""
+        native = os.environ.get("NRI_TOPOLOGY_E2E_SNAPSHOTTER") == "native"
+        return "vfs" if native else "overlay"
+
+    def _runtime_argv(self) -> list[str]:
+        if self.tools.kind == "crio":
+            config = self.dir / "crio.conf"
+            config.write_text(self.config_text())
+            (self.dir / "crio.conf.d").mkdir(exist_ok=True)
+            (self.dir / "policy.json").write_text(
+                json.dumps({"default": [{"type": "insecureAcceptAnything"}]})
+            )
+            (self.dir / "cni/conf/10-loopback.conflist").write_text(
+                json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
+            )
+            return [str(self.tools.bin / "crio"), "--config", str(config),
+                    "--config-dir", str(self.dir / "crio.conf.d")]  # fmt: skip
         config = self.dir / "containerd.toml"
         config.write_text(self.config_text())
+        return [str(self.tools.bin / "containerd"), "--config", str(config)]
+
+    def start_runtime(self) -> None:
         env = dict(os.environ)
-        env["PATH"] = f"{self.tools.containerd_bin}:{env.get('PATH', '/usr/bin:/bin')}"
-        log = (self.dir / "containerd.log").open("ab")
-        self.containerd = subprocess.Popen(
-            [str(self.tools.containerd_bin / "containerd"), "--config", str(config)],
-            stdout=log,
-            stderr=log,
-            env=env,
-            start_new_session=True,
+        env["PATH"] = f"{self.tools.bin}:{env.get('PATH', '/usr/bin:/bin')}"
+        log = self.runtime_log.open("ab")
+        self.daemon = subprocess.Popen(
+            self._runtime_argv(), stdout=log, stderr=log, env=env, start_new_session=True
         )
         log.close()
         if self.cri is None:
             self.cri = Cri(self.sock)
 
         def up() -> bool:
-            if self.containerd is not None and self.containerd.poll() is not None:
-                raise SetupError(f"containerd exited: {self.containerd_log_tail()}")
+            if self.daemon is not None and self.daemon.poll() is not None:
+                raise SetupError(f"{self.tools.runtime} exited: {self.runtime_log_tail()}")
             return bool(self.cri and self.cri.version().runtime_version)
 
         try:
-            wait_for("containerd's CRI", up, timeout=60)
+            wait_for(f"{self.tools.runtime}'s CRI", up, timeout=60)
         except TimeoutError as exc:
-            raise SetupError(f"{exc}\n{self.containerd_log_tail()}") from None
+            raise SetupError(f"{exc}\n{self.runtime_log_tail()}") from None
 
-    def stop_containerd(self, sig: int = signal.SIGTERM) -> None:
-        if self.containerd is not None:
-            _stop_process(self.containerd, sig)
-            self.containerd = None
+    def stop_runtime(self, sig: int = signal.SIGTERM) -> None:
+        if self.daemon is not None:
+            _stop_process(self.daemon, sig)
+            self.daemon = None
 
-    def containerd_log_tail(self, lines: int = 30) -> str:
+    # The names from before the runtime could be CRI-O.
+    start_containerd = start_runtime
+    stop_containerd = stop_runtime
+
+    @property
+    def runtime_log(self) -> Path:
+        return self.dir / f"{self.tools.kind}.log"
+
+    def runtime_log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
-            return "\n".join(
-                (self.dir / "containerd.log").read_text(errors="replace").splitlines()[-lines:]
-            )
+            return "\n".join(self.runtime_log.read_text(errors="replace").splitlines()[-lines:])
         return ""
 
+    containerd_log_tail = runtime_log_tail
+
     def ctr(self, *args: str) -> str:
-        cmd = [str(self.tools.containerd_bin / "ctr"), "-a", str(self.sock), "-n", "k8s.io", *args]
+        """containerd's own client on this run's containerd."""
+        if self.tools.kind != "containerd":
+            raise NotImplementedError(f"ctr on {self.tools.runtime}")
+        cmd = [str(self.tools.bin / "ctr"), "-a", str(self.sock), "-n", "k8s.io", *args]
         return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
 
+    def import_archive(self, archive: Path, name: str) -> None:
+        """An OCI image archive into the runtime's image store, as the image `name`."""
+        if self.tools.kind == "crio":
+            store = f"{self.storage_driver}@{self.dir}/store/root+{self.dir}/store/runroot"
+            subprocess.run(
+                ["skopeo", "--policy", str(self.dir / "policy.json"), "copy", "--quiet",
+                 f"oci-archive:{archive}", f"containers-storage:[{store}]{name}"],
+                capture_output=True, text=True, check=True,
+            )  # fmt: skip
+        else:
+            self.ctr("images", "import", "--no-unpack", str(archive))
+        # containerd's CRI learns of imported images from an event: wait until it sees this one.
+        wait_for("image visible to the CRI", lambda: self.cri and self.cri.image_present(name), 60)
+
     def import_image(self, archive: Path) -> None:
-        self.ctr("images", "import", "--no-unpack", str(archive))
-        # The CRI learns of imported images from an event: wait until it can see this one.
-        wait_for("image visible to the CRI", lambda: self.cri and self.cri.image_present(IMAGE), 30)
+        self.import_archive(archive, IMAGE)
 
     # --- the plugin ---------------------------------------------------------------------
 
@@ -374,12 +509,17 @@ class Run:
         if wait:
             self.wait_plugin_ready()
 
-    def install_plugin(self) -> None:
+    def install_plugin(self, conf_d: str | None = None) -> None:
         """Install the shipped launcher (packaging/nri/90-nri-topology) for containerd to start,
-        with this checkout's Python and this run's paths in place of the installed ones."""
+        with this checkout's Python and this run's paths in place of the installed ones.
+
+        With `conf_d`, that is the conf.d file and the launcher's options are the shipped ones
+        (only the log file differs): the run's settings must then come from `conf_d`."""
         launcher = (REPO / "packaging/nri/90-nri-topology").read_text()
         launcher = launcher.replace("/opt/nri-topology/venv/bin/python", sys.executable)
         args = " ".join(self.plugin_args()[2:8])  # state, metrics port, log format (no socket)
+        if conf_d is not None:
+            args = ""
         launcher = launcher.replace(
             "--log-file /var/log/nri-topology.log",
             f"--log-file {self.plugin_log} {args} --log-level debug",
@@ -392,10 +532,11 @@ class Run:
         path = self.dir / "nri/plugins/90-nri-topology"
         path.write_text(f"#!/bin/sh\ncd {REPO}\n" + launcher.split("\n", 1)[1])
         path.chmod(0o755)
-        shutil.copyfile(
-            REPO / "packaging/nri/90-nri-topology.conf",
-            self.dir / "nri/conf.d/90-nri-topology.conf",
-        )
+        conf = self.dir / "nri/conf.d/90-nri-topology.conf"
+        if conf_d is None:
+            shutil.copyfile(REPO / "packaging/nri/90-nri-topology.conf", conf)
+        else:
+            conf.write_text(conf_d)
 
     def launched_plugin_pid(self) -> int | None:
         for pid in _processes_with(f"--log-file {self.plugin_log}"):
@@ -476,7 +617,7 @@ class Run:
         return cri.PodSandboxConfig(
             metadata=cri.PodSandboxMetadata(name=name, uid=uid, namespace=namespace),
             log_directory=str(self.dir / "logs" / uid),
-            labels={"e2e-run": self.id},
+            labels={"e2e-run": self.id, **pod_labels(name, namespace, uid)},
             annotations=annotations or {},
             linux=cri.LinuxPodSandboxConfig(
                 cgroup_parent=parent,
@@ -520,11 +661,18 @@ class Run:
         assert self.cri is not None
         config = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name=name),
-            image=cri.ImageSpec(image=IMAGE),
+            image=cri.ImageSpec(image=IMAGE, user_specified_image=IMAGE),
             command=SLEEP,
+            labels=container_labels(pod.config, name),
             annotations=annotations or {},
             log_path=f"{name}.log",
-            linux=cri.LinuxContainerConfig(resources=resources(pod.qos, cpu_milli, memory)),
+            linux=cri.LinuxContainerConfig(
+                resources=resources(pod.qos, cpu_milli, memory),
+                # The kubelet gives every container its pod's namespace modes.
+                security_context=cri.LinuxContainerSecurityContext(
+                    namespace_options=pod.config.linux.security_context.namespace_options
+                ),
+            ),
         )
         return self.cri.runtime(
             "CreateContainer",
@@ -551,10 +699,21 @@ class Run:
         return container
 
     def remove_pod(self, pod: Pod) -> None:
-        assert self.cri is not None
-        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id))
-        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id))
+        self._remove_sandbox(pod.id)
         self.pods.pop(pod.id, None)
+
+    def _remove_sandbox(self, pod_id: str) -> None:
+        """As the kubelet deletes a pod with no grace period: its containers stopped first (CRI-O
+        would give the sandbox's a stop timeout each: `sleep` as PID 1 ignores SIGTERM)."""
+        assert self.cri is not None
+        listed = self.cri.runtime(
+            "ListContainers",
+            cri.ListContainersRequest(filter=cri.ContainerFilter(pod_sandbox_id=pod_id)),
+        )
+        for c in listed.containers:
+            self.cri.runtime("StopContainer", cri.StopContainerRequest(container_id=c.id))
+        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod_id))
+        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod_id))
 
     def pid(self, container_id: str) -> int:
         assert self.cri is not None
@@ -564,11 +723,17 @@ class Run:
         return int(json.loads(resp.info["info"])["pid"])
 
     def exec(self, container: Container | str, *cmd: str) -> subprocess.CompletedProcess:
-        """Run `cmd` inside the container (its namespaces and mounts), as `kubectl exec` does."""
+        """Run `cmd` inside the container (its namespaces and mounts) through the CRI's ExecSync,
+        as `kubectl exec` does."""
+        assert self.cri is not None
         cid = container if isinstance(container, str) else container.id
-        argv = [str(self.tools.containerd_bin / "ctr"), "-a", str(self.sock), "-n", "k8s.io"]
-        argv += ["task", "exec", "--exec-id", f"e2e-{uuid.uuid4().hex[:8]}", cid, *cmd]
-        return subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+        resp = self.cri.runtime(
+            "ExecSync", cri.ExecSyncRequest(container_id=cid, cmd=list(cmd), timeout=30), 40
+        )
+        return subprocess.CompletedProcess(
+            list(cmd), resp.exit_code, resp.stdout.decode(errors="replace"),
+            resp.stderr.decode(errors="replace"),
+        )  # fmt: skip
 
     def cpuset(self, container: Container | str) -> Cpuset:
         """The container's real cpuset, read from its cgroup."""
@@ -590,20 +755,15 @@ class Run:
 
     def cleanup(self) -> None:
         """Remove everything this run made; safe to call more than once."""
-        if self.cri is not None and self.containerd is not None and self.containerd.poll() is None:
+        if self.cri is not None and self.daemon is not None and self.daemon.poll() is None:
             with contextlib.suppress(Exception):
                 for pod in self.cri.runtime(
                     "ListPodSandbox", cri.ListPodSandboxRequest(), timeout=30
                 ).items:
                     with contextlib.suppress(Exception):
-                        self.cri.runtime(
-                            "StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id)
-                        )
-                        self.cri.runtime(
-                            "RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id)
-                        )
+                        self._remove_sandbox(pod.id)
         self.stop_plugin()
-        self.stop_containerd()
+        self.stop_runtime()
         if self.cri is not None:
             self.cri.close()
             self.cri = None
@@ -668,17 +828,17 @@ def write_image(tools: Tools, out: Path) -> Path:
 def running(
     tools: Tools, base: Path, image: Path, *, show_logs: bool = False, **kwargs
 ) -> Iterator[Run]:
-    """A run with containerd started and `image` imported; on exit everything it made is removed,
-    and must be (SetupError when containerd cannot be had). `show_logs` prints the logs' tails
+    """A run with its runtime started and `image` imported; on exit everything it made is removed,
+    and must be (SetupError when the runtime cannot be had). `show_logs` prints the logs' tails
     first (pytest shows them when the test failed)."""
     run = Run(tools, base, **kwargs)
     try:
-        run.start_containerd()
+        run.start_runtime()
         run.import_image(image)
         yield run
     finally:
         if show_logs:
-            print(f"--- containerd log:\n{run.containerd_log_tail(80)}")
+            print(f"--- {run.tools.runtime} log:\n{run.runtime_log_tail(80)}")
             print(f"--- plugin log:\n{run.plugin_log_tail(40)}")
         run.cleanup()
         left = run.leftovers()

@@ -1,4 +1,4 @@
-"""The product image (packaging/image/build.py) run on a real containerd the way the DaemonSet
+"""The product image (packaging/image/build.py) run on each runtime the way the DaemonSet
 (packaging/kubernetes/daemonset.yaml) runs it: its image, arguments, mounts (host NRI socket
 directory, read-only sysfs, state and config directories on the host) and security context."""
 
@@ -15,7 +15,7 @@ import yaml
 
 from nri_topology.testing import cri_pb2 as cri
 from tests.e2e.conftest import _unavailable
-from tests.e2e.harness import REPO, Pod, Run, online_cpus, parse_cpus, wait_for
+from tests.e2e.harness import REPO, Pod, Run, container_labels, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -23,7 +23,7 @@ GIB = 1 << 30
 
 
 @pytest.fixture(scope="session")
-def product_image(tools, base_dir: Path) -> tuple[Path, dict]:
+def product_image(e2e_enabled: None, base_dir: Path) -> tuple[Path, dict]:
     if sys.version_info[:2] != (3, 11):
         _unavailable("the image build needs Python 3.11 (the image's Python, Debian 12's)")
     out = base_dir / "nri-topology.oci.tar"
@@ -94,7 +94,8 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
             sandbox_config=config,
             config=cri.ContainerConfig(
                 metadata=cri.ContainerMetadata(name=container["name"]),
-                image=cri.ImageSpec(image=image),
+                labels=container_labels(config, container["name"]),
+                image=cri.ImageSpec(image=image, user_specified_image=image),
                 args=args,
                 mounts=mounts,
                 log_path="plugin.log",
@@ -103,6 +104,7 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
                         cpu_shares=51, cpu_period=100000, memory_limit_in_bytes=256 << 20
                     ),
                     security_context=cri.LinuxContainerSecurityContext(
+                        namespace_options=config.linux.security_context.namespace_options,
                         readonly_rootfs=security["readOnlyRootFilesystem"],
                         no_new_privs=not security["allowPrivilegeEscalation"],
                         capabilities=cri.Capability(
@@ -120,8 +122,7 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
 def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None:
     archive, info = product_image
     started = time.monotonic()
-    run.ctr("images", "import", str(archive))
-    wait_for("image visible", lambda: run.cri.image_present(info["image"]), 60)
+    run.import_archive(archive, info["image"])
     print(f"image imported in {time.monotonic() - started:.1f}s")
     plugin = run_as_daemonset(run, info["image"])
     wait_for("plugin in the image ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)

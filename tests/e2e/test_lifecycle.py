@@ -1,4 +1,4 @@
-"""The plugin and the runtime coming and going on a real containerd: nothing moves that should
+"""The plugin and the runtime coming and going on each runtime: nothing moves that should
 not, reconnection resynchronizes, reloads and stalls are survived."""
 
 from __future__ import annotations
@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
+from tests.e2e.harness import Quirk, Run, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
 
@@ -145,6 +146,38 @@ def launched(run: Run) -> None:
     assert run.launched_plugin_pid() is not None
 
 
+def test_preinstalled_plugin_takes_its_settings_from_the_conf_d_file(run: Run) -> None:
+    """The runtime never restarts a launched plugin with its conf.d file: the state path and
+    metrics port written there are the ones in force from the start, over the --config file's."""
+    decoy = run.dir / "decoy"
+    run.write_plugin_config(f"state:\n  path: {decoy / 'state.json'}\nmetrics:\n  enabled: false\n")
+    run.install_plugin(conf_d=f"state:\n  path: {run.state}\nmetrics:\n  port: {run.plugin_port}\n")
+    run.stop_containerd()
+    run.start_containerd()
+    wait_for(
+        "launched plugin configured",
+        lambda: any(e.get("event") == "configured by the NRI runtime" for e in run.plugin_events()),
+        30,
+    )
+    g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
+    wait_for("checkpoint at the conf.d path", lambda: g.containers[0].id in _text(run.state), 10)
+    status, body = run.plugin_http("/metrics")
+    assert status == 200 and "nri_topology" in body
+    assert not decoy.exists()
+    assert not [
+        e
+        for e in run.plugin_events()
+        if e.get("event") == "changed settings take effect on restart"
+    ]
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
 def test_preinstalled_plugin_launched_by_containerd(run: Run) -> None:
     launched(run)
     be = run.run_pod("be", "besteffort")
@@ -156,24 +189,13 @@ def test_preinstalled_plugin_launched_by_containerd(run: Run) -> None:
     wait_for("grown back", lambda: parse_cpus(run.cpus(be.containers[0])) == online_cpus(), 10)
 
 
-def runtime_version(run: Run) -> str:
-    assert run.cri is not None
-    return run.cri.version().runtime_version
-
-
 def test_preinstalled_plugin_relaunched_keeps_placements(
     run: Run, request: pytest.FixtureRequest
 ) -> None:
     """After a runtime restart the relaunched plugin must know the running containers."""
     launched(run)
-    if runtime_version(run).startswith("1.7"):
-        request.applymarker(
-            pytest.mark.xfail(
-                strict=True,
-                reason="containerd 1.7 sends no Synchronize to the plugins it launches, so a "
-                "relaunched plugin does not learn the running containers",
-            )
-        )
+    if run.has(Quirk.NO_SYNC_ON_RELAUNCH):
+        request.applymarker(pytest.mark.xfail(strict=True, reason=Quirk.NO_SYNC_ON_RELAUNCH.value))
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     before = snapshot(run)
     run.stop_containerd()

@@ -1,4 +1,4 @@
-"""The placement file (`expose.file`) on a real containerd, read from inside the container.
+"""The placement file (`expose.file`) on each runtime, read from inside the container.
 
 The runtime bind-mounts the container's directory read-only; the plugin replaces the file in it
 by rename when the container's CPUs change. Every read here is `cat` run in the container (its

@@ -1,4 +1,4 @@
-"""Placement on a real containerd: what the plugin decides is what the containers' cgroups hold.
+"""Placement on each runtime: what the plugin decides is what the containers' cgroups hold.
 
 Pods are made as a kubelet makes them (QoS cgroup parents, kubelet's Linux resources, host
 network); every check reads the container's own cgroup.

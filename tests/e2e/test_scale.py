@@ -1,4 +1,4 @@
-"""Many pods on a real containerd: started in parallel as a kubelet starts them, and a hundred
+"""Many pods on each runtime: started in parallel as a kubelet starts them, and a hundred
 pods resynchronized when the plugin restarts."""
 
 from __future__ import annotations

@@ -11,6 +11,9 @@
 // the run. With -record it also writes the plugin's last reply to each probe's create and stop
 // (JSON, protobuf's JSON mapping), which the no-op plugin replays with -replies.
 //
+// The lifecycle events' request types differ between NRI releases: events_nri06.go is built by
+// default (containerd/nri 0.6.x, Debian's packages), events_nri012.go with the nri012 tag.
+//
 // The requests are read from files of length-prefixed (4 bytes, big endian) serialized
 // CreateContainerRequest messages, written by benchmarks/go_side.py from benchmarks/workload.py.
 package main
@@ -36,6 +39,7 @@ import (
 	"github.com/sirupsen/logrus"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // runtime is the state a container runtime keeps: pods and containers by id, with the
@@ -301,6 +305,12 @@ func run() error {
 		return err
 	}
 	defer nri.Stop()
+	// Since 0.12 Start synchronizes the pre-installed plugins too (there are none here): that
+	// report is not our plugin's.
+	select {
+	case <-synced:
+	default:
+	}
 
 	out, err := os.OpenFile(*pluginLog, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
@@ -418,6 +428,7 @@ func writeReplies(path string, probes []*api.CreateContainerRequest, replies []r
 			}
 			if a.Linux != nil {
 				a.Linux.Resources = trimResources(a.Linux.Resources)
+				dropEmpty(a.Linux.ProtoReflect())
 				if proto.Size(a.Linux) == 0 {
 					a.Linux = nil
 				}
@@ -447,6 +458,16 @@ func writeReplies(path string, probes []*api.CreateContainerRequest, replies []r
 	return os.WriteFile(path, data, 0o644)
 }
 
+// dropEmpty clears the empty messages set in m's fields (0.12 adds an empty RDT message).
+func dropEmpty(m protoreflect.Message) {
+	m.Range(func(f protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if f.Message() != nil && !f.IsList() && !f.IsMap() && proto.Size(v.Message().Interface()) == 0 {
+			m.Clear(f)
+		}
+		return true
+	})
+}
+
 // trimResources drops the empty memory and CPU messages the adaptation adds; nil if nothing
 // is left.
 func trimResources(r *api.LinuxResources) *api.LinuxResources {
@@ -474,7 +495,7 @@ func (r *runtime) runPod(ctx context.Context, nri *adaptation.Adaptation, pod *a
 	r.mu.Lock()
 	r.pods[pod.Id] = pod
 	r.mu.Unlock()
-	if err := nri.RunPodSandbox(ctx, &api.StateChangeEvent{Pod: pod}); err != nil {
+	if err := runPodSandbox(ctx, nri, pod); err != nil {
 		return fmt.Errorf("RunPodSandbox %s: %w", pod.Id, err)
 	}
 	return nil
@@ -501,11 +522,8 @@ func (r *runtime) created(c *api.Container, rpl *api.CreateContainerResponse) {
 }
 
 func (r *runtime) start(ctx context.Context, nri *adaptation.Adaptation, req *api.CreateContainerRequest) error {
-	for _, step := range []func(context.Context, *api.StateChangeEvent) error{
-		nri.PostCreateContainer, nri.StartContainer, nri.PostStartContainer,
-	} {
-		evt := &api.StateChangeEvent{Pod: req.Pod, Container: req.Container}
-		if err := step(ctx, evt); err != nil {
+	for _, step := range startSteps(nri) {
+		if err := step(ctx, req.Pod, req.Container); err != nil {
 			return fmt.Errorf("starting %s: %w", req.Container.Id, err)
 		}
 	}
@@ -521,7 +539,7 @@ func (r *runtime) stopRemove(ctx context.Context, nri *adaptation.Adaptation, re
 	r.mu.Lock()
 	delete(r.containers, req.Container.Id)
 	r.mu.Unlock()
-	if err := nri.RemoveContainer(ctx, &api.StateChangeEvent{Pod: req.Pod, Container: req.Container}); err != nil {
+	if err := removeContainer(ctx, nri, req.Pod, req.Container); err != nil {
 		return nil, fmt.Errorf("RemoveContainer %s: %w", req.Container.Id, err)
 	}
 	return rpl, nil

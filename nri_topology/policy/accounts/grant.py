@@ -34,6 +34,9 @@ class Grant:
     reason: str = ""
     degraded: tuple[Degradation, ...] = ()
     hints_missed: str = ""  # why its CPUs are not all on its devices' NUMA nodes ("": they are)
+    # hugepages booked: (node, page size kB, pages), and (page size kB, pages) that fit nowhere
+    hugepages: tuple[tuple[int, int, int], ...] = ()
+    hugepages_short: tuple[tuple[int, int], ...] = ()
 
     @property
     def uses_shared(self) -> bool:

@@ -33,6 +33,7 @@ class Ledger:
         # the pool's sharable CPUs no container holds exclusively: its shared cpuset
         self.shared_cpus: list[frozenset[int]] = [p.sharable for p in pools]
         self.free_iso: list[frozenset[int]] = [p.isolated for p in pools]
+        self.sharable = tuple(len(p.sharable) for p in pools)  # shared CPUs when none is sliced
         self.sub_shared = [0] * n  # milli-CPU granted from shared CPUs in the subtree
         self.sub_users = [0] * n  # shared containers in the subtree
         self.users: list[dict[str, Grant]] = [{} for _ in range(n)]  # shared users, direct
@@ -57,6 +58,22 @@ class Ledger:
                 least = left
         assert least is not None  # a chain holds at least the pool itself
         return least
+
+    def sharable_capacity(self, p: int) -> int:
+        """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
+        return 1000 * self.sharable[p] - self.partial_reserved_in[p]
+
+    def short(self, p: int, exclusive: int, milli: int, users: int) -> int | None:
+        """The capacity rule: the first pool up p's chain (p itself first) that would keep fewer
+        shared CPUs than its shared containers need once `exclusive` CPUs are sliced off and
+        `users` more containers share `milli` more milli-CPU in p; None when every one holds.
+
+        `choose.room` walks the same chain inlined (it runs for every pool of a decision);
+        tests/test_policy_capacity.py compares the two."""
+        for a in self.chain[p]:
+            if len(self.shared_cpus[a]) - exclusive < self.need_cpus(a, milli, users):
+                return a
+        return None
 
     def need_cpus(self, p: int, extra_milli: int = 0, extra_users: int = 0) -> int:
         """CPUs the pool must keep shared for the containers in its subtree."""

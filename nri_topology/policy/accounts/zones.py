@@ -1,7 +1,7 @@
 """Memory zones: which memory nodes a grant in a pool is charged to, widened when they are full.
 
 A zone is the pool's nodes of the request's tiers; when they are full, the nearest ancestor's
-(up the tree), then, for a request that may be degraded, the next tiers (`parity.TIER_ORDER`).
+(up the tree), then, for a request that may be degraded, the next tiers (`TIER_ORDER`).
 Only the `MemoryBook` changes between decisions; the caches here depend on the machine and the
 pool tree alone, which are fixed for one engine, so they are never invalidated, and bounded by
 (pools x tier sets), the tier sets asked for and the zones grants were given.
@@ -10,10 +10,23 @@ pool tree alone, which are fixed for one engine, so they are never invalidated, 
 from __future__ import annotations
 
 from nri_topology.policy.accounts.memory import MemoryBook
-from nri_topology.policy.admission import parity
 from nri_topology.policy.pools import Pool
 from nri_topology.policy.types import PolicyError, Request
 from nri_topology.topology.model import Machine, MemoryTier, tier_set
+
+# Memory tiers a container spills into, in this order, when its own tiers are full. HBM is small
+# and fast: it is used only when asked for.
+TIER_ORDER = (MemoryTier.DRAM, MemoryTier.CXL, MemoryTier.PMEM)
+
+
+def widen_tiers(
+    tiers: frozenset[MemoryTier], on_machine: frozenset[MemoryTier]
+) -> frozenset[MemoryTier] | None:
+    """The tiers with the next one of `TIER_ORDER` the machine has added, None when none is left."""
+    for tier in TIER_ORDER:
+        if tier not in tiers and tier in on_machine:
+            return tiers | {tier}
+    return None
 
 
 class Zones:
@@ -72,7 +85,7 @@ class Zones:
         out = tiers
         nodes = self._machine.nodes.values()
         if not any(n.normal and n.memory > 0 and n.tier in tiers for n in nodes):
-            for tier in (*parity.TIER_ORDER, MemoryTier.HBM):
+            for tier in (*TIER_ORDER, MemoryTier.HBM):
                 if any(n.normal and n.memory > 0 and n.tier is tier for n in nodes):
                     out = tiers | {tier}
                     break
@@ -96,11 +109,11 @@ class Zones:
         squeeze: bool = False,
     ) -> tuple[frozenset[int], bool]:
         """Memory zone for a pool: its nodes of the tiers, widened up the tree when full, then,
-        when `widen`, into the next tiers (`parity.TIER_ORDER`), again from the pool up.
+        when `widen`, into the next tiers (`TIER_ORDER`), again from the pool up.
 
         Returns (zone, relaxed); raises LookupError when even the root's nodes cannot hold it,
         unless `widen` and `squeeze`: then the root's nodes of every tier tried, which the grant is
-        charged what fits (`Degradation.MEMORY_CHARGE`, see `admission`).
+        charged what fits (`Degradation.MEMORY_CHARGE`, see `admission.parity`).
         """
         found = self._zone_in(p, tiers, size)
         if found is not None:
@@ -108,7 +121,7 @@ class Zones:
         wider: frozenset[MemoryTier] | None = tiers
         widest = tiers
         while widen and wider is not None:
-            wider = parity.widen_tiers(wider, self._tiers_on_machine)
+            wider = widen_tiers(wider, self._tiers_on_machine)
             if wider is not None:
                 widest = wider
                 found = self._zone_in(p, wider, size)

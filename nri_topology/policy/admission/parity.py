@@ -2,10 +2,10 @@
 
 Under NRI a refusal is a failed container creation of a pod the scheduler and the kubelet have
 already admitted, so the pod is stuck on the node. The engine therefore places every container the
-kubelet would admit, degrading it when it must, in this order:
+kubelet would admit, degrading it when it must, in this order (the table of `ladder`):
 
 1. as asked;
-2. as asked, after moving a few shared containers to fewer pools (`consolidate`);
+2. as asked, after moving a few shared containers to fewer pools (`moves`);
 3. exclusive CPUs asked for: the same amount of shared CPUs (`Degradation.SHARED_CPUS`);
    Before that, exclusive CPUs from the kernel-isolated ones when no ordinary ones are left (the
    kubelet hands isolated CPUs out like any other CPU); after it, when neither kind alone nor
@@ -23,7 +23,7 @@ kubelet would admit, degrading it when it must, in this order:
    still divide the CPU time in proportion to the requests, as in the kubelet's shared pool.
    Later grants see only what was charged; release gives back exactly that.
 
-Memory that does not fit its tiers anywhere widens into the next tier (`widen_tiers`,
+Memory that does not fit its tiers anywhere widens into the next tier (`zones.widen_tiers`,
 `Degradation.MEMORY_TIER`). A container is charged its memory request, else its limit: a
 Burstable container's request reaches the runtime only through the oom_score_adj the kubelet
 derives from it, and a small one (under 0.2 % of the machine's memory) reads as none, so its limit
@@ -48,13 +48,8 @@ from dataclasses import replace
 
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import EXCLUSIVE_KINDS, CpuKind, Degradation, Request
-from nri_topology.topology.model import MemoryTier
 
 ON_UNFIT = ("degrade", "refuse")
-
-# Memory tiers a container spills into, in this order, when its own tiers are full. HBM is small
-# and fast: it is used only when asked for.
-TIER_ORDER = (MemoryTier.DRAM, MemoryTier.CXL, MemoryTier.PMEM)
 
 
 # (kind asked for, kind granted) pairs a degraded grant can show; restore reads them back.
@@ -105,16 +100,6 @@ def strict(req: Request) -> bool:
 
 def may_degrade(req: Request, options: Options) -> bool:
     return options.on_unfit == "degrade" and not strict(req)
-
-
-def widen_tiers(
-    tiers: frozenset[MemoryTier], on_machine: frozenset[MemoryTier]
-) -> frozenset[MemoryTier] | None:
-    """The tiers with the next one of `TIER_ORDER` the machine has added, None when none is left."""
-    for tier in TIER_ORDER:
-        if tier not in tiers and tier in on_machine:
-            return tiers | {tier}
-    return None
 
 
 def degradations(

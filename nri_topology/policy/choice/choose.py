@@ -42,7 +42,7 @@ class Option(NamedTuple):
     """A pool that can hold the request, with its sort key and the memory zone it would get (a
     tuple: one is made per feasible pool per decision)."""
 
-    key: tuple[object, ...]
+    key: scoring.SortKey
     pool: Pool
     hint_miss: int  # hinted NUMA nodes the pool does not cover
     zone: frozenset[int]
@@ -122,7 +122,7 @@ def room(d: Demand, pool: Pool, ledger: Ledger) -> tuple[str | None, int]:
         ledger.partial_reserved_in,
     )
     least: int | None = None
-    for a in ledger.chain[p]:  # need_cpus inlined: this runs for every pool of a decision
+    for a in ledger.chain[p]:  # `Ledger.short` inlined: this runs for every pool of a decision
         n = len(shared_cpus[a])
         granted = sub_shared[a] + reserved_in[a]
         need = -(-(granted + shared_part) // 1000)
@@ -243,16 +243,16 @@ def options(
             colocated = len(users[i])
         key = scoring.sort_key(
             p,
-            weights[i],
-            hint_miss,
-            not tiers <= board.pool_tiers[i],
-            relaxed,
-            burst_limit is not None and alloc < burst_limit,
-            isolated and len(free_iso[i]) < k,
-            numa,
-            bool(preferred) and len(shared_cpus[i] & preferred) < k,
-            colocated,
-            alloc,
+            affinity=weights[i],
+            hint_miss=hint_miss,
+            tier_miss=not tiers <= board.pool_tiers[i],
+            relaxed=relaxed,
+            burst_short=burst_limit is not None and alloc < burst_limit,
+            isolated_short=isolated and len(free_iso[i]) < k,
+            numa=numa,
+            cores_short=bool(preferred) and len(shared_cpus[i] & preferred) < k,
+            colocated=colocated,
+            free_shared=alloc,
         )
         options.append(Option(key, p, hint_miss, zone, relaxed, span))
     return options, unfit_pools

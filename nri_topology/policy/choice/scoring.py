@@ -54,22 +54,30 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from itertools import compress
 from operator import ne
+from typing import NamedTuple
 
 from nri_topology.policy.pools import Pool
 
-CRITERIA = (
-    "affinity",
-    "hints",
-    "tiers",
-    "memory",
-    "burst",
-    "isolated",
-    "numa",
-    "cores",
-    "depth",
-    "load",
-    "index",
-)
+
+class SortKey(NamedTuple):
+    """A feasible pool's sort key, compared field by field, the smallest first; each field is
+    one criterion of the module docstring, in its order."""
+
+    affinity: float  # minus the affinity score
+    hints: int  # hinted NUMA nodes the pool does not cover
+    tiers: int  # 1: the pool lacks a requested memory tier
+    memory: int  # 1: memory fits only widened beyond the pool
+    burst: int  # 1: the free shared capacity does not cover a Burstable limit
+    isolated: int  # 1: too few free isolated CPUs for an isolated request
+    numa: tuple[int, float]  # (nodes spanned, their average distance): `numa_measure`
+    cores: int  # 1: too few free CPUs of the preferred core kind (hybrid machines)
+    depth: int  # minus the pool's depth
+    load: tuple[int, int]  # (colocation count or 0, minus free shared milli-CPU)
+    index: int  # the pool's pre-order number
+
+
+CRITERIA = SortKey._fields
+_new_key = tuple.__new__
 
 DISTANCE_DECAY = 0.75
 
@@ -82,6 +90,7 @@ def numa_measure(nodes: int, distance: float) -> tuple[int, float]:
 
 def sort_key(
     pool: Pool,
+    *,
     affinity: float,
     hint_miss: int,
     tier_miss: bool,
@@ -92,28 +101,30 @@ def sort_key(
     cores_short: bool,
     colocated: int,
     free_shared: int,
-) -> tuple[object, ...]:
-    """The documented sort key of a feasible pool (see the module docstring) from what was
-    measured of it for one request.
+) -> SortKey:
+    """The sort key of a feasible pool (see the module docstring) from what was measured of it
+    for one request.
 
     `hint_miss`: hinted NUMA nodes the pool does not cover; `numa`: the nodes the grant would
     span (`numa_measure`); `cores_short`: too few free CPUs of the preferred core kind (hybrid
     machines); `colocated`: 0 for a request taking whole CPUs (spreading), else the pool's
-    colocation count; `free_shared`: milli-CPU. Positional and building the tuple directly: the
-    engine asks for one per feasible pool per decision.
+    colocation count; `free_shared`: milli-CPU.
     """
-    return (
-        -round(affinity, 9) if affinity else -affinity,  # most requests have none
-        hint_miss,
-        1 if tier_miss else 0,
-        1 if relaxed else 0,
-        1 if burst_short else 0,
-        1 if isolated_short else 0,
-        numa,
-        1 if cores_short else 0,
-        -pool.depth,
-        (colocated, -free_shared),
-        pool.index,
+    return _new_key(  # in field order, without SortKey's Python-level __new__: one per pool
+        SortKey,
+        (
+            -round(affinity, 9) if affinity else -affinity,  # most requests have none
+            hint_miss,
+            1 if tier_miss else 0,
+            1 if relaxed else 0,
+            1 if burst_short else 0,
+            1 if isolated_short else 0,
+            numa,
+            1 if cores_short else 0,
+            -pool.depth,
+            (colocated, -free_shared),
+            pool.index,
+        ),
     )
 
 

@@ -3,9 +3,11 @@
 Pure and deterministic: state changes only through `place`, `release`, `resize`, `adopt` and
 `finish_cold_start`, each of which either completes or raises `PolicyError` with the state exactly
 as before (`running` only notes what the runtime reports, for `refresh` to diff). The checkpoint
-format is `state`'s, the CPU accounts are the `ledger`'s, the memory zones `zones`', the pool
-choice is `choice`'s and the CPUs and memory a grant takes in its pool are `shaping`'s. Outside
-the engine its state is read through read-only views (`pools`, `grants`, `accounts`, ...).
+format is `checkpoint.state`'s, the CPU accounts are the `accounts.ledger`'s, the memory zones
+`accounts.zones`', the pool choice is `choice`'s, the CPUs and memory a grant takes in its pool
+are `shaping`'s, the steps for a container that does not fit `admission.ladder`'s, and the
+pinning and update diff `engine.updates`'. Outside the engine its state is read through
+read-only views (`pools`, `grants`, `accounts`, ...).
 
 Accounting, per pool, in the `ledger` (the pool choice reads it, `choose.room`):
 * `shared_cpus` - the pool's sharable CPUs that no container holds exclusively. The shared cpuset
@@ -26,8 +28,8 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   and considers CPUs of a pool that belong to none of its children (reference 14.10);
 * only containers whose cpuset or memset really changed get an update (reference 14.11);
 * memory that does not fit widens the new container's zone to an ancestor's nodes, then into
-  the next memory tier (`parity.TIER_ORDER`), then, when the kubelet admits its memory
-  request, to all of those nodes charged what fits (`admission`); other containers are never
+  the next memory tier (`zones.TIER_ORDER`), then, when the kubelet admits its memory
+  request, to all of those nodes charged what fits (`admission.parity`); other containers are never
   moved for it (the reference moves lower-priority containers instead);
 * memory of reserved and preserved-memory containers: reserved ones are charged to the root
   zone; containers that keep their memory pinning are not charged (their nodes are unknown);
@@ -36,7 +38,7 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 * a resized container tries its old pool (and CPUs) first only when that pool still fits, else
   it moves (the reference always reuses the old pool and fails, 14.6);
 * a container that does not fit as asked is not refused when the kubelet would admit it: a few
-  shared containers are moved out of the way, else it is degraded (`admission`, `consolidate`);
+  shared containers are moved out of the way, else it is degraded (`admission`);
 * a request needing CPUs of several NUMA nodes of its pool takes them from the best node set
   (fewest nodes, then lowest average distance) when prefer_closest_numa is on;
 * topology hints are NUMA nodes, scored by how many the pool misses (reference: a product of
@@ -48,36 +50,39 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
   (performance cores for high and normal, efficiency cores for low), packed within that kind;
 * a single-numa-node request (annotation or option) is only placed in pools of one NUMA node
   with memory fitting there, and is refused, saying so, when none can hold it.
+* hugepages are booked per NUMA node and page size (`hugepages`), on the chosen pool's nodes
+  (its CPUs' nodes first), a pool without room for them failing its grant; beyond the pools only
+  when memory may widen (`Degradation.HUGEPAGES_REMOTE`), and pages beyond the machine's free
+  ones are refused (the reference does not account hugepages).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from itertools import chain
-from operator import attrgetter
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
-from nri_topology.policy.accounts import reservation
+from nri_topology.policy.accounts import hugepages, reservation
 from nri_topology.policy.accounts.grant import Grant, Op, memory_size
 from nri_topology.policy.accounts.ledger import Ledger
 from nri_topology.policy.accounts.memory import MemoryBook
 from nri_topology.policy.accounts.zones import Zones
-from nri_topology.policy.admission import moves, parity
+from nri_topology.policy.admission import ladder, moves, parity
 from nri_topology.policy.allocator import cpuallocator
 from nri_topology.policy.choice import choose, scoring
+from nri_topology.policy.engine.updates import Pins
 from nri_topology.policy.intake import affinity
-from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.options import Options
 from nri_topology.policy.pools import Pool, ancestors, build_pools, subtree
 from nri_topology.policy.shaping import shape
-from nri_topology.policy.shaping.shape import GrantShape, Shaper
+from nri_topology.policy.shaping.shape import GrantFailed, GrantShape, Shaper
 from nri_topology.policy.types import (
     CHOSEN,
     EXCLUSIVE_KINDS,
     ColdStart,
     CpuKind,
     Decision,
+    Degradation,
     Outcome,
     Placement,
     PolicyError,
@@ -92,9 +97,6 @@ from nri_topology.topology.model import Machine, MemoryTier
 # more than change between two checkpoint writes, and a bound when nobody asks.
 _CHANGES_NAMED = 4096
 
-# Shared sets (with their Placement and Updates) kept before all are forgotten at once: a few per
-# pool cover containers coming and going; the Updates kept are at most this many per container.
-_SHARED_SETS_KEPT = 32
 _WHY_SHOWN = 3  # pools named when a decision says why its devices' nodes were missed
 
 
@@ -111,6 +113,7 @@ class Accounts:
     reserved_granted: int
     memory_requested: int  # the grants' known memory requests
     memory: Mapping[frozenset[int], int]  # bytes charged per zone
+    hugepages: Mapping[tuple[int, int], int] = field(default_factory=dict)  # (node, kB) -> pages
 
 
 class Engine:
@@ -158,12 +161,8 @@ class Engine:
         )
         self._numa = tuple(self._numa_measure(p) for p in self._pools)
         self._pool_tiers = tuple(p.tiers for p in self._pools)
-        # Shared sets seen lately, one object per value: a pool's shared set returns to an
-        # earlier value when a container leaves, and its containers and updates are compared
-        # and cached by identity. Per set: its Placement and the Update of each container.
-        self._shared_sets: dict[frozenset[int], tuple[Placement, dict[str, Update]]] = {}
-
         self._ledger = Ledger(self._pools, self._chain, partial, self._partial_reserved_in)
+        self._pins = Pins(machine, options, self._ledger, reserved)
         self._taken: frozenset[int] = frozenset()
         self._reserved_granted = 0
         self._memory_requested = 0  # the grants' known memory requests (`_squeeze`)
@@ -171,6 +170,7 @@ class Engine:
         self._grants_view = MappingProxyType(self._grants)
         self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
         self._book = MemoryBook(machine)
+        self._huge = hugepages.HugepageBook(machine)
         self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
@@ -182,6 +182,19 @@ class Engine:
             self._numa,
             self._pool_tiers,
             pack=options.shared_placement == "pack",
+        )
+        self._rungs = ladder.Rungs(
+            as_asked=self._as_asked,
+            after_moves=self._after_moves,
+            on_isolated=self._on_isolated,
+            on_isolated_mixed=self._on_isolated_mixed,
+            on_reserved=self._on_reserved,
+            on_overcommit=self._on_overcommit,
+            commit=self._commit,
+            note=self._note_degradation,
+            chosen=self._chosen,
+            kubelet_admits=self._kubelet_admits,
+            may_degrade=lambda req: parity.may_degrade(req, options),
         )
         # Containers whose grant was committed, undone or ended its cold start since the last
         # `take_changed`: their checkpoint entries (`state.entry`) may differ. None: too many
@@ -235,6 +248,7 @@ class Engine:
             reserved_granted=self._reserved_granted,
             memory_requested=self._memory_requested,
             memory=dict(self._book.zones()),
+            hugepages=self._huge.booked_pages(),
         )
 
     # ----------------------------------------------------------------------------------------
@@ -268,7 +282,7 @@ class Engine:
 
     def sharable_capacity(self, p: int) -> int:
         """Shared milli-CPU of all the pool's sharable CPUs, as if none were exclusive."""
-        return 1000 * len(self._pools[p].sharable) - self._partial_reserved_in[p]
+        return self._ledger.sharable_capacity(p)
 
     def shared_users(self, p: int) -> Mapping[str, Grant]:
         """The shared containers placed directly in the pool."""
@@ -291,41 +305,16 @@ class Engine:
         """Bytes of memory the nodes hold."""
         return self._book.capacity(nodes)
 
+    def hugepages_free(self, node: int, size_kb: int) -> int:
+        """Pages of `size_kb` on `node` no container has booked."""
+        return self._huge.free(node, size_kb)
+
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
-        if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
-            return None
-        if g.kind is CpuKind.RESERVED:
-            cpus = self._reserved_all
-        elif g.uses_shared:
-            # No exclusive part: the pool's shared set itself, so that every such container of
-            # the pool holds one object (hashed once; `_diff` compares by identity).
-            cpus = (
-                g.exclusive | self._ledger.shared_cpus[g.pool]
-                if g.exclusive
-                else self._ledger.shared_cpus[g.pool]
-            )
-        else:
-            cpus = g.exclusive
-        if g.request.hide_hyperthreads:
-            cpus = frozenset(c for c in cpus if self._lowest_sibling(c, cpus) == c)
-        return cpus
+        return self._pins.pin(g)
 
-    def _lowest_sibling(self, cpu: int, within: frozenset[int]) -> int:
-        return min(t for t in self.machine.cpus[cpu].threads if t in within)
-
-    def _mems(self, g: Grant) -> frozenset[int] | None:
-        """The memset a grant pins to: its zone, without DRAM while a cold start runs."""
-        if not self.options.pin_memory or g.request.memory_preserve:
-            return None
-        if g.cold_start is not None:
-            return frozenset(n for n in g.zone if self.machine.nodes[n].tier is not MemoryTier.DRAM)
-        return g.zone
-
-    def _shares(self, g: Grant) -> int | None:
-        if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
-            return None
-        return milli_to_shares(g.request.cpu_request)
+    def placement(self, g: Grant) -> Placement:
+        return self._pins.placement(g)
 
     # ----------------------------------------------------------------------------------------
     # Placing
@@ -340,71 +329,34 @@ class Engine:
         self._validate(req)
         op = Op()
         grant, trace, moved = self._admit(req, hint, keep, op)
-        updates = self._updates(op, req.container_id, moved)
+        updates = self._pins.updates(op, req.container_id, moved, self._grants)
         return self._decision(grant, trace, updates, tuple(sorted(moved)))
 
-    def _admit(
-        self,
-        req: Request,
-        hint: int | None,
-        keep: frozenset[int],
-        op: Op,
-        overcommit: bool = True,
-    ) -> tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]:
-        """Choose and commit a grant, degrading it when it does not fit as asked (`admission`).
+    def _admit(self, req: Request, hint: int | None, keep: frozenset[int], op: Op) -> ladder.Placed:
+        """Choose and commit a grant, degrading it when it does not fit as asked (`ladder`):
+        the grant, its trace and the shared containers moved for it (their old grants)."""
+        self._hugepages_admitted(req)
+        return ladder.climb(ladder.Climb(self._rungs, req, hint, keep, op, True))
 
-        Returns the grant, its trace and the shared containers moved for it (their old grants).
-        `overcommit` allows the last step, over-committed shared CPUs (the caller tries it
-        itself after other steps otherwise).
-        """
-        try:
-            g, trace = self._choose(req, hint, keep)
-        except PolicyError as e:
-            refusal = e
-        else:
-            better = None if hint is not None else self._better_shape(req, g, trace, op)
-            if better is not None:
-                self._note_degradation(better[0], req)
-                return better
-            self._commit(g, op)
-            self._note_degradation(g, req)
-            return g, trace, {}
-        if not self._kubelet_admits(req):
-            raise refusal
+    def _as_asked(
+        self, req: Request, hint: int | None, keep: frozenset[int], op: Op
+    ) -> ladder.Placed:
+        g, trace = self._choose(req, hint, keep)
+        better = None if hint is not None else self._better_shape(req, g, trace, op)
+        if better is not None:
+            return ladder.Placed(*better)
+        self._commit(g, op)
+        return ladder.Placed(g, trace, {})
+
+    def _after_moves(
+        self, req: Request, hint: int | None, keep: frozenset[int], op: Op
+    ) -> ladder.Placed | None:
         found = moves.candidates(self._pools, self._ledger, self.options.max_moves, req)
         room = moves.make_room(found, self.try_moves, req, hint, keep, op)
-        if room is not None:
-            self._note_degradation(room[0], req)
-            return room
-        if not parity.may_degrade(req, self.options):
-            raise refusal
-        on_isolated = self._on_isolated(req, op)
-        if on_isolated is not None:
-            return on_isolated, (PoolScore(self._pools[on_isolated.pool].name, (), CHOSEN),), {}
-        if req.kind in EXCLUSIVE_KINDS:
-            shared = parity.as_kind(req, CpuKind.SHARED)
-            try:
-                g, trace, moved = self._admit(shared, None, frozenset(), op, overcommit=False)
-            except PolicyError:
-                last = self._on_isolated_mixed(req, op) or self._on_overcommit(shared, op)
-                if last is None:
-                    raise refusal from None
-                if last.kind is CpuKind.SHARED:
-                    last.reason = f"{req.exclusive} exclusive CPUs fit nowhere; {last.reason}"
-                self._note_degradation(last, req)
-                return last, (PoolScore(self._pools[last.pool].name, (), CHOSEN),), {}
-            g.reason = f"{req.exclusive} exclusive CPUs do not fit anywhere; {g.reason}"
-            self._note_degradation(g, req)
-            return g, trace, moved
-        g = self._on_reserved(req)
-        if g is not None:
-            self._commit(g, op)
-        elif overcommit:
-            g = self._on_overcommit(req, op)
-        if g is None:
-            raise refusal
-        self._note_degradation(g, req)
-        return g, (PoolScore(self._pools[g.pool].name, (), CHOSEN),), {}
+        return None if room is None else ladder.Placed(*room)
+
+    def _chosen(self, g: Grant) -> tuple[PoolScore, ...]:
+        return (PoolScore(self._pools[g.pool].name, (), CHOSEN),)
 
     def _better_shape(
         self, req: Request, g: Grant, trace: tuple[PoolScore, ...], op: Op
@@ -465,6 +417,8 @@ class Engine:
             if last is None or not parity.may_degrade(old.request, self.options):
                 raise
             g = last
+        if g.hugepages_short:
+            raise PolicyError(f"{old.request.who}: its hugepages no longer fit")
         if old.cold_start is None:
             g.cold_start = None
         self._commit(g, op)
@@ -543,6 +497,17 @@ class Engine:
         zone, relaxed = self._zones.zone(0, self._zones.tiers(req), size, True, self._squeeze(req))
         return zone, relaxed, size
 
+    def _hugepages_admitted(self, req: Request) -> None:
+        """Refuse hugepages beyond the pages of their size still free on the whole machine: the
+        kubelet, counting the same pages, does not admit them either."""
+        if not req.hugepages:
+            return
+        order = tuple(self.machine.nodes)
+        _, short = self._huge.layout(req.hugepages, order)
+        if short:
+            why = hugepages.describe_short(req.hugepages, short, self._huge, order)
+            raise PolicyError(f"{req.who}: {why}")
+
     def _kubelet_admits(self, req: Request) -> bool:
         """Whether the kubelet would admit the container next to those placed: CPU requests
         within the allocatable CPU (capacity - reservation), exclusive CPUs within the CPUs."""
@@ -616,9 +581,23 @@ class Engine:
         iso_mixed = not g.isolated and bool(g.exclusive & self._isolated)
         cut = bool(g.zone) and not g.request.memory_preserve and g.memory < memory_size(g.request)
         cpu_cut = g.kind is CpuKind.SHARED and g.shared < g.request.shared
-        if not widened and not iso_mixed and not cut and not cpu_cut and g.kind is asked.kind:
+        remote = self._hugepages_remote(g)
+        if (
+            not widened
+            and not iso_mixed
+            and not cut
+            and not cpu_cut
+            and not remote
+            and g.kind is asked.kind
+        ):
             return
         g.degraded = parity.degradations(asked.kind, g.kind, widened, iso_mixed, cut, cpu_cut)
+        if remote:
+            g.degraded += (Degradation.HUGEPAGES_REMOTE,)
+            g.reason += (
+                f"; hugepages on nodes {cpuset.format(remote)} beyond the pool's, "
+                "its own have too few free"
+            )
         if cut:
             g.reason += (
                 f"; {g.memory} of {memory_size(g.request)} bytes of memory charged, "
@@ -628,21 +607,11 @@ class Engine:
             names = ",".join(sorted(str(t) for t in zone_tiers))
             g.reason += f"; memory widened into tiers {names} because its own ran out"
 
-    def _updates(self, op: Op, cid: str, moved: dict[str, Grant]) -> tuple[Update, ...]:
-        """The diff of the operation, with every moved container's new cpuset and memset."""
-        diff = self._diff(op, skip=cid)
-        if not moved:
-            return diff
-        updates = {u.container_id: u for u in diff}
-        for mid, old in moved.items():
-            new = self._grants[mid]
-            cpus = new.cpus if new.cpus != old.cpus else None
-            mems = new.mems if new.mems != old.mems else None
-            if cpus is not None or mems is not None:
-                updates[mid] = Update(mid, Placement(cpus=cpus, mems=mems))
-            else:
-                updates.pop(mid, None)
-        return tuple(updates[k] for k in sorted(updates))
+    def _hugepages_remote(self, g: Grant) -> frozenset[int]:
+        """The nodes of a grant's hugepages outside its pool and memory zone."""
+        if not g.hugepages:
+            return frozenset()
+        return hugepages.nodes_of(g.hugepages) - self._pools[g.pool].nodes - g.zone
 
     def _validate(self, req: Request) -> None:
         if req.kind in EXCLUSIVE_KINDS and req.exclusive < 1:
@@ -708,15 +677,32 @@ class Engine:
             squeeze=widen and self._squeeze(req),
         )
 
+        # Hugepages on the pool's own nodes first; beyond them, in a second round, only when
+        # memory may widen too (the request is not strict and the operator lets it degrade).
+        remote = False
+
         def attempt(o: choose.Option) -> Grant:
             shape = self._shaper.shape(
                 req, o.pool.index, o.zone, o.relaxed, keep, tiers, size, o.span
             )
-            g = self._grant(req, shape)
+            within = None if remote else o.pool.nodes | o.zone
+            g = self._grant(req, shape, within)
+            if g.hugepages_short:
+                raise GrantFailed(
+                    hugepages.describe_short(
+                        req.hugepages,
+                        dict(g.hugepages_short),
+                        self._huge,
+                        within if within is not None else self.machine.nodes,
+                    )
+                )
             g.reason = _reason(g, o.pool.name, fallback, shape.note)
             return g
 
         chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
+        if chosen.grant is None and req.hugepages and widen:
+            remote = True
+            chosen = choose.choose(options, unfit, hint, attempt, self._by_name)
         g = chosen.grant
         if g is None:
             raise PolicyError(
@@ -775,8 +761,17 @@ class Engine:
                 per_pool[g.pool] = per_pool.get(g.pool, 0.0) + w
         return scoring.affinity_scores(self._pools, per_pool)
 
-    def _grant(self, req: Request, shape: GrantShape) -> Grant:
-        """The grant of `shape` to `req`, with the cold start its memory zone allows."""
+    def _grant(
+        self,
+        req: Request,
+        shape: GrantShape,
+        within: frozenset[int] | None = None,
+        prefer: frozenset[int] = frozenset(),
+    ) -> Grant:
+        """The grant of `shape` to `req`, with the cold start its memory zone allows and its
+        hugepages laid out on the nodes of `within` (all when None), those of `prefer` first,
+        then its CPUs' nodes, then its memory zone's; what fits nowhere is in
+        `hugepages_short`."""
         kind, zone, shared = shape.kind, shape.zone, shape.shared
         cold: ColdStart | None = None
         if req.cold_start_ns > 0 and zone:
@@ -786,7 +781,7 @@ class Engine:
                 cold = ColdStart(delay_ns=req.cold_start_ns, then_mems=zone)
         if kind is CpuKind.EXCLUSIVE or (kind is CpuKind.ISOLATED and not req.shared):
             shared = 0
-        return Grant(
+        g = Grant(
             request=req,
             pool=shape.pool,
             kind=kind,
@@ -798,6 +793,16 @@ class Engine:
             relaxed=shape.relaxed,
             cold_start=cold,
         )
+        if req.hugepages:
+            cpu_nodes = (
+                frozenset(self.machine.cpus[c].node for c in shape.exclusive)
+                if shape.exclusive
+                else self._pools[shape.pool].cpu_nodes
+            )
+            order = hugepages.node_order(self.machine, [prefer, cpu_nodes, zone])
+            layout, short = self._huge.layout(req.hugepages, order, within)
+            g.hugepages, g.hugepages_short = layout, tuple(sorted(short.items()))
+        return g
 
     def _charge(self, zone: frozenset[int], size: int) -> int:
         """Bytes a grant charges to its zone: its size, or what fits when it does not
@@ -819,7 +824,7 @@ class Engine:
                 if iso:
                     self._ledger.free_iso[x] -= iso
                 if iso != g.exclusive:
-                    self._ledger.shared_cpus[x] = self._interned(
+                    self._ledger.shared_cpus[x] = self._pins.interned(
                         self._ledger.shared_cpus[x] - g.exclusive
                     )
                     op.touched.add(x)
@@ -829,13 +834,15 @@ class Engine:
             for a in self._chain[g.pool]:
                 self._ledger.sub_shared[a] += g.shared
                 self._ledger.sub_users[a] += 1
-            self._ledger.add_user(g.pool, cid, g, self._plain(g))
+            self._ledger.add_user(g.pool, cid, g, self._pins.plain(g))
         self._book.charge(g.zone, g.memory)
+        if g.hugepages:
+            self._huge.book(g.hugepages)
         self._memory_requested += g.request.memory_request
         self._grants[cid] = g
         self._by_attribute.add(g.request)
-        g.cpus = self.pin(g)
-        g.mems = self._mems(g)
+        g.cpus = self._pins.pin(g)
+        g.mems = self._pins.mems(g)
 
     def _uncommit(self, g: Grant, op: Op) -> None:
         cid = g.request.container_id
@@ -850,7 +857,7 @@ class Engine:
                 if iso:
                     self._ledger.free_iso[x] |= iso & pool.isolated
                 if iso != g.exclusive:
-                    self._ledger.shared_cpus[x] = self._interned(
+                    self._ledger.shared_cpus[x] = self._pins.interned(
                         self._ledger.shared_cpus[x] | g.exclusive & pool.sharable
                     )
                     op.touched.add(x)
@@ -862,94 +869,15 @@ class Engine:
                 self._ledger.sub_users[a] -= 1
             self._ledger.remove_user(g.pool, cid)
         self._book.refund(g.zone, g.memory)
+        if g.hugepages:
+            self._huge.unbook(g.hugepages)
         self._memory_requested -= g.request.memory_request
-
-    def _interned(self, cpus: frozenset[int]) -> frozenset[int]:
-        """The one object kept for a shared set of this value (bounded: forgotten in bulk)."""
-        hit = self._shared_sets.get(cpus)
-        if hit is not None:
-            same = hit[0].cpus
-            assert same is not None
-            return same
-        if len(self._shared_sets) >= _SHARED_SETS_KEPT:
-            self._shared_sets.clear()
-        self._shared_sets[cpus] = (Placement(cpus=cpus, mems=None), {})
-        return cpus
 
     def _pools_touching(self, cpus: Iterable[int]) -> list[int]:
         seen: set[int] = set()
         for c in cpus:
             seen.update(self._pools_of_cpu.get(c, ()))
         return sorted(seen)
-
-    def _plain(self, g: Grant) -> bool:
-        """Whether a shared user is pinned to exactly its pool's shared set (`pin`)."""
-        return self.options.pin_cpu and g.kind is CpuKind.SHARED and not g.request.hide_hyperthreads
-
-    def _diff(self, op: Op, skip: str = "") -> tuple[Update, ...]:
-        """Updates, by container id, for shared containers in touched pools whose cpuset really
-        changed; `skip` (the container the operation is for) is left alone.
-
-        The plain ones, on nothing but their pool's shared set, are handled per pool in bulk
-        (`_repin`); the others are pinned one by one.
-        """
-        ledger = self._ledger
-        runs: list[list[Update]] = []  # each in container id order
-        for x in op.touched:
-            if ledger.plain_ids[x]:
-                run = self._repin(x, skip)
-                if run:
-                    runs.append(run)
-            for cid, g in ledger.pinned[x].items():
-                if cid == skip:
-                    continue
-                cpus = self.pin(g)
-                if cpus != g.cpus:
-                    g.cpus = cpus
-                    runs.append([Update(cid, Placement(cpus=cpus, mems=None))])
-        if not runs:
-            return ()
-        if len(runs) == 1:
-            return tuple(runs[0])
-        return tuple(sorted(chain.from_iterable(runs), key=_BY_CONTAINER))
-
-    def _repin(self, x: int, skip: str) -> list[Update]:
-        """Pin the plain users of pool x (but `skip`) to its shared set; the Updates, in
-        container id order, of those whose cpuset changed.
-
-        They all get the pool's shared set object, so an unchanged one is seen by identity, and
-        their Updates are kept per shared set and container (shared containers move among a few
-        sets).
-        """
-        ledger = self._ledger
-        shared = ledger.shared_cpus[x]
-        grants = ledger.plain_grants[x]
-        protect = ledger.plain_grant(x, skip) if skip else None
-        if protect is None and shared not in list(map(_CPUS, grants)):
-            # the usual case, the pool's shared set changed under all of them: no test each
-            for g in grants:
-                g.cpus = shared
-            ids = ledger.plain_ids[x]
-        else:
-            moved: list[Grant] = []
-            for g in grants:
-                old = g.cpus
-                if old is not shared and g is not protect:
-                    g.cpus = shared
-                    if old != shared:
-                        moved.append(g)
-            if not moved:
-                return []
-            ids = ledger.plain_ids[x] if len(moved) == len(grants) else [_ID(g) for g in moved]
-        # a set not interned (a pool's initial one) gets its own
-        placement, kept = self._shared_sets.get(shared) or (Placement(shared, None), {})
-        updates = list(map(kept.get, ids))
-        if not all(updates):  # (not `None in`: that calls Update.__eq__ on each)
-            for i, u in enumerate(updates):
-                if u is None:
-                    cid = ids[i]
-                    updates[i] = kept[cid] = Update(cid, placement)
-        return updates  # type: ignore[return-value]  # no None left
 
     def _decision(
         self,
@@ -962,7 +890,7 @@ class Engine:
             container_id=g.request.container_id,
             pool=self._pools[g.pool].name,
             kind=g.kind,
-            placement=self.placement(g),
+            placement=self._pins.placement(g),
             exclusive=g.exclusive,
             memory_tiers=self._zones.tiers_of(g.zone),
             updates=updates,
@@ -974,10 +902,8 @@ class Engine:
             moved=moved,
             hints_missed=g.hints_missed,
             warnings=g.request.warnings,
+            hugepages=g.hugepages,
         )
-
-    def placement(self, g: Grant) -> Placement:
-        return Placement(cpus=g.cpus, mems=g.mems, cpu_shares=self._shares(g))
 
     # ----------------------------------------------------------------------------------------
     # Releasing, resizing, cold start, adopting
@@ -988,9 +914,8 @@ class Engine:
             return ()
         op = Op()
         self._uncommit(g, op)
-        updates = self._diff(op)
-        for _, kept in self._shared_sets.values():  # a set may outlive many of its containers
-            kept.pop(container_id, None)
+        updates = self._pins.diff(op)
+        self._pins.forget(container_id)
         return updates
 
     def resize(self, req: Request) -> Decision:
@@ -1001,12 +926,12 @@ class Engine:
             return self.place(req)
         if _same_amounts(old.request, req):
             self._memory_requested += req.memory_request - old.request.memory_request
-            plain = old.uses_shared and self._plain(old)
+            plain = old.uses_shared and self._pins.plain(old)
             old.request = req  # pinning details (hyperthreads, memory) may still change
-            if old.uses_shared and self._plain(old) != plain:
+            if old.uses_shared and self._pins.plain(old) != plain:
                 self._ledger.refile(old.pool, cid, old, not plain)
             self._by_attribute.add(req)
-            old.cpus, old.mems = self.pin(old), self._mems(old)
+            old.cpus, old.mems = self._pins.pin(old), self._pins.mems(old)
             return self._decision(old, (), ())
         req = parity.kubelet_request(req, self.options)
         self._validate(req)
@@ -1021,7 +946,9 @@ class Engine:
             old.exclusive <= g.exclusive or g.exclusive <= old.exclusive
         )
         g.reason = ("moved: " if moved else "resized in place: ") + g.reason
-        return self._decision(g, trace, self._updates(op, cid, others), tuple(sorted(others)))
+        return self._decision(
+            g, trace, self._pins.updates(op, cid, others, self._grants), tuple(sorted(others))
+        )
 
     def finish_cold_start(self, container_id: str) -> tuple[Update, ...]:
         g = self._grants.get(container_id)
@@ -1029,7 +956,7 @@ class Engine:
             return ()
         g.cold_start = None
         self._note_changed(container_id)
-        mems = self._mems(g)
+        mems = self._pins.mems(g)
         if mems is None or mems == g.mems:
             return ()
         g.mems = mems
@@ -1110,7 +1037,9 @@ class Engine:
             elif shared > self._ledger.allocatable(pool):
                 shared = max(0, self._ledger.allocatable(pool))  # placed over-committed
         g = self._grant(
-            req, GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, charge)
+            req,
+            GrantShape(pool, kind, exclusive, isolated, shared, zone, relaxed, charge),
+            prefer=mems or frozenset(),
         )
         self._check_fits(g)
         g.reason = "adopted as found"
@@ -1122,6 +1051,10 @@ class Engine:
             memory_cut=g.memory < size,
             cpu_cut=g.kind is CpuKind.SHARED and g.shared < req.shared,
         )
+        if g.hugepages_short:  # adopted as it runs: what fits is booked, the rest is not
+            g.degraded += (Degradation.HUGEPAGES_CHARGE,)
+        if self._hugepages_remote(g):
+            g.degraded += (Degradation.HUGEPAGES_REMOTE,)
         self._commit(g, Op())
         g.cpus, g.mems = cpus, mems
         if g.cold_start is not None and (
@@ -1144,9 +1077,9 @@ class Engine:
                 continue
             if len(self._ledger.shared_cpus[x] - g.exclusive) < self._ledger.need_cpus(x):
                 raise PolicyError(f"would starve the shared containers of {self._pools[x].name}")
-        for a in self._chain[g.pool]:
-            if len(self._ledger.shared_cpus[a]) - k < self._ledger.need_cpus(a, extra, users):
-                raise PolicyError(f"not enough shared capacity in {self._pools[a].name}")
+        short = self._ledger.short(g.pool, k, extra, users)
+        if short is not None:
+            raise PolicyError(f"not enough shared capacity in {self._pools[short].name}")
 
     def take_changed(self) -> set[str] | None:
         """The containers whose grant changed since the last call (placed, moved, resized,
@@ -1181,30 +1114,7 @@ class Engine:
 
     def refresh(self) -> tuple[Update, ...]:
         """Updates for every container whose pinning differs from what the accounting says."""
-        updates: list[Update] = []
-        for cid in sorted(self._grants):
-            g = self._grants[cid]
-            cpus = self.pin(g)
-            mems = self._mems(g)
-            changed_cpus = cpus is not None and cpus != g.cpus
-            changed_mems = mems is not None and mems != g.mems
-            g.cpus, g.mems = cpus, mems
-            if changed_cpus or changed_mems:
-                updates.append(
-                    Update(
-                        cid,
-                        Placement(
-                            cpus=cpus if changed_cpus else None,
-                            mems=mems if changed_mems else None,
-                        ),
-                    )
-                )
-        return tuple(updates)
-
-
-_BY_CONTAINER = attrgetter("container_id")  # Update.container_id
-_ID = attrgetter("request.container_id")  # Grant's
-_CPUS = attrgetter("cpus")  # Grant's
+        return self._pins.refresh(self._grants)
 
 
 def _same_amounts(a: Request, b: Request) -> bool:
@@ -1218,6 +1128,7 @@ def _same_amounts(a: Request, b: Request) -> bool:
         and a.memory_preserve == b.memory_preserve
         and a.require_isolated == b.require_isolated
         and a.single_numa == b.single_numa
+        and a.hugepages == b.hugepages
     )
 
 

@@ -11,6 +11,8 @@ memory limit as given; Guaranteed containers get request = limit. For Burstable 
 memory request is estimated from `oom_score_adj` by inverting the kubelet formula
 `adj = 1000 - 1000 * request / capacity` (capacity = the machine's memory), used only when below
 the limit; adj 999 (a request under 0.2 % of memory, or none) counts as no request.
+Hugepages are the cgroup's hugetlb limits (0 for a size means none), or the annotation's
+`hugepages-<size>` amounts, each cut to the cgroup's limit of its size when there is one.
 
 CPU classification, first match wins:
 1. `cpu.preserve` → PRESERVE (pinning untouched; `shared` = request).
@@ -62,6 +64,7 @@ from fractions import Fraction
 from functools import lru_cache
 from typing import Any
 
+from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.intake import affinity
 from nri_topology.policy.intake.annotations import (
     RESOURCES_KEY,
@@ -400,6 +403,55 @@ def _exact_amounts(w: str, entry: Mapping[str, Any]) -> tuple[int, int | None, i
     return cpu_req, cpu_limit, mem_req, mem_limit
 
 
+def _hugepage_claims(w: str, entry: Mapping[str, Any]) -> dict[int, int]:
+    """Bytes per page size (kB) an annotation entry states as `hugepages-<size>`: the limit,
+    else the request (the API server requires them equal)."""
+    out: dict[int, int] = {}
+    for part in ("requests", "limits"):
+        section = entry.get(part) or {}
+        if not isinstance(section, dict):
+            continue  # `_exact_amounts` refused it already
+        for res, raw in section.items():
+            if not isinstance(res, str) or not res.startswith("hugepages-"):
+                continue
+            size = hugepages.page_size_kb(res)
+            try:
+                if size is None:
+                    raise QuantityError(f"{shown(res)} names no page size")
+                if not isinstance(raw, str | int | float) or isinstance(raw, bool):
+                    raise QuantityError(f"{shown(raw)} is not a string or a number")
+                out[size] = memory_bytes(raw)
+            except QuantityError as e:
+                raise AnnotationError(
+                    f"{w}: annotation {RESOURCES_KEY}: {part}.{shown(res)}: {e}; "
+                    f"expected {QUANTITY_HELP}",
+                    key=RESOURCES_KEY,
+                ) from None
+    return out
+
+
+def _hugepages(
+    w: str, entry: Mapping[str, Any] | None, res: Resources
+) -> tuple[hugepages.Want, list[str]]:
+    """The hugepages a container asks for: the annotation's, each cut to the cgroup's limit of
+    its size where the runtime reports one; else the cgroup's limits. The notes say what was
+    cut."""
+    cgroup = dict(res.hugepages)
+    if entry is None:
+        return hugepages.want(cgroup.items()), []
+    claimed = _hugepage_claims(w, entry)
+    cut: list[str] = []
+    for size, amount in claimed.items():
+        most = cgroup.get(size)
+        if most is not None and amount > most:
+            name = hugepages.resource_name(size)
+            cut.append(f"{name} {amount} bytes cut to {most} bytes")
+            claimed[size] = most
+    for size, amount in cgroup.items():
+        claimed.setdefault(size, amount)
+    return hugepages.want(claimed.items()), cut
+
+
 _Amounts = tuple[int, int | None, int, int | None]  # cpu request, cpu limit, memory req., limit
 
 
@@ -660,6 +712,8 @@ def build_request(
         claimed = _exact_amounts(w, entry)
         allowed = _cgroup_bounds(qos, container.resources, container.oom_score_adj, machine)
         (cpu_req, cpu_limit, mem_req, mem_limit), cut = _within(claimed, allowed)
+        huge, huge_cut = _hugepages(w, entry, container.resources)
+        cut += huge_cut
         if cut:
             a.warnings.append(
                 AnnotationWarning(
@@ -672,6 +726,7 @@ def build_request(
         cpu_req, cpu_limit, mem_req, mem_limit = _estimated_amounts(
             qos, resources or container.resources, container.oom_score_adj, machine
         )
+        huge, _ = _hugepages(w, None, resources or container.resources)
 
     kind, exclusive, shared, require_isolated = _classify(a, qos, cpu_req, options, machine)
 
@@ -766,4 +821,5 @@ def build_request(
         hint_nodes=hint_nodes(hints, machine),
         strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
+        hugepages=huge,
     )

@@ -1,0 +1,36 @@
+//go:build nri012
+
+// Lifecycle events as containerd/nri 0.12.x takes them: a request type per event.
+package main
+
+import (
+	"context"
+
+	"github.com/containerd/nri/pkg/adaptation"
+	"github.com/containerd/nri/pkg/api"
+)
+
+type step func(context.Context, *api.PodSandbox, *api.Container) error
+
+func runPodSandbox(ctx context.Context, nri *adaptation.Adaptation, pod *api.PodSandbox) error {
+	return nri.RunPodSandbox(ctx, &api.RunPodSandboxRequest{Pod: pod})
+}
+
+// startSteps are the events after a create: PostCreateContainer, StartContainer, PostStartContainer.
+func startSteps(nri *adaptation.Adaptation) []step {
+	return []step{
+		func(ctx context.Context, p *api.PodSandbox, c *api.Container) error {
+			return nri.PostCreateContainer(ctx, &api.PostCreateContainerRequest{Pod: p, Container: c})
+		},
+		func(ctx context.Context, p *api.PodSandbox, c *api.Container) error {
+			return nri.StartContainer(ctx, &api.StartContainerRequest{Pod: p, Container: c})
+		},
+		func(ctx context.Context, p *api.PodSandbox, c *api.Container) error {
+			return nri.PostStartContainer(ctx, &api.PostStartContainerRequest{Pod: p, Container: c})
+		},
+	}
+}
+
+func removeContainer(ctx context.Context, nri *adaptation.Adaptation, p *api.PodSandbox, c *api.Container) error {
+	return nri.RemoveContainer(ctx, &api.RemoveContainerRequest{Pod: p, Container: c})
+}

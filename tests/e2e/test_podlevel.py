@@ -1,0 +1,48 @@
+"""Pod-level resources (KEP-2837) on a real containerd: a Guaranteed pod that states its CPUs
+for the pod (the sandbox's Linux resources, as the kubelet sends them) and a container that
+states none gets the pod's CPUs exclusively; without them it would share every CPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from nri_topology.kubelet import linux_resources as kubelet
+from nri_topology.kubelet.linux_resources import Amounts
+from nri_topology.testing import cri_pb2 as cri
+from tests.e2e.harness import Pod, Run, online_cpus, parse_cpus
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
+
+MIB = 1 << 20
+
+
+def pod_level(run: Run, name: str, cpu_milli: int) -> Pod:
+    """A Guaranteed pod stating `cpu_milli` and 256 MiB for the pod, one container stating none
+    (no requests or limits: the kubelet gives it the least CPU shares and nothing else)."""
+    assert run.cri is not None
+    config = run.pod_config(name, "guaranteed")
+    r = kubelet.resources(Amounts(cpu_milli, cpu_milli, 256 * MIB, 256 * MIB))
+    config.linux.resources.CopyFrom(
+        cri.LinuxContainerResources(
+            cpu_shares=r.cpu_shares or 0,
+            cpu_period=r.cpu_period or 0,
+            cpu_quota=r.cpu_quota or 0,
+            memory_limit_in_bytes=r.memory_limit or 0,
+        )
+    )
+    sandbox = run.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
+    pod = Pod(sandbox.pod_sandbox_id, name, "e2e", "guaranteed", config)
+    run.pods[pod.id] = pod
+    run.add_container(pod, "app", cpu_milli=0, memory=0)  # the kubelet's settings for none
+    return pod
+
+
+def test_a_container_stating_nothing_gets_its_pods_cpus(run: Run) -> None:
+    cpus = online_cpus()
+    if len(cpus) < 2:
+        pytest.skip("needs at least 2 CPUs")
+    run.start_plugin()
+    pod = pod_level(run, "podlevel", 1000)
+    got = parse_cpus(run.cpus(pod.containers[0]))
+    placed = run.placed(pod.containers[0])
+    assert placed["kind"] == "exclusive" and len(got) == 1, (placed, got)
