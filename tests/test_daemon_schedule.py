@@ -221,3 +221,25 @@ async def test_re_pins_follow_the_reply_only_where_the_runtime_serves_updates_ap
         assert plugin.paced is paced
         assert len(reply.update) == (0 if paced else 3)
         assert len(peer.unsolicited_updates) == (3 if paced else 0)
+
+
+async def test_containers_missing_from_a_synchronize_after_a_reconnection_are_released() -> None:
+    plugin = _plugin()
+    async with connected(plugin) as (peer, _):
+        await _shared(peer, 2)
+        g = _pod(100, "")
+        await peer.run_pod_sandbox(g)
+        await peer.create_container(g, _container(100, cpus=1))
+        pods = [p for pid, p in peer.pods.items() if pid != "p1"]
+        kept = [c for cid, c in peer.containers.items() if cid != "c1"]
+        for c in kept:
+            c.state = api_pb2.CONTAINER_RUNNING
+    # The runtime removed c1 while the plugin was away; it reports the others.
+    async with connected(plugin, RuntimePeer(pods=pods, containers=kept)):
+        assert sorted(plugin.policy.assignments()) == ["c0", "c100"]
+        assert (
+            _sample(
+                plugin, "nri_topology_orphaned_placements_released_total", reason="not_reported"
+            )
+            == 1
+        )
