@@ -123,7 +123,8 @@ async def test_a_failing_re_pin_of_another_container_fails_no_creation(
 
 
 async def test_a_release_then_a_grant_of_the_same_cpu_re_pins_nobody_twice() -> None:
-    plugin = _plugin()
+    # A growth delay no loaded machine outlasts between the release and the grant.
+    plugin = _plugin(Pacing(batch=3, gap_s=0.005, grow_delay_s=60))
     async with connected(plugin) as (peer, _):
         await _shared(peer)
         first = _pod(100, "")
