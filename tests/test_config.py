@@ -160,7 +160,7 @@ def test_cpu_amounts(value, quantity, expected):
             "polcy: {}\n",
             [
                 "c.yaml: polcy: unknown key; allowed: policy, topology, nri, state, logging, "
-                "metrics, expose, hints, nrt, verify, restarts, kubelet"
+                "metrics, expose, hints, nrt, verify, restarts, kubelet, updates"
             ],
         ),
         (
@@ -260,8 +260,8 @@ def test_cpu_amounts(value, quantity, expected):
         (
             "- policy\n",
             [
-                "c.yaml: expected a mapping with sections policy, topology, nri, "
-                "state, logging, metrics, expose, hints, nrt, verify, restarts, kubelet, got a list"
+                "c.yaml: expected a mapping with sections policy, topology, nri, state, logging, "
+                "metrics, expose, hints, nrt, verify, restarts, kubelet, updates, got a list"
             ],
         ),
         (

@@ -98,6 +98,7 @@ async def test_a_second_instance_stands_by_then_adopts_everything_unmoved(
         await peer.run_pod_sandbox(_pod(i, i % 3 == 0)[0])
         await peer.create_container(*_pod(i, i % 3 == 0))
     assert first.plugin is not None
+    await first.plugin.settle()  # the re-pins that follow the replies have landed
     before = {c: (a.cpus, a.mems) for c, a in first.plugin.policy.assignments().items()}
     assert len(before) == 8
     cpusets = {cid: c.linux.resources.cpu.cpus for cid, c in peer.containers.items()}

@@ -229,7 +229,7 @@ def counter(metrics: Metrics, name: str, **labels: str) -> float:
 
 
 async def test_create_adjusts_the_container_and_updates_others_in_the_reply(tmp_path: Path) -> None:
-    plugin = make_plugin(tmp_path)
+    plugin = make_plugin(tmp_path, settings=Settings(pacing=None))
     async with connected(plugin) as (peer, stub):
         plugin.stub = stub
         p = pod()
@@ -282,7 +282,7 @@ async def test_update_container_replies_with_own_entry_last(tmp_path: Path) -> N
 
 
 async def test_stop_releases_and_updates_others_in_the_reply(tmp_path: Path) -> None:
-    plugin = make_plugin(tmp_path)
+    plugin = make_plugin(tmp_path, settings=Settings(pacing=None))
     async with connected(plugin) as (peer, _):
         p = pod()
         for cid in "abc":

@@ -67,6 +67,7 @@ async def _first_run(machine: Machine, state: Path):
         for pod, ctr in _workload():
             await peer.run_pod_sandbox(pod)
             await peer.create_container(pod, ctr)
+        await plugin.settle()  # the re-pins that follow the replies
         await plugin.flush()
         return plugin, list(peer.pods.values()), list(peer.containers.values())
 

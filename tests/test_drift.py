@@ -179,7 +179,8 @@ async def test_plugin_repairs_an_update_lost_before_start(tmp_path: Path) -> Non
     machine = machines.synthetic(tmp_path / "sys", cores=4, threads=1)
     cgroups = tmp_path / "cgroup"
     plugin = TopologyPlugin(
-        Policy(machine, Options()), settings=Settings(cgroup_root=cgroups, verify_interval_s=0)
+        Policy(machine, Options()),
+        settings=Settings(cgroup_root=cgroups, verify_interval_s=0, pacing=None),
     )
     be_pod, g_pod = _pod("pbe", "/kubepods/besteffort/pbe"), _pod("pg", "/kubepods/pg")
     be, g = _ctr("be", be_pod, False), _ctr("g", g_pod, True)

@@ -156,6 +156,7 @@ async def test_the_daemon_keeps_each_containers_file_current(node) -> None:
     db = pod("db", "")
     await peer.create_container(db, container("db", db, 2000, limit=True))
     assert file_of(peer, "db")["kind"] == "exclusive"
+    await daemon.plugin.settle()  # the re-pin that follows the reply
     await daemon.plugin.files.flush()  # type: ignore[union-attr]
     shrunk = file_of(peer, "web")
     assert shrunk["cpus"] == peer.containers["web"].linux.resources.cpu.cpus  # the update's CPUs

@@ -326,6 +326,20 @@ class RestartsSection(_Section):
     hold_seconds: Annotated[float, Field(ge=0, le=3600)] = 330.0
 
 
+class UpdatesSection(_Section):
+    """When other containers' re-pins reach the runtime (docs/architecture.md, "Update
+    schedule"): after the reply in small paced batches, or all in the reply."""
+
+    # true: every re-pin in the reply, applied before the new container is created: no
+    # exclusivity window, but its creation (and the runtime's other events) wait for all of them.
+    # auto: after the reply where the runtime's NRI adaptation serves UpdateContainers apart from
+    # its events (v0.12.1 and later), in the reply elsewhere. false: after the reply everywhere.
+    in_reply: StrictBool | Literal["auto"] = "auto"
+    batch: Annotated[StrictInt, Field(ge=1, le=64)] = 3  # re-pins per UpdateContainers
+    gap_seconds: Annotated[float, Field(ge=0, le=1)] = 0.01  # pause between two batches
+    grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant
+
+
 class Config(_Section):
     """The whole configuration file; every section optional."""
 
@@ -341,3 +355,4 @@ class Config(_Section):
     verify: VerifySection = VerifySection()
     restarts: RestartsSection = RestartsSection()
     kubelet: KubeletSection = KubeletSection()
+    updates: UpdatesSection = UpdatesSection()

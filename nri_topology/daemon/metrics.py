@@ -55,6 +55,14 @@ ERROR_REASONS = (
     "update_not_connected",  # an update was due while no runtime was connected
 )
 RELOAD_RESULTS = ("applied", "rejected")
+# What became of other containers' re-pins sent after the reply (docs/architecture.md).
+REPIN_OUTCOMES = ("sent", "retried", "given_up", "dropped")
+# Why placements of containers the runtime no longer reports were released.
+ORPHAN_REASONS = ("pod_stopped", "pod_removed", "not_reported")
+# From a window closed at once to the kubelet's reconcile period.
+WINDOW_BUCKETS = (0.0, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+# One UpdateContainers call: the runtime's other NRI events may wait this long behind it.
+BATCH_BUCKETS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0)
 # NRI requests the plugin handles, and the policy operations it times: exported at 0 as well.
 REQUEST_METHODS = (
     "Configure",
@@ -310,6 +318,38 @@ class Metrics:
             self.annotation_warnings.labels(kind)
         for limit in ANNOTATION_LIMITS:
             self.annotation_refusals.labels(limit)
+        self.exclusive_window = Histogram(
+            f"{PREFIX}_exclusive_window_seconds",
+            "Time from the reply granting exclusive CPUs until no other container was waiting "
+            "for the re-pin that takes them away (0: nobody held them, or re-pins in the reply).",
+            buckets=WINDOW_BUCKETS,
+            registry=self.registry,
+        )
+        self.update_batch = Histogram(
+            f"{PREFIX}_update_batch_seconds",
+            "Time one UpdateContainers call of re-pins took until the runtime answered.",
+            buckets=BATCH_BUCKETS,
+            registry=self.registry,
+        )
+        self.repins = Counter(
+            f"{PREFIX}_repins",
+            "Re-pins of other containers sent after the reply, by outcome (sent; retried: the "
+            "cgroup did not hold it; given_up: left to the periodic check; dropped: gone).",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in REPIN_OUTCOMES:
+            self.repins.labels(outcome)
+        self.orphans = Counter(
+            f"{PREFIX}_orphaned_placements_released",
+            "Placements of containers the runtime no longer reports, released, by how they were "
+            "found (pod_stopped, pod_removed: left when their pod went; not_reported: missing "
+            "from the runtime's Synchronize).",
+            ["reason"],
+            registry=self.registry,
+        )
+        for reason in ORPHAN_REASONS:
+            self.orphans.labels(reason)
         self.registered = Gauge(
             f"{PREFIX}_registered",
             "1 while registered with and synchronized by the runtime.",

@@ -2,11 +2,16 @@
 
 Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
-* changes to other containers travel in the reply of the event that caused them; changes with no
-  event to ride on (cold-start expiry, configuration reload, a pod resized in place: the reply to
-  UpdatePodSandbox carries no updates) go out through UpdateContainers from a
-  task of their own, never awaited by a handler and never while holding the lock, because the
-  runtime holds its own lock while it waits for our reply;
+* changes to other containers (re-pins) follow the reply where the runtime's NRI allows:
+  `schedule.Schedule` sends them as small paced UpdateContainers batches from a task of its own,
+  never awaited by a handler and never while holding the lock, because the runtime holds its own
+  lock while it waits for our reply (docs/architecture.md, "Update schedule"); elsewhere, or with
+  `updates.in_reply`, they travel in the reply of the event that caused them. Changes with no
+  event to ride on (cold-start expiry, a pod resized in place: the reply to UpdatePodSandbox
+  carries no updates) go out through UpdateContainers from a task of their own. Updates of other
+  containers never fail the event's own container (`ignore_failure`);
+* placements left when a pod's sandbox stops or is removed, and those of containers missing from
+  the runtime's Synchronize, are released and counted;
 * after every change the state is checkpointed, off the request path: `CheckpointWriter` takes
   the snapshot under the lock once the policy is idle (at most about a second later) and writes
   it; shutdown writes the latest state. A crash in between loses no placement, because the
@@ -22,6 +27,7 @@ Rules it keeps (docs/protocol.md §6):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -34,11 +40,14 @@ import structlog
 
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
+from nri_topology.daemon.drift import compare
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
+from nri_topology.daemon.schedule import PACED, Closed, Pacing, Schedule
 from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
+from nri_topology.nri.versions import runtime_serves_updates_apart
 from nri_topology.policy.checkpoint.state import ENTRIES
 from nri_topology.policy.intake import podlevel
 from nri_topology.policy.intake.annotations import in_domains, key_problems
@@ -83,6 +92,7 @@ class Explained:
     what: str  # created, resized, adopted (kept as found at a restart), re-placed
     at_ns: int  # wall clock
     decision: Decision
+    window_s: float | None = None  # exclusivity window of its grant, once closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +107,10 @@ class Settings:
     file_dir: str = "/.nri-topology"  # where that file's directory appears in the container
     # How long a stopped container's exclusive CPUs wait for its next attempt; 0: not at all.
     restart_hold_s: float = 330.0
+    pacing: Pacing | None = PACED  # re-pins after the reply; None: in the reply
+    # Pace re-pins even where the runtime's NRI adaptation may deadlock on UpdateContainers
+    # (older than v0.12.1); otherwise they travel in the reply there.
+    pace_old_runtimes: bool = False
 
 
 def _is_ns(value: Any) -> bool:
@@ -171,12 +185,17 @@ class TopologyPlugin(Plugin):
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
+        self.schedule = Schedule(settings.pacing or PACED)
+        self.paced = False  # re-pins after the reply: decided at Configure, for this runtime
+        self._pump: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+        self._windows: dict[str, float] = {}  # closed before their decision was kept
         self._writer: CheckpointWriter | None = None
         self.verifier: Verifier | None = None
         if settings.cgroup_root is not None:
             self.verifier = Verifier(
                 settings.cgroup_root,
-                self._placements,
+                self._settled_placements,
                 self._send,
                 lambda check: self.metrics.cgroup_drift.labels(check).inc(),
                 settings.verify_interval_s,
@@ -210,6 +229,20 @@ class TopologyPlugin(Plugin):
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
         self.metrics.request("Configure")
+        safe = runtime_serves_updates_apart(req)
+        self.paced = self.settings.pacing is not None and (safe or self.settings.pace_old_runtimes)
+        if self.settings.pacing is not None and not safe:
+            _log.warning(
+                "the runtime's NRI adaptation may deadlock on UpdateContainers (older than "
+                "v0.12.1)"
+                + (
+                    ": pacing re-pins all the same, as configured"
+                    if self.paced
+                    else ": re-pins of other containers travel in the replies"
+                ),
+                runtime=f"{req.runtime_name} {req.runtime_version}",
+                nri_version=req.NRI_version or None,
+            )
         if req.config.strip() and self._runtime_config is not None:
             await self._runtime_config(req.config)
         return None
@@ -225,6 +258,9 @@ class TopologyPlugin(Plugin):
             infos = await self._with_device_hints(pod_infos, live, infos)
         async with self._lock:
             saved = self._saved_state()
+            # Placed by this process before a reconnection, and no longer reported: their
+            # removal was missed while the connection was down.
+            missing = set(self.policy.assignments()).difference(c.id for c in live)
             started = time.perf_counter()
             try:
                 report = self.policy.restore(pod_infos, infos, saved.get("policy"))
@@ -244,6 +280,9 @@ class TopologyPlugin(Plugin):
             created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
             self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
             self._end_holds(list(self._holds))  # the policy holds nothing after a restore
+            held = self.policy.assignments().items()  # as the reply sets them
+            self.schedule.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held)
+            self._windows.clear()
             self._commit()
             placed = self._placement_docs() if self.files is not None else {}
         if self.files is not None:
@@ -260,6 +299,13 @@ class TopologyPlugin(Plugin):
                 "checkpoint entries contradict the runtime, taking the runtime's view",
                 dropped=len(report.dropped),
                 entries=shown,
+            )
+        if missing:
+            self.metrics.orphans.labels("not_reported").inc(len(missing))
+            _log.warning(
+                "containers no longer reported by the runtime, released",
+                released=len(missing),
+                containers=sorted(missing)[:_SHOWN],
             )
         failed = dict(report.failed)
         if failed:
@@ -290,6 +336,10 @@ class TopologyPlugin(Plugin):
         self.metrics.request("RunPodSandbox")
         if self.hints is not None:
             self.hints.pod_started(convert.pod_info(pod))
+
+    async def stop_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
+        self.metrics.request("StopPodSandbox")
+        await self._release_pod(pod.id, "pod_stopped")
 
     async def update_pod_sandbox(
         self,
@@ -327,16 +377,40 @@ class TopologyPlugin(Plugin):
         ordered = [updates[cid] for cid in sorted(updates)]
         self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
 
-    async def stop_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
-        self.metrics.request("StopPodSandbox")
-        await self._release_held(pod.id, "pod stopped")
-
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("RemovePodSandbox")
         if self.hints is not None:
             self.hints.pod_removed(pod.id)
         self._keys_reported.pop(pod.id, None)
-        await self._release_held(pod.id, "pod removed")
+        await self._release_pod(pod.id, "pod_removed")
+
+    async def _release_pod(self, pod_id: str, why: str) -> None:
+        """Release what the pod's containers still hold: a container whose creation the runtime
+        abandoned may never be stopped or removed on its own (CRI-O tells plugins late)."""
+        async with self._lock:
+            held, left = [], []
+            for cid in self.policy.assignments():
+                known = self.policy.container(cid)
+                if known is not None and known[0].id == pod_id:
+                    (held if cid in self._holds else left).append(cid)
+            if not held and not left:
+                return
+            updates: list[Update] = []
+            for cid in (*held, *left):
+                updates += self._release_locked(cid)
+            self._commit()
+        if held:  # stopped containers kept for a next attempt the pod will not start
+            _log.info("held CPUs released", pod_id=pod_id, why=why, containers=held)
+        if left:
+            self.metrics.orphans.labels(why).inc(len(left))
+            _log.warning(
+                "placements left by a pod released", pod_id=pod_id, why=why, containers=left
+            )
+        if self.files is not None:
+            self.files.updated(updates)
+            for cid in (*held, *left):
+                self.files.removed(cid)
+        self._defer(updates, why)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -365,6 +439,7 @@ class TopologyPlugin(Plugin):
                 for c in gone:
                     self.decisions.pop(c, None)
             self._commit()
+            in_reply = self._schedule_decision(decision)
         self._log_decision(decision, "created")
         env = {}
         if self.settings.expose_env:
@@ -376,7 +451,7 @@ class TopologyPlugin(Plugin):
                 mount = await self.files.create(decision, self.settings.file_dir)
                 if mount is not None:
                     adjust.mounts.append(mount)
-        return adjust, convert.updates(decision.updates)
+        return adjust, convert.updates(in_reply, ignore_failure=True)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.request("StartContainer")
@@ -414,20 +489,25 @@ class TopologyPlugin(Plugin):
                 lambda: self.policy.resize(pod_info, info, info.resources),
             )
             self._commit()
+            in_reply = self._schedule_decision(decision)
         self._log_decision(decision, "resized")
         if self.files is not None:
             self.files.replaced(decision)
             self.files.updated(u for u in decision.updates if u.container_id != info.id)
         # The runtime takes the last entry for the container being updated as its new resources.
         own = convert.container_update(info.id, decision.placement)
-        others = [u for u in decision.updates if u.container_id != info.id]
-        return [*convert.updates(others), own]
+        others = [u for u in in_reply if u.container_id != info.id]
+        return [*convert.updates(others, ignore_failure=True), own]
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self.metrics.request("StopContainer")
         if self.settings.restart_hold_s > 0 and await self._hold(pod.id, ctr.id):
             return []
-        return await self._release(ctr.id, "stopped")
+        updates = await self._release(ctr.id, "stopped")
+        if not self.paced:
+            return convert.updates(updates, ignore_failure=True)
+        self._defer(updates, "release")
+        return []
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.request("RemoveContainer")
@@ -436,8 +516,7 @@ class TopologyPlugin(Plugin):
         updates = await self._release(ctr.id, "removed")
         if self.files is not None:
             self.files.removed(ctr.id)
-        if updates:
-            self._send_later(updates, "release")
+        self._defer(updates, "release")
 
     # --- reconfiguration, cold start, shutdown -------------------------------------------------
 
@@ -463,8 +542,7 @@ class TopologyPlugin(Plugin):
             for decision in report.decisions.values():
                 self.files.replaced(decision)
             self.files.updated(updates)
-        if updates:
-            self._send_later(convert.updates(updates, ignore_failure=True), "reconfigure")
+        self._defer(updates, "reconfigure")
 
     async def shutdown(self) -> bool:
         """Finish the request in flight, disconnect, write the final checkpoint.
@@ -645,10 +723,10 @@ class TopologyPlugin(Plugin):
             "annotation keys ignored", pod=f"{pod.namespace}/{pod.name}", keys=listed, **more
         )
 
-    async def _release(self, container_id: str, why: str) -> Updates:
+    async def _release(self, container_id: str, why: str) -> tuple[Update, ...]:
         async with self._lock:
             if not self._placed(container_id):
-                return []
+                return ()
             updates = self._release_locked(container_id)
             self._commit()
         if logs.enabled(logging.INFO):  # binding a filtered line's logger costs more than asking
@@ -656,7 +734,7 @@ class TopologyPlugin(Plugin):
             _log.info("released", container_id=container_id, why=why, **summary)
         if self.files is not None:
             self.files.updated(updates)
-        return convert.updates(updates, ignore_failure=True)
+        return updates
 
     def _release_locked(self, container_id: str) -> tuple[Update, ...]:
         started = time.perf_counter()
@@ -667,6 +745,8 @@ class TopologyPlugin(Plugin):
             updates = ()
         self._observe("release", started)
         self.decisions.pop(container_id, None)
+        self._windows.pop(container_id, None)
+        self._closed(self.schedule.forget(container_id, self._clock()))
         self._timers.cancel(container_id)
         self._end_holds([container_id])
         if self.verifier is not None:
@@ -698,16 +778,7 @@ class TopologyPlugin(Plugin):
                 hold[1].cancel()
 
     async def _hold_expired(self, container_id: str) -> None:
-        updates = await self._release(container_id, "no next attempt came")
-        if updates:
-            await self._send(updates, "release")
-
-    async def _release_held(self, pod_id: str, why: str) -> None:
-        """Release the held containers of a pod that will start no next attempt."""
-        for cid in [c for c, (p, _) in self._holds.items() if p == pod_id]:
-            updates = await self._release(cid, why)
-            if updates:
-                self._send_later(updates, "release")
+        self._defer(await self._release(container_id, "no next attempt came"), "release")
 
     def _restore_timers(
         self, saved: Mapping[str, Any], cold_starts: Mapping[str, ColdStart], created: set[str]
@@ -773,7 +844,7 @@ class TopologyPlugin(Plugin):
         _log.info("cold start over, memory widened", container_id=container_id, **summary)
         if self.files is not None:
             self.files.updated(updates)
-        if updates:
+        if updates:  # the container's own memory, not a re-pin of others: at once
             await self._send(convert.updates(updates), "cold_start")
 
     async def _placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
@@ -781,12 +852,140 @@ class TopologyPlugin(Plugin):
         async with self._lock:
             return self.policy.placements(ids)
 
+    async def _settled_placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
+        """Placements to check cgroups against: not those whose re-pin is still on its way."""
+        found = await self._placements(ids)
+        busy = self.schedule.busy
+        return {cid: p for cid, p in found.items() if not busy(cid)}
+
     async def _verify(self, ids: Sequence[str] | None, why: str) -> None:
         assert self.verifier is not None
         try:
             await self.verifier.check(ids, why)
         except Exception as exc:  # checking is best effort; the periodic check tries again
             _log.error("cgroup check failed", check=why, error=str(exc))
+
+    # --- the update schedule -----------------------------------------------------------------
+
+    @staticmethod
+    def _clock() -> float:
+        """The schedule's clock: the event loop's, which its timers run on."""
+        return asyncio.get_running_loop().time()
+
+    def _schedule_decision(self, decision: Decision) -> tuple[Update, ...]:
+        """Hand the decision's re-pins of other containers to the schedule, or, in in-reply
+        mode, return them for the reply; open the window of its exclusive CPUs."""
+        cid = decision.container_id
+        others = tuple(u for u in decision.updates if u.container_id != cid)
+        if not self.paced:
+            if decision.exclusive:  # applied before the container runs: no window
+                self._closed((Closed(cid, 0.0),))
+            return others
+        now = self._clock()
+        sched = self.schedule
+        sched.change(others, now)
+        sched.holds(cid, decision.placement)
+        closed = sched.grant(cid, decision.exclusive, now)
+        if closed is not None:
+            self._closed((closed,))
+        if others:
+            self._wake()
+        return ()
+
+    def _defer(self, updates: Sequence[Update], why: str) -> None:
+        """Re-pins with no reply to ride on (or after one): through the schedule, or in in-reply
+        mode in one UpdateContainers of their own."""
+        if not updates:
+            return
+        if not self.paced:
+            self._send_later(convert.updates(updates, ignore_failure=True), why)
+            return
+        self.schedule.change(updates, self._clock())
+        self._wake()
+
+    def _wake(self) -> None:
+        self._kick.set()
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.ensure_future(self._drain())
+            self._background.add(self._pump)
+            self._pump.add_done_callback(self._background.discard)
+
+    async def _drain(self) -> None:
+        """Send the schedule's batches as they fall due; ends when nothing is pending."""
+        sched = self.schedule
+        while True:
+            now = self._clock()
+            batch = sched.next_batch(now)
+            if batch:
+                await self._send_batch(batch)
+                continue
+            wait = sched.wakeup(now)
+            if wait is None:
+                return
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), wait)
+
+    async def _send_batch(self, batch: dict[str, Placement]) -> None:
+        """One UpdateContainers of re-pins; then what landed, what to retry, what is gone."""
+        updates = [convert.container_update(c, p, ignore_failure=True) for c, p in batch.items()]
+        started = self._clock()
+        try:
+            if self.stub is None:
+                raise NotConnectedError("no runtime connection")
+            await self.stub.update_containers(updates)
+        except NotConnectedError as exc:
+            # Synchronize on reconnect reports what each container holds and repairs the rest.
+            self.metrics.error("update_not_connected")
+            _log.warning("re-pins not delivered; reconnecting repairs them", error=str(exc))
+            self.schedule.lost(self._clock())
+            return
+        except StubError as exc:  # each update ignores failure; the cgroups tell what landed
+            self.metrics.error("update_failed")
+            _log.warning("runtime refused re-pins", error=str(exc))
+        self.metrics.update_batch.observe(self._clock() - started)
+        retry, drop = await self._landed(batch)
+        done = self.schedule.done(self._clock(), retry, drop)
+        repins = self.metrics.repins
+        repins.labels("sent").inc(len(batch))
+        for outcome, ids in (
+            ("retried", done.retried),
+            ("given_up", done.given_up),
+            ("dropped", done.dropped),
+        ):
+            if ids:
+                repins.labels(outcome).inc(len(ids))
+        if done.given_up:
+            _log.warning("re-pins did not land; the periodic check repairs them", ids=done.given_up)
+        self._closed(done.closed)
+
+    async def _landed(self, batch: Mapping[str, Placement]) -> tuple[set[str], set[str]]:
+        """Of a sent batch: those to send again (live, cgroup not as sent) and those gone
+        (released meanwhile, or no cgroup to read: exited, or not yet created, which the check
+        after its start covers)."""
+        drop = {cid for cid in batch if not self._placed(cid)}
+        if self.verifier is None:
+            return set(), drop
+        live = [cid for cid in batch if cid not in drop]
+        applied = await self.verifier.read(live)
+        retry = set()
+        for cid in live:
+            seen = applied.get(cid)
+            if seen is None:
+                drop.add(cid)
+            elif compare(cid, batch[cid].cpus, batch[cid].mems, seen) is not None:
+                retry.add(cid)
+        return retry, drop
+
+    def _closed(self, closed: Iterable[Closed]) -> None:
+        """Windows that closed: observed, and kept with their decision."""
+        for c in closed:
+            self.metrics.exclusive_window.observe(c.seconds)
+            known = self.decisions.get(c.owner)
+            if known is None:  # its decision is kept once the reply is out
+                self._windows[c.owner] = c.seconds
+            else:
+                self.decisions[c.owner] = replace(known, window_s=c.seconds)
 
     def _send_later(self, updates: Updates, why: str) -> None:
         self._spawn(self._send(updates, why))
@@ -851,7 +1050,8 @@ class TopologyPlugin(Plugin):
         if self._placed(cid):  # not released meanwhile
             # Without the other containers' updates, which explain nothing about this one.
             kept = dataclasses.replace(decision, updates=(), trace=self._shared(decision.trace))
-            self.decisions[cid] = Explained(what, self._now_ns(), kept)
+            window = self._windows.pop(cid, None)
+            self.decisions[cid] = Explained(what, self._now_ns(), kept, window)
 
     def _shared(self, trace: tuple[PoolScore, ...]) -> tuple[PoolScore, ...]:
         """The trace with each sort key and verdict replaced by an equal one kept before."""

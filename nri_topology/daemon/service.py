@@ -46,6 +46,7 @@ from nri_topology.daemon.lock import InstanceLock, LockedError
 from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
+from nri_topology.daemon.schedule import Pacing
 from nri_topology.daemon.verify import cgroup_root
 from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri import api_pb2
@@ -112,7 +113,17 @@ def settings_of(config: Config) -> Settings:
         cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
         verify_interval_s=config.verify.interval_seconds,
         restart_hold_s=config.restarts.hold_seconds,
+        pacing=pacing_of(config),
+        pace_old_runtimes=config.updates.in_reply is False,
     )
+
+
+def pacing_of(config: Config) -> Pacing | None:
+    """How re-pins of other containers go out; None: in the reply."""
+    u = config.updates
+    if u.in_reply is True:
+        return None
+    return Pacing(batch=u.batch, gap_s=u.gap_seconds, grow_delay_s=u.grow_delay_seconds)
 
 
 def hint_finder(config: Config) -> HintFinder | None:

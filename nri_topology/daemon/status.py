@@ -194,6 +194,11 @@ def _explained_text(a: NodeAssignment, cid: str, e: Explained | None) -> list[st
         return lines
     d = e.decision
     lines.append(f"  {e.what} {_when(e.at_ns)}: {d.reason or '(no reason given)'}")
+    if e.window_s is not None:
+        lines.append(
+            f"  exclusivity window: {e.window_s:.3f} s until no other container was left to lose "
+            "its exclusive CPUs"
+        )
     if d.memory_relaxed:
         lines.append("  memory widened beyond the pool: its memory ran out")
     if d.hugepages:
@@ -232,6 +237,7 @@ def _explained_doc(a: NodeAssignment, cid: str, e: Explained | None) -> dict[str
             "kind": d.kind.value,
             "reason": d.reason,
             "memory_relaxed": d.memory_relaxed,
+            "exclusive_window_seconds": e.window_s,
             "hugepages": render_json.hugepages(d.hugepages),
             "degraded": list(d.degraded),
             "cold_start": None

@@ -88,7 +88,7 @@ class Verifier:
     async def check(self, ids: Iterable[str] | None, why: str) -> list[Drift]:
         """Compare and repair; returns the drifts repaired."""
         wanted = await self._expected(None if ids is None else list(ids))
-        drifts = _drifts(wanted, await self._read(wanted))
+        drifts = _drifts(wanted, await self.read(wanted))
         if not drifts:
             return []
         # The runtime applies the updates of a reply after the reply: give a change made just
@@ -100,7 +100,7 @@ class Verifier:
             for d in drifts
             if now.get(d.container_id) == wanted[d.container_id]
         }
-        drifts = _drifts(unchanged, await self._read(unchanged))
+        drifts = _drifts(unchanged, await self.read(unchanged))
         updates = []
         for d in drifts:
             self._on_drift(why)
@@ -119,7 +119,7 @@ class Verifier:
             await self._send(updates, f"drift_{why}")
         return drifts
 
-    async def _read(self, ids: Iterable[str]) -> dict[str, Applied]:
+    async def read(self, ids: Iterable[str]) -> dict[str, Applied]:
         """What the cgroups of `ids` hold (those with a readable cgroup), read in a worker
         thread: a periodic check of every container must not hold up the replies."""
         paths = {cid: p for cid in ids if (p := self._paths.get(cid))}

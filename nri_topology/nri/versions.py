@@ -55,6 +55,15 @@ def runtime_knows_v010_events(req: api_pb2.ConfigureRequest) -> bool:
     return first is not None and version is not None and version >= first
 
 
+def runtime_serves_updates_apart(req: api_pb2.ConfigureRequest) -> bool:
+    """Whether the runtime's NRI adaptation serves UpdateContainers without taking the lock it
+    relays events under (v0.12.1 and later). Older ones take it before the runtime's own NRI
+    lock, which every event takes first: an UpdateContainers that meets an event deadlocks both
+    (docs/protocol.md §6.6)."""
+    nri = runtime_nri_version(req)
+    return nri is not None and nri >= (0, 12, 1)
+
+
 def valid_events(req: api_pb2.ConfigureRequest) -> int:
     """The event bits this runtime is known to accept."""
     return VALID_EVENTS if runtime_knows_v010_events(req) else OLD_VALID_EVENTS

@@ -102,6 +102,7 @@ class ContainerSpec(_Strict):
             memory=self.requests.memory if self.requests.memory is not None else self.limits.memory,
         )
 
+
 class CreateSpec(_Strict):
     pod: Name
     namespace: Name = "default"

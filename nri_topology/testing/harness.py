@@ -37,6 +37,8 @@ async def connected(
         task = asyncio.get_running_loop().create_task(stub.run())
         try:
             await peer.wait_plugin()
+            if hasattr(plugin, "stub"):  # the daemon's plugin sends re-pins through it
+                plugin.stub = stub
             yield peer, stub
         finally:
             await stub.stop()

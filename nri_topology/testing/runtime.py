@@ -466,6 +466,7 @@ class RuntimePeer:
         pods: Sequence[api_pb2.PodSandbox] = (),
         containers: Sequence[api_pb2.Container] = (),
         failing_containers: Sequence[str] = (),
+        reply_failures_fail: bool = False,
         record: bool = True,
     ) -> None:
         self.runtime_name = runtime_name
@@ -489,6 +490,9 @@ class RuntimePeer:
         that updates overlay in place: reached once, not through two sub-messages per update."""
         self.failing_containers = set(failing_containers)
         """Container ids whose updates fail (to exercise error replies)."""
+        self.reply_failures_fail = reply_failures_fail
+        """A failed update in a reply (not ignoring failure) fails the request, as CRI-O does;
+        containerd logs it and goes on."""
         self.record = record
         self.calls: list[Call] = []
         self.registrations: list[api_pb2.RegisterPluginRequest] = []
@@ -593,9 +597,11 @@ class RuntimePeer:
         creating: str | None = None,
     ) -> None:
         """The updates of a reply to CreateContainer or StopContainer merged and applied, as the
-        runtime does with them (it ignores their failures)."""
+        runtime does with them (containerd ignores their failures, see `reply_failures_fail`)."""
         if self.failing_containers:  # the two steps, to leave the failing ones out
-            self._apply_updates(self._merged(conn, updates, creating))
+            failed = self._apply_updates(self._merged(conn, updates, creating))
+            if failed and self.reply_failures_fail:
+                raise PluginError(f"NRI update of containers failed: {', '.join(failed)}")
             return
         try:
             reply = [(conn.full_name, updates)]

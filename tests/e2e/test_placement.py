@@ -41,8 +41,10 @@ def test_exclusive_shrinks_shared_and_they_grow_back(run: Run, two_cpus: set[int
     assert len(exclusive) == 1
     placed = run.placed(g.containers[0])
     assert (placed["kind"], parse_cpus(placed["exclusive"])) == ("exclusive", exclusive)
-    for other in (be, bu):
-        assert cpus_of(run, other) == two_cpus - exclusive
+    for other in (be, bu):  # their re-pins follow the reply
+        wait_for(
+            "shared cpuset shrunk", lambda o=other: cpus_of(run, o) == two_cpus - exclusive, 10
+        )
     assert run.cpuset(g.containers[0]).mems == "0"
     run.remove_pod(g)
     for other in (be, bu):

@@ -1,0 +1,255 @@
+"""A Guaranteed pod's start and removal beside shared containers, on a real containerd (root).
+
+    .venv/bin/python benchmarks/repins.py [--shared 0,30,100] [--rounds 3] [--samples 2]
+                                          [--modes M1,M2] [--json out.json]
+
+For each count of BestEffort (shared) containers live, one containerd from tests/e2e (fetched as
+tests/e2e/prepare.sh does) runs them, with runc wrapped to log every subcommand it runs. Then the
+modes alternate, `--rounds` times, `--samples` pods each: no plugin connected; the plugin with
+every re-pin in the reply (`updates.in_reply: true`, the old behaviour); the plugin as configured
+by default (re-pins after the reply where the runtime's NRI is v0.12.1 or later, in the reply
+elsewhere). `--modes` may add the plugin with re-pins after the reply forced (`after reply`:
+`in_reply: false`), which can deadlock an older NRI. Each sample:
+
+* a Guaranteed 1-CPU pod's sandbox, then its container created and started, as a kubelet does
+  (timed: create+start);
+* 5 ms after that CreateContainer began, another pod's BestEffort container is created (timed:
+  its CreateContainer; minus the median of the same without the plugin, the time it waited);
+* the shared containers' cgroups are read until none holds the new exclusive CPUs (the
+  exclusivity window, from the end of the Guaranteed CreateContainer);
+* the pod stopped and removed (timed: removal), then all shared cgroups awaited back on their
+  full sets before the next sample;
+* the `runc update` runs that started during the create and during the removal (and until the
+  next sample): the runc updates per event.
+
+Printed per count and mode: medians and p90 in milliseconds, and the machine's load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from nri_topology.testing import cri_pb2 as cri
+from tests.e2e import harness
+
+MODES = {
+    "without plugin": None,
+    "in reply": "updates:\n  in_reply: true\n",
+    "default": "",  # after the reply where the runtime's NRI is v0.12.1 or later
+    # After the reply on any runtime: on an NRI older than v0.12.1 (containerd 1.7, 2.1) it can
+    # deadlock the runtime's NRI (docs/protocol.md §6.6), so only with --modes naming it.
+    "after reply": "updates:\n  in_reply: false\n",
+}
+DEFAULT_MODES = "without plugin,in reply,default"
+GIB = 1 << 30
+WRAPPER = """#!/bin/sh
+sub=
+for a in "$@"; do
+  case "$a" in
+    create|start|update|delete|kill|state|exec|pause|resume|ps|features|events) sub=$a; break;;
+  esac
+done
+start=$(date +%s.%N)
+"{runc}" "$@"
+rc=$?
+echo "$start $sub" >> "{log}"
+exit $rc
+"""
+
+
+def wrapped_runc(tools: harness.Tools, base: Path) -> tuple[harness.Tools, Path]:
+    """Tools whose runc logs each subcommand and when it started."""
+    log = base / "runc.log"
+    log.touch()
+    wrapper = base / "runc-wrapper"
+    wrapper.write_text(WRAPPER.format(runc=tools.runc, log=log))
+    wrapper.chmod(0o755)
+    return dataclasses.replace(tools, runc=wrapper), log
+
+
+def updates_between(log: Path, start: float, end: float) -> int:
+    count = 0
+    for line in log.read_text().splitlines():
+        at, _, sub = line.partition(" ")
+        if sub == "update" and start <= float(at) < end:
+            count += 1
+    return count
+
+
+class Shared:
+    """The shared containers' cgroup cpuset files, read directly (no CRI call per read)."""
+
+    def __init__(self, run: harness.Run, pods: list[harness.Pod]) -> None:
+        self.files = [harness.cgroup_dir(run.pid(p.containers[0].id)) / "cpuset.cpus" for p in pods]
+
+    def holding(self, cpus: set[int]) -> int:
+        return sum(1 for f in self.files if harness.parse_cpus(f.read_text()) & cpus)
+
+    def all_on(self, cpus: set[int]) -> bool:
+        return all(harness.parse_cpus(f.read_text()) == cpus for f in self.files)
+
+
+def spec_cpus(run: harness.Run, cid: str) -> set[int]:
+    """The cpuset a created container will run on, from its runtime spec."""
+    assert run.cri is not None
+    status = run.cri.runtime(
+        "ContainerStatus", cri.ContainerStatusRequest(container_id=cid, verbose=True)
+    )
+    spec = json.loads(status.info["info"])["runtimeSpec"]
+    return harness.parse_cpus(spec["linux"]["resources"].get("cpu", {}).get("cpus", ""))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
+
+
+def sample(run: harness.Run, shared: Shared, probe: harness.Pod, i: int, log: Path) -> dict:
+    assert run.cri is not None
+    online = harness.online_cpus()
+    pod = run.run_pod(f"g{i}", "guaranteed", containers=0)
+    probe_ms: list[float] = []
+
+    def probe_create() -> None:
+        time.sleep(0.005)
+        started = time.perf_counter()
+        cid = run.create_container(probe, f"probe{i}")
+        probe_ms.append((time.perf_counter() - started) * 1000)
+        run.cri.runtime("RemoveContainer", cri.RemoveContainerRequest(container_id=cid))
+
+    prober = threading.Thread(target=probe_create)
+    t0 = time.time()
+    started = time.perf_counter()
+    prober.start()
+    cid = run.create_container(pod, "c0", 1000, GIB // 4)
+    replied = time.perf_counter()
+    exclusive = spec_cpus(run, cid) or online
+    window_ms: list[float] = []
+
+    def watch() -> None:  # from the reply on, while the container starts
+        while exclusive != online and shared.holding(exclusive):
+            time.sleep(0.002)
+        window_ms.append((time.perf_counter() - replied) * 1000 if exclusive != online else 0)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    run.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=cid))
+    create_ms = (time.perf_counter() - started) * 1000
+    watcher.join()
+    prober.join()
+    t1 = time.time()
+    started = time.perf_counter()
+    run.remove_pod(pod)
+    removal_ms = (time.perf_counter() - started) * 1000
+    if exclusive != online:
+        harness.wait_for("shared sets grown back", lambda: shared.all_on(online), 30)
+    time.sleep(0.1)
+    t2 = time.time()
+    return {
+        "create_ms": create_ms,
+        "removal_ms": removal_ms,
+        "window_ms": window_ms[0],
+        "probe_ms": probe_ms[0],
+        "create_updates": updates_between(log, t0, t1),
+        "removal_updates": updates_between(log, t1, t2),
+    }
+
+
+def switch(run: harness.Run, config: str | None) -> None:
+    run.stop_plugin()
+    if config is not None:
+        run.write_plugin_config(config)
+        run.start_plugin(extra=["--log-level", "warning"])
+
+
+def measure(tools: harness.Tools, base: Path, image: Path, log: Path, n: int, args) -> dict:
+    modes = {m: MODES[m] for m in args.modes}
+    results: dict[str, list[dict]] = {mode: [] for mode in modes}
+    with harness.running(tools, base, image) as run:
+        switch(run, MODES["default"])
+        pods = [run.run_pod(f"be{i}", "besteffort") for i in range(n)]
+        probe = run.run_pod("probe", "besteffort", containers=0)
+        shared = Shared(run, pods)
+        i = 0
+        for _ in range(args.rounds):
+            for mode, config in modes.items():
+                switch(run, config)
+                for _ in range(args.samples):
+                    results[mode].append(sample(run, shared, probe, i, log))
+                    i += 1
+        switch(run, None)
+    return results
+
+
+def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
+    base_probe = statistics.median(s["probe_ms"] for s in results["without plugin"])
+    out = {}
+    for mode, samples in results.items():
+        row: dict[str, float] = {"samples": len(samples)}
+        for key in ("create_ms", "removal_ms", "window_ms"):
+            values = [s[key] for s in samples]
+            row[f"{key[:-3]}_median_ms"] = round(statistics.median(values), 1)
+            row[f"{key[:-3]}_p90_ms"] = round(percentile(values, 0.9), 1)
+        row["window_max_ms"] = round(max(s["window_ms"] for s in samples), 1)
+        waits = [max(0.0, s["probe_ms"] - base_probe) for s in samples]
+        row["other_create_wait_median_ms"] = round(statistics.median(waits), 1)
+        row["other_create_wait_max_ms"] = round(max(waits), 1)
+        for key in ("create_updates", "removal_updates"):
+            row[f"runc_updates_per_{key[:-8]}"] = statistics.median(s[key] for s in samples)
+        out[mode] = row
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shared", default="0,30,100", help="shared containers live, per run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=2, help="pods per mode and round")
+    parser.add_argument("--modes", default=DEFAULT_MODES, help="of: " + "; ".join(MODES))
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    args.modes = [m for m in MODES if m in args.modes.split(",")]
+    tools = harness.prepare()
+    report: dict = {"load_before": os.getloadavg(), "cpus": len(harness.online_cpus())}
+    with tempfile.TemporaryDirectory(prefix="nri-e2e-", dir="/tmp") as d:
+        base = Path(d)
+        image = harness.write_image(tools, base / "busybox.tar")
+        wrapped, log = wrapped_runc(tools, base)
+        report["containerd"] = str(tools.containerd_bin)
+        for n in (int(x) for x in args.shared.split(",")):
+            table = summarize(measure(wrapped, base, image, log, n, args))
+            report[str(n)] = table
+            print(f"\n{n} shared containers live (load {os.getloadavg()[0]:.2f})")
+            print(
+                f"{'mode':20} {'create+start':>16} {'removal':>16} {'runc upd c/r':>12} "
+                f"{'window':>20} {'other create wait':>18}"
+            )
+            for mode, r in table.items():
+                print(
+                    f"{mode:20} {r['create_median_ms']:7.1f} /{r['create_p90_ms']:7.1f} "
+                    f"{r['removal_median_ms']:7.1f} /{r['removal_p90_ms']:7.1f} "
+                    f"{r['runc_updates_per_create']:5g} /{r['runc_updates_per_removal']:5g} "
+                    f"{r['window_median_ms']:6.1f}/{r['window_p90_ms']:6.1f}/"
+                    f"{r['window_max_ms']:6.1f} "
+                    f"{r['other_create_wait_median_ms']:7.1f} /{r['other_create_wait_max_ms']:7.1f}"
+                )
+    report["load_after"] = os.getloadavg()
+    print(f"\nload average before {report['load_before']}, after {report['load_after']}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,236 @@
+"""When other containers' re-pins reach the runtime: after the reply, in small paced batches.
+
+The runtime applies each update with one `runc update` while it holds its NRI lock, so updates
+carried by a reply delay the new container and every other pod's NRI event alike. This schedule
+holds the re-pins of containers other than the one an event is about, and hands them out as
+small UpdateContainers batches (docs/architecture.md, "Update schedule"). It is sans-IO: the
+plugin tells it what changed, what holds what, and what the runtime acknowledged, with the time,
+and asks it which batch to send and when to ask again. Its rules:
+
+* one pending placement per container, the latest; one equal to what the container will hold
+  anyway is dropped, so a set that grows and shrinks back before it is sent touches nobody;
+* a change that takes CPUs or memory nodes away (a shrink) is due at once; one that only adds
+  (growth, after a release) waits `grow_delay_s`, for a grant that takes them back;
+* one batch in flight at a time, at most `batch` updates, and `gap_s` between two, so the
+  runtime's other events get its lock between two batches;
+* after a batch the plugin says which containers to retry (still live, cgroup not as sent) and
+  which to drop (gone); retries are bounded, the periodic cgroup check repairs the rest;
+* an exclusivity window per exclusive grant: open from the reply until no container that may
+  still hold the granted CPUs is waiting for its re-pin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+
+from nri_topology.policy.types import Placement, Update
+
+
+@dataclass(frozen=True, slots=True)
+class Pacing:
+    """How re-pins go out after the reply."""
+
+    batch: int = 3  # updates per UpdateContainers: other events wait at most one batch
+    gap_s: float = 0.01  # pause between two batches, for the runtime's other events
+    grow_delay_s: float = 0.5  # growth waits this long for a grant that may take it back
+    retries: int = 2  # sends of a re-pin that did not land, after the first
+    retry_delay_s: float = 0.2
+
+
+PACED = Pacing()
+"""The default: re-pins after the reply."""
+
+
+@dataclass(slots=True)
+class _Pending:
+    placement: Placement
+    due: float
+    attempts: int = 0
+
+
+@dataclass(slots=True)
+class _Window:
+    cpus: frozenset[int]
+    opened: float
+    waiting: set[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Closed:
+    """An exclusivity window that closed: its owner's CPUs are its own now."""
+
+    owner: str
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    """What acknowledging a batch settled."""
+
+    closed: tuple[Closed, ...] = ()
+    retried: tuple[str, ...] = ()
+    given_up: tuple[str, ...] = ()  # still not as sent after the last retry
+    dropped: tuple[str, ...] = ()  # gone meanwhile
+
+
+def shrinks(before: Placement | None, after: Placement) -> bool:
+    """Whether `after` takes a CPU or memory node away from `before` (unknown: assume so)."""
+    if before is None:
+        return True
+    for old, new in ((before.cpus, after.cpus), (before.mems, after.mems)):
+        if new is not None and (old is None or not old <= new):
+            return True
+    return False
+
+
+@dataclass(slots=True)
+class Schedule:
+    """Pending re-pins, the batch in flight, and the open exclusivity windows."""
+
+    pacing: Pacing = PACED
+    _held: dict[str, Placement] = field(default_factory=dict)  # as acknowledged or created
+    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _in_flight: dict[str, _Pending] = field(default_factory=dict)
+    _windows: dict[str, _Window] = field(default_factory=dict)  # by owner
+    _ready_at: float = 0.0
+
+    # --- what the plugin tells ---------------------------------------------------------------
+
+    def reset(self, held: Iterable[tuple[str, Placement]]) -> None:
+        """Start over from what the runtime reported (Synchronize); nothing pending."""
+        self._held = dict(held)
+        self._pending.clear()
+        self._windows.clear()
+
+    def holds(self, container_id: str, placement: Placement) -> None:
+        """A container got `placement` without us (created with it, or in a reply)."""
+        self._held[container_id] = placement
+        self._pending.pop(container_id, None)
+
+    def change(self, updates: Iterable[Update], now: float) -> None:
+        """Other containers' new placements, to send after the reply."""
+        for u in updates:
+            cid, placement = u.container_id, u.placement
+            flying = self._in_flight.get(cid)
+            base = flying.placement if flying is not None else self._held.get(cid)
+            if base == placement:
+                self._pending.pop(cid, None)  # grew and shrank back (or the reverse) unsent
+                continue
+            due = now if shrinks(base, placement) else now + self.pacing.grow_delay_s
+            old = self._pending.get(cid)
+            if old is not None:
+                due = min(due, old.due)
+            self._pending[cid] = _Pending(placement, due)
+
+    def grant(self, owner: str, cpus: frozenset[int], now: float) -> Closed | None:
+        """`owner` got `cpus` for itself: open its window; closed at once when nobody waits."""
+        waiting = {
+            cid
+            for cid in (*self._pending, *self._in_flight)
+            if cid != owner and _may_hold(self._held.get(cid), cpus)
+        }
+        if not waiting:
+            return Closed(owner, 0.0) if cpus else None
+        self._windows[owner] = _Window(cpus, now, waiting)
+        return None
+
+    def forget(self, container_id: str, now: float) -> tuple[Closed, ...]:
+        """The container is gone: nothing to send to it; its own window is void."""
+        self._held.pop(container_id, None)
+        self._pending.pop(container_id, None)
+        self._windows.pop(container_id, None)
+        return self._leave(container_id, now)
+
+    # --- what the plugin asks ----------------------------------------------------------------
+
+    def busy(self, container_id: str) -> bool:
+        """Whether a re-pin of the container is pending or in flight."""
+        return container_id in self._pending or container_id in self._in_flight
+
+    def open_windows(self) -> int:
+        return len(self._windows)
+
+    def next_batch(self, now: float) -> dict[str, Placement]:
+        """The updates to send now (empty: none due, or a batch is still in flight)."""
+        if self._in_flight or now < self._ready_at or not self._pending:
+            return {}
+        due = sorted((p.due, cid) for cid, p in self._pending.items() if p.due <= now)
+        batch = {}
+        for _, cid in due[: self.pacing.batch]:
+            entry = self._pending.pop(cid)
+            self._in_flight[cid] = entry
+            batch[cid] = entry.placement
+        return batch
+
+    def wakeup(self, now: float) -> float | None:
+        """Seconds until `next_batch` has something; None while nothing is pending or a batch
+        is in flight (`change` and `done` are the next moments to ask)."""
+        if self._in_flight or not self._pending:
+            return None
+        first = min(p.due for p in self._pending.values())
+        return max(0.0, max(first, self._ready_at) - now)
+
+    def done(self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()) -> Done:
+        """The batch in flight was acknowledged; `retry` did not land, `drop` are gone."""
+        closed: list[Closed] = []
+        retried, given_up, dropped = [], [], []
+        flown, self._in_flight = self._in_flight, {}
+        self._ready_at = now + self.pacing.gap_s
+        for cid, entry in flown.items():
+            if cid in drop:
+                dropped.append(cid)
+                self._held.pop(cid, None)
+                self._pending.pop(cid, None)
+                closed += self._leave(cid, now)
+            elif cid in retry:
+                if cid in self._pending:
+                    continue  # a newer placement goes out anyway
+                if entry.attempts >= self.pacing.retries:
+                    given_up.append(cid)
+                    closed += self._leave(cid, now)
+                    continue
+                retried.append(cid)
+                due = now + self.pacing.retry_delay_s
+                self._pending[cid] = _Pending(entry.placement, due, entry.attempts + 1)
+            else:
+                self._held[cid] = entry.placement
+                closed += self._settled(cid, entry.placement, now)
+        return Done(tuple(closed), tuple(retried), tuple(given_up), tuple(dropped))
+
+    def lost(self, now: float) -> None:
+        """The batch in flight may not have reached the runtime (connection lost): forget it;
+        Synchronize on reconnect reports what each container holds."""
+        self._in_flight.clear()
+        self._ready_at = now
+
+    # --- internals ---------------------------------------------------------------------------
+
+    def _settled(self, cid: str, placement: Placement, now: float) -> list[Closed]:
+        """Close the windows that waited only for `cid`, now holding none of their CPUs."""
+        return [
+            c
+            for owner, w in list(self._windows.items())
+            if cid in w.waiting and not _may_hold(placement, w.cpus)
+            for c in self._discard(owner, w, cid, now)
+        ]
+
+    def _leave(self, cid: str, now: float) -> tuple[Closed, ...]:
+        return tuple(
+            c
+            for owner, w in list(self._windows.items())
+            if cid in w.waiting
+            for c in self._discard(owner, w, cid, now)
+        )
+
+    def _discard(self, owner: str, w: _Window, cid: str, now: float) -> list[Closed]:
+        w.waiting.discard(cid)
+        if w.waiting:
+            return []
+        del self._windows[owner]
+        return [Closed(owner, now - w.opened)]
+
+
+def _may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:
+    """Whether a container holding `placement` may run on some of `cpus` (unknown: it may)."""
+    return placement is None or placement.cpus is None or bool(placement.cpus & cpus)

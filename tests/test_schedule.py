@@ -1,0 +1,230 @@
+"""The update schedule as a pure state machine: coalescing, batching, debounce, failures."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from nri_topology.daemon.schedule import Closed, Pacing, Schedule, shrinks
+from nri_topology.policy.types import Placement, Update
+
+PACING = Pacing(batch=3, gap_s=0.01, grow_delay_s=0.5, retries=2, retry_delay_s=0.2)
+
+
+def cpus(*ids: int) -> Placement:
+    return Placement(frozenset(ids), frozenset({0}))
+
+
+def held(n: int, placement: Placement) -> Schedule:
+    s = Schedule(PACING)
+    s.reset((f"c{i}", placement) for i in range(n))
+    return s
+
+
+def drain(s: Schedule, now: float) -> list[dict[str, Placement]]:
+    """Every batch as the plugin would send them, each acknowledged at once."""
+    batches = []
+    while (wait := s.wakeup(now)) is not None:
+        now += wait
+        batch = s.next_batch(now)
+        assert batch
+        batches.append(batch)
+        s.done(now)
+    return batches
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "expected"),
+    [
+        (cpus(0, 1, 2), cpus(0, 1), True),  # a CPU taken away
+        (cpus(0, 1), cpus(0, 1, 2), False),  # only added
+        (cpus(0, 1), cpus(2, 3), True),  # moved
+        (None, cpus(0), True),  # unknown: assume it may hold anything
+        (Placement(None, None), cpus(0), True),
+        (cpus(0), Placement(None, None), False),  # nothing set: nothing taken
+        (Placement(frozenset({0}), frozenset({0, 1})), cpus(0), True),  # a memory node taken
+    ],
+)
+def test_shrinks(before: Placement | None, after: Placement, expected: bool) -> None:
+    assert shrinks(before, after) is expected
+
+
+def test_a_container_changed_twice_before_it_is_sent_gets_the_latest_once() -> None:
+    s = held(2, cpus(0, 1, 2, 3))
+    s.change([Update("c0", cpus(0, 1, 2))], 0.0)
+    s.change([Update("c0", cpus(0, 1)), Update("c1", cpus(0, 1))], 0.0)
+    assert drain(s, 0.0) == [{"c0": cpus(0, 1), "c1": cpus(0, 1)}]
+
+
+def test_shrinks_go_out_at_once_in_batches_of_the_pacing_with_a_gap_between() -> None:
+    s = held(7, cpus(0, 1, 2, 3))
+    s.change([Update(f"c{i}", cpus(0, 1, 2)) for i in range(7)], 5.0)
+    assert s.wakeup(5.0) == 0.0
+    first = s.next_batch(5.0)
+    assert len(first) == 3
+    assert s.next_batch(5.0) == {}  # one batch in flight at a time
+    assert s.wakeup(5.0) is None
+    s.done(5.02)
+    assert s.next_batch(5.025) == {}  # the gap: the runtime's other events go first
+    assert s.wakeup(5.025) == pytest.approx(0.005)
+    assert len(s.next_batch(5.03)) == 3
+    s.done(5.04)
+    assert len(s.next_batch(5.05)) == 1
+
+
+def test_growth_waits_and_a_shrink_back_meanwhile_touches_nobody() -> None:
+    s = held(3, cpus(0, 1))
+    grown = [Update(f"c{i}", cpus(0, 1, 2)) for i in range(3)]
+    s.change(grown, 0.0)  # a release gives CPU 2 back
+    assert s.next_batch(0.1) == {}
+    assert s.wakeup(0.1) == pytest.approx(0.4)
+    s.change([Update(f"c{i}", cpus(0, 1)) for i in range(3)], 0.2)  # a grant takes it again
+    assert s.wakeup(0.2) is None and drain(s, 0.2) == []
+
+
+def test_growth_goes_out_after_the_delay() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0, 1, 2))], 0.0)
+    assert s.next_batch(0.49) == {}
+    assert s.next_batch(0.5) == {"c0": cpus(0, 1, 2)}
+
+
+def test_a_shrink_after_pending_growth_is_due_at_once() -> None:
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1, 2, 3))], 0.0)
+    s.change([Update("c0", cpus(0, 1))], 0.1)
+    assert s.next_batch(0.1) == {"c0": cpus(0, 1)}
+
+
+def test_the_window_closes_when_the_last_holder_of_the_granted_cpus_has_its_re_pin() -> None:
+    s = held(5, cpus(0, 1, 2, 3))
+    s.holds("g", cpus(3))
+    s.change([Update(f"c{i}", cpus(0, 1, 2)) for i in range(5)], 1.0)
+    assert s.grant("g", frozenset({3}), 1.0) is None
+    assert s.open_windows() == 1
+    s.next_batch(1.0)
+    assert s.done(1.03).closed == ()
+    s.next_batch(1.05)
+    done = s.done(1.08)
+    assert done.closed == (Closed("g", pytest.approx(0.08)),)
+    assert s.open_windows() == 0
+
+
+def test_a_grant_nobody_else_holds_closes_its_window_at_once() -> None:
+    s = held(2, cpus(0, 1))
+    assert s.grant("g", frozenset({3}), 0.0) == Closed("g", 0.0)
+    assert s.grant("h", frozenset(), 0.0) is None  # no exclusive CPUs: no window
+
+
+def test_a_retry_keeps_the_window_open_and_goes_out_later() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0))], 0.0)
+    s.grant("g", frozenset({1}), 0.0)
+    assert s.next_batch(0.0) == {"c0": cpus(0)}
+    done = s.done(0.01, retry={"c0"})
+    assert done.retried == ("c0",) and done.closed == ()
+    assert s.next_batch(0.1) == {}
+    assert s.next_batch(0.22) == {"c0": cpus(0)}
+    assert s.done(0.23).closed == (Closed("g", pytest.approx(0.23)),)
+
+
+def test_a_re_pin_that_never_lands_is_given_up_after_the_retries() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0))], 0.0)
+    s.grant("g", frozenset({1}), 0.0)
+    now, outcomes = 0.0, []
+    while (wait := s.wakeup(now)) is not None:
+        now += wait
+        s.next_batch(now)
+        outcomes.append(s.done(now, retry={"c0"}))
+    assert [bool(d.retried) for d in outcomes] == [True, True, False]
+    assert outcomes[-1].given_up == ("c0",)
+    assert outcomes[-1].closed == (Closed("g", pytest.approx(now)),)  # bounded: not open for good
+
+
+def test_a_container_gone_is_dropped_and_frees_the_window() -> None:
+    s = held(2, cpus(0, 1))
+    s.change([Update("c0", cpus(0)), Update("c1", cpus(0))], 0.0)
+    s.grant("g", frozenset({1}), 0.0)
+    s.next_batch(0.0)
+    done = s.done(0.02, drop={"c1"})
+    assert done.dropped == ("c1",)
+    assert done.closed == (Closed("g", pytest.approx(0.02)),)
+
+
+def test_forgetting_a_waiting_container_closes_the_window_and_the_owners_own_is_void() -> None:
+    s = held(2, cpus(0, 1))
+    s.change([Update("c0", cpus(0)), Update("c1", cpus(0))], 0.0)
+    s.grant("g", frozenset({1}), 0.0)
+    assert s.forget("c0", 0.1) == ()
+    assert s.forget("c1", 0.2) == (Closed("g", pytest.approx(0.2)),)
+    s.change([Update("c2", cpus(0))], 0.3)
+    s.grant("h", frozenset({1}), 0.3)
+    assert s.forget("h", 0.4) == () and s.open_windows() == 0
+
+
+def test_a_newer_placement_while_in_flight_goes_out_after_it() -> None:
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    assert s.next_batch(0.0) == {"c0": cpus(0, 1)}
+    s.change([Update("c0", cpus(0))], 0.005)
+    s.done(0.01, retry={"c0"})  # the older one failed: the newer one replaces the retry
+    assert s.next_batch(0.02) == {"c0": cpus(0)}
+    s.done(0.03)
+    assert s.wakeup(0.03) is None
+
+
+def test_a_placement_back_to_what_is_in_flight_is_not_sent_again() -> None:
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    s.next_batch(0.0)
+    s.change([Update("c0", cpus(0, 1, 2, 3))], 0.001)
+    s.change([Update("c0", cpus(0, 1))], 0.002)
+    s.done(0.01)
+    assert s.wakeup(0.01) is None
+
+
+def test_a_lost_batch_is_forgotten_for_synchronize_to_repair() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0))], 0.0)
+    s.next_batch(0.0)
+    s.lost(0.01)
+    assert s.wakeup(0.01) is None and not s.busy("c0")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["c0", "c1", "c2", "c3", "c4"]),
+            st.frozensets(st.integers(0, 5), min_size=1),
+            st.floats(0, 0.3),
+        ),
+        max_size=40,
+    )
+)
+def test_every_container_ends_on_its_latest_placement_each_update_sent_once_per_change(
+    changes: list[tuple[str, frozenset[int], float]],
+) -> None:
+    """Whatever the order and timing, draining leaves every container on its latest placement,
+    no batch exceeds the pacing, and no container is in one batch twice."""
+    s = held(5, cpus(0, 1, 2, 3, 4, 5))
+    applied = {f"c{i}": cpus(0, 1, 2, 3, 4, 5) for i in range(5)}
+    latest = dict(applied)
+    now, sent = 0.0, 0
+    for cid, ids, step in changes:
+        now += step
+        s.change([Update(cid, Placement(ids, frozenset({0})))], now)
+        latest[cid] = Placement(ids, frozenset({0}))
+        if batch := s.next_batch(now):
+            assert len(batch) <= PACING.batch
+            applied.update(batch)
+            sent += len(batch)
+            s.done(now)
+    for batch in drain(s, now):
+        assert len(batch) <= PACING.batch
+        applied.update(batch)
+        sent += len(batch)
+    assert applied == latest
+    assert sent <= len(changes)
