@@ -141,7 +141,7 @@ def launched(run: Run) -> None:
     wait_for(
         "launched plugin configured",
         lambda: any(e.get("event") == "configured by the NRI runtime" for e in run.plugin_events()),
-        30,
+        60,
     )
     assert run.launched_plugin_pid() is not None
 
@@ -206,7 +206,7 @@ def test_preinstalled_plugin_relaunched_keeps_placements(
         lambda: (
             sum(e.get("event") == "configured by the NRI runtime" for e in run.plugin_events()) == 2
         ),
-        30,
+        60,
     )
     assert snapshot(run) == before
     be = run.run_pod("be", "besteffort")

@@ -1,0 +1,285 @@
+"""The checks of the VM end-to-end test, run inside the guest (Debian 13, systemd, cgroup v2).
+
+The plugin runs as the shipped systemd unit, containerd with runc's systemd cgroup driver, pods
+in kubelet-style slices made over D-Bus. Every check reads what the kernel and systemd hold and
+compares it with what the plugin decided; the results go to a JSON file for the host's test:
+`[{"check": name, "ok": bool, "detail": str}, ...]`.
+
+usage: python guest.py OUT.json   (with the repository on PYTHONPATH, the plugin's venv Python)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import traceback
+import urllib.request
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from nri_topology.policy.types import QoS
+from nri_topology.testing import cri_pb2 as cri
+from nri_topology.topology.cpuset import parse as parse_cpus
+from tests.e2e.harness import (
+    IMAGE,
+    SLEEP,
+    Cri,
+    container_labels,
+    pod_labels,
+    qos_named,
+    resources,
+    wait_for,
+)
+
+CGROUP = Path("/sys/fs/cgroup")
+STATE = Path("/var/lib/nri-topology/state.json")
+GIB = 1 << 30
+
+
+def sh(*argv: str) -> str:
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def pod_slice(qos: QoS, uid: str) -> str:
+    """The kubelet's systemd-driver pod slice name."""
+    uid = uid.replace("-", "_")
+    if qos is QoS.GUARANTEED:
+        return f"kubepods-pod{uid}.slice"
+    return f"kubepods-{qos.value.lower()}-pod{uid}.slice"
+
+
+def start_slice(name: str, memory_max: int = 0) -> None:
+    """A transient slice, as the kubelet starts one (parents are implicit slice units)."""
+    props = ["1", "MemoryMax", "t", str(memory_max)] if memory_max else ["0"]
+    sh("busctl", "call", "org.freedesktop.systemd1", "/org/freedesktop/systemd1",
+       "org.freedesktop.systemd1.Manager", "StartTransientUnit", "ssa(sv)a(sa(sv))",
+       name, "replace", *props, "0")  # fmt: skip
+    wait_for(f"{name} active", lambda: sh("systemctl", "is-active", name).strip() == "active", 60)
+
+
+class Node:
+    def __init__(self) -> None:
+        self.cri = Cri(Path("/run/containerd/containerd.sock"))
+        self.containers: dict[str, str] = {}  # name -> id
+
+    def run_pod(self, name: str, qos_name: str, cpu_milli: int = 0, memory: int = 64 << 20) -> str:
+        qos = qos_named(qos_name)
+        uid = str(uuid.uuid4())
+        parent = pod_slice(qos, uid)
+        start_slice(parent, memory if qos is QoS.GUARANTEED else 0)
+        config = cri.PodSandboxConfig(
+            metadata=cri.PodSandboxMetadata(name=name, uid=uid, namespace="vm"),
+            labels=pod_labels(name, "vm", uid),
+            log_directory=f"/var/log/pods/{uid}",
+            linux=cri.LinuxPodSandboxConfig(
+                cgroup_parent=parent,
+                security_context=cri.LinuxSandboxSecurityContext(
+                    namespace_options=cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER)
+                ),
+            ),
+        )
+        pod = self.cri.runtime(
+            "RunPodSandbox", cri.RunPodSandboxRequest(config=config), 300
+        ).pod_sandbox_id
+        ccfg = cri.ContainerConfig(
+            metadata=cri.ContainerMetadata(name="c0"),
+            image=cri.ImageSpec(image=IMAGE, user_specified_image=IMAGE),
+            command=SLEEP,
+            labels=container_labels(config, "c0"),
+            log_path="c0.log",
+            linux=cri.LinuxContainerConfig(
+                resources=resources(qos_name, cpu_milli, memory),
+                security_context=cri.LinuxContainerSecurityContext(
+                    namespace_options=config.linux.security_context.namespace_options
+                ),
+            ),
+        )
+        cid = self.cri.runtime(
+            "CreateContainer",
+            cri.CreateContainerRequest(pod_sandbox_id=pod, config=ccfg, sandbox_config=config),
+            300,
+        ).container_id
+        self.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=cid), 300)
+        self.containers[name] = cid
+        return cid
+
+    def pid(self, cid: str) -> int:
+        resp = self.cri.runtime(
+            "ContainerStatus", cri.ContainerStatusRequest(container_id=cid, verbose=True)
+        )
+        return int(json.loads(resp.info["info"])["pid"])
+
+    def scope(self, cid: str) -> Path:
+        """The container's cgroup (v2), from its process."""
+        line = Path(f"/proc/{self.pid(cid)}/cgroup").read_text().splitlines()[0]
+        return CGROUP / line.split(":", 2)[2].lstrip("/")
+
+    def effective(self, cid: str) -> tuple[set[int], set[int]]:
+        d = self.scope(cid)
+        return (
+            parse_cpus((d / "cpuset.cpus.effective").read_text()),
+            parse_cpus((d / "cpuset.mems.effective").read_text()),
+        )
+
+    def systemd_view(self, cid: str) -> tuple[set[int], set[int]]:
+        """systemd's AllowedCPUs / AllowedMemoryNodes of the container's scope (empty means
+        unrestricted: then the root cgroup's)."""
+        out = sh("systemctl", "show", self.scope(cid).name, "-p", "AllowedCPUs",
+                 "-p", "AllowedMemoryNodes")  # fmt: skip
+        props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+        def cpus(text: str) -> set[int]:
+            return parse_cpus(text.replace(" ", ",")) if text.strip() else set()
+
+        return (
+            cpus(props.get("AllowedCPUs", ""))
+            or parse_cpus((CGROUP / "cpuset.cpus.effective").read_text()),
+            cpus(props.get("AllowedMemoryNodes", ""))
+            or parse_cpus((CGROUP / "cpuset.mems.effective").read_text()),
+        )
+
+    def decided(self) -> dict[str, tuple[set[int], set[int] | None]]:
+        """Every container's CPUs and memory nodes as the plugin decided them (its /status)."""
+        with urllib.request.urlopen("http://127.0.0.1:8967/status?format=json", timeout=30) as r:
+            doc = json.load(r)
+        return {
+            c["container_id"]: (
+                parse_cpus(c["cpus"] or ""),
+                parse_cpus(c["mems"]) if c["mems"] else None,
+            )
+            for c in doc["containers"]
+        }
+
+    def mismatches(self) -> dict[str, str]:
+        """Containers whose cgroup or systemd view differs from the plugin's decision."""
+        decided = self.decided()
+        out = {}
+        for name, cid in self.containers.items():
+            cpus, mems = self.effective(cid)
+            allowed_cpus, allowed_mems = self.systemd_view(cid)
+            want_cpus, want_mems = decided.get(cid, (None, None))
+            if not (cpus == want_cpus == allowed_cpus and mems == allowed_mems) or (
+                want_mems is not None and mems != want_mems
+            ):
+                out[name] = (
+                    f"decided {want_cpus} / {want_mems}, cpuset.cpus.effective {cpus}, "
+                    f"AllowedCPUs {allowed_cpus}, cpuset.mems.effective {mems}, "
+                    f"AllowedMemoryNodes {allowed_mems}"
+                )
+        return out
+
+    def agree(self, what: str, timeout: float = 60) -> None:
+        """Wait until every container's cgroup and systemd view hold the plugin's decision."""
+        try:
+            wait_for(what, lambda: not self.mismatches(), timeout)
+        except TimeoutError:
+            raise AssertionError(f"{what}: {self.mismatches()}") from None
+
+    def snapshot(self) -> dict[str, tuple[set[int], set[int]]]:
+        return {name: self.effective(cid) for name, cid in self.containers.items()}
+
+
+def plugin_ready() -> bool:
+    proc = subprocess.run(
+        ["python3", "-c", "import urllib.request as u; u.urlopen('http://127.0.0.1:8967/readyz')"],
+        capture_output=True,
+    )
+    return proc.returncode == 0
+
+
+def journal_count(text: str) -> int:
+    out = sh("journalctl", "-u", "nri-topology", "-o", "cat", "--no-pager")
+    return sum(text in line for line in out.splitlines())
+
+
+def check_topology() -> str:
+    doc = json.loads(sh("/opt/nri-topology/venv/bin/nri-topology", "topology", "--json"))
+    nodes = {n["id"]: n for n in doc["nodes"]}
+    only = [n for n in nodes.values() if not n["cpus"]]
+    assert doc["counts"]["memory_only_nodes"] == 1 and len(only) == 1, doc["counts"]
+    (mem,) = only
+    cpu_tiers = {n["tier"] for n in nodes.values() if n["cpus"]}
+    assert cpu_tiers == {"dram"}, cpu_tiers
+    assert mem["tier"] != "dram" and mem["tier_source"] in ("hmat", "kernel"), mem
+    return (
+        f"{doc['counts']['cpus']} CPUs, {len(nodes)} nodes; node {mem['id']} memory-only: "
+        f"tier {mem['tier']} ({mem['tier_source']}), distances {mem['distances']}"
+    )
+
+
+def check_placement(node: Node) -> str:
+    node.run_pod("be", "besteffort")
+    node.run_pod("bu", "burstable", 200)
+    node.run_pod("g", "guaranteed", 1000, GIB // 4)
+    cpus, _ = node.effective(node.containers["g"])
+    assert len(cpus) == 1, f"guaranteed got {cpus}"
+    node.agree("cgroups and systemd agree with the plugin")
+    return json.dumps({k: [sorted(c), sorted(m)] for k, (c, m) in node.snapshot().items()})
+
+
+def check_drift(node: Node) -> str:
+    cid = node.containers["be"]
+    before = node.effective(cid)[0]
+    online = parse_cpus(Path("/sys/devices/system/cpu/online").read_text())
+    drifted = min(before) if len(before) > 1 else min(online - before)
+    (node.scope(cid) / "cpuset.cpus").write_text(str(drifted))
+    assert node.effective(cid)[0] == {drifted}
+    wait_for("drift repaired", lambda: node.effective(cid)[0] == before, 60)
+    node.agree("systemd agrees again")
+    assert journal_count("cgroup differs from the placement, updating") >= 1
+    return f"be set to {drifted} by hand, put back to {sorted(before)}"
+
+
+def check_plugin_restart(node: Node) -> str:
+    before = node.snapshot()
+    synced = journal_count("synchronized with the runtime")
+    sh("systemctl", "restart", "nri-topology")
+    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
+    wait_for("plugin ready", plugin_ready, 120)
+    assert node.snapshot() == before
+    assert not node.mismatches(), node.mismatches()
+    return "placements unchanged after systemctl restart nri-topology"
+
+
+def check_runtime_restart(node: Node) -> str:
+    before = node.snapshot()
+    pid = sh("systemctl", "show", "-p", "MainPID", "--value", "nri-topology").strip()
+    synced = journal_count("synchronized with the runtime")
+    sh("systemctl", "restart", "containerd")
+    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 180)
+    assert sh("systemctl", "show", "-p", "MainPID", "--value", "nri-topology").strip() == pid
+    assert node.snapshot() == before
+    node.run_pod("be2", "besteffort")
+    node.agree("new pod placed as decided")
+    g = node.effective(node.containers["g"])[0]
+    assert not node.effective(node.containers["be2"])[0] & g
+    return "the same plugin process reconnected; placements unchanged; a new pod placed"
+
+
+def main(out: Path) -> int:
+    results = []
+
+    def record(name: str, fn: Callable[[], str]) -> None:
+        started = time.monotonic()
+        try:
+            detail, ok = fn(), True
+        except Exception:
+            detail, ok = traceback.format_exc(limit=4), False
+        took = time.monotonic() - started
+        results.append({"check": name, "ok": ok, "detail": detail, "seconds": round(took, 1)})
+        out.write_text(json.dumps(results, indent=1))
+
+    record("topology", check_topology)
+    node = Node()
+    record("placement", lambda: check_placement(node))
+    record("drift", lambda: check_drift(node))
+    record("plugin_restart", lambda: check_plugin_restart(node))
+    record("runtime_restart", lambda: check_runtime_restart(node))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1])))
