@@ -33,6 +33,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.fixture
+def short_dir() -> Iterator[Path]:
+    """Unix socket paths must stay within 108 bytes; pytest's tmp_path can be longer."""
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        yield Path(tmp)
+
+
+@pytest.fixture
 def restore_logging() -> Iterator[None]:
     """The daemon configures process-wide logging; give the next test what it had."""
     root = logging.getLogger()

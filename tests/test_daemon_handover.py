@@ -8,9 +8,6 @@ import asyncio
 import io
 import json
 import os
-import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,20 +16,9 @@ from nri_topology.daemon.service import Daemon, Overrides
 from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
+from tests.sockets import free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
-        yield Path(tmp)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _http(port: int, path: str) -> tuple[int, str]:
@@ -55,7 +41,7 @@ def _daemon(tmp_path: Path, sock: Path, config: str = "") -> tuple[Daemon, io.St
         socket=str(sock),
         sysfs=str(sys_root),
         state=str(tmp_path / "state" / "state.json"),
-        metrics_port=_free_port(),
+        metrics_port=free_port(),
         log_format="json",
     )
     log = io.StringIO()

@@ -11,8 +11,6 @@ import shlex
 import signal
 import socket
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,16 +19,11 @@ from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.topology.cpuset import parse as parse_cpus
 from tests import machines
+from tests.sockets import free_port
 from tests.test_daemon_plugin import ctr, pod
 from tests.test_daemon_restore import guaranteed
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
-        yield Path(tmp)
 
 
 def _args(tmp_path: Path) -> list[str]:
@@ -183,7 +176,7 @@ async def test_launched_plugin_takes_every_setting_from_its_first_configure(
     decoy.write_text(
         f"state:\n  path: {tmp_path / 'decoy' / 'state.json'}\nmetrics:\n  enabled: false\n"
     )
-    port = _free_port()
+    port = free_port()
     conf_d = (
         f"state:\n  path: {tmp_path / 'conf' / 'state.json'}\n"
         f"metrics:\n  port: {port}\n"
@@ -226,12 +219,6 @@ async def test_launched_plugin_takes_every_setting_from_its_first_configure(
     events = _log_events(tmp_path)
     assert not [e for e in events if e["event"] == "changed settings take effect on restart"]
     assert any(e["level"] == "debug" for e in events)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -8,9 +8,7 @@ import io
 import json
 import os
 import signal
-import socket
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -23,22 +21,10 @@ from nri_topology.daemon.service import Daemon, Overrides, StartupError, effecti
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine
 from tests import machines
+from tests.sockets import free_port
 from tests.test_daemon_plugin import ScriptedPolicy, ctr, pod, scripted_state
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
-
-
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    """Unix socket paths must stay short; pytest's tmp_path can be too long."""
-    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
-        yield Path(tmp)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> Daemon:
@@ -49,7 +35,7 @@ def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> D
         socket=str(sock),
         sysfs=str(sysfs),
         state=str(tmp_path / "state" / "state.json"),
-        metrics_port=_free_port(),
+        metrics_port=free_port(),
         log_format="json",
     )
     policies: list[ScriptedPolicy] = []

@@ -7,9 +7,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +21,7 @@ from nri_topology.kubelet.managers import (
 from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
+from tests.sockets import free_port
 
 DATA = Path(__file__).parent / "data" / "kubelet"
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -87,18 +85,6 @@ def test_checksum_of_no_entries() -> None:
 # --- the daemon ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
-        yield Path(tmp)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _daemon(tmp_path: Path, sock: Path, kubelet: str) -> tuple[Daemon, io.StringIO]:
     """A daemon with the real policy on a 16-CPU machine (8 cores, 2 threads)."""
     if not (tmp_path / "sys").exists():
@@ -109,7 +95,7 @@ def _daemon(tmp_path: Path, sock: Path, kubelet: str) -> tuple[Daemon, io.String
         socket=str(sock),
         sysfs=str(tmp_path / "sys"),
         state=str(tmp_path / "state" / "state.json"),
-        metrics_port=_free_port(),
+        metrics_port=free_port(),
         log_format="json",
     )
     log = io.StringIO()

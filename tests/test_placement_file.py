@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
-import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -19,6 +17,7 @@ from nri_topology.policy.types import CpuKind, Decision, Placement, Update
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology import cpuset
 from tests import machines
+from tests.sockets import free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
@@ -84,18 +83,6 @@ async def test_adopt_rewrites_the_living_and_removes_the_gone(tmp_path: Path) ->
 
 
 @pytest.fixture
-def short_dir() -> Iterator[Path]:
-    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
-        yield Path(tmp)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture
 async def node(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon, RuntimePeer]]:
     sock = short_dir / "nri.sock"
     peer = RuntimePeer()
@@ -109,7 +96,7 @@ async def node(tmp_path: Path, short_dir: Path) -> AsyncIterator[tuple[Daemon, R
         socket=str(sock),
         sysfs=str(sysfs),
         state=str(tmp_path / "state" / "state.json"),
-        metrics_port=_free_port(),
+        metrics_port=free_port(),
         log_format="json",
     )
     daemon = Daemon(config, overrides, log_stream=io.StringIO(), environ={})

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import socket
 import tempfile
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
@@ -20,14 +19,9 @@ from nri_topology.daemon.service import Daemon, Overrides
 from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
+from tests.sockets import free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")  # the daemon configures logging
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pod(name: str, qos: str) -> api_pb2.PodSandbox:
@@ -57,7 +51,7 @@ def _ctr(p: api_pb2.PodSandbox, name: str, cpus: int = 0) -> api_pb2.Container:
 @pytest.fixture
 async def daemon(tmp_path: Path) -> AsyncIterator[tuple[Daemon, int]]:
     sysfs = machines.write_sysfs(tmp_path, machines.SyntheticSpec(nodes=2, cores=4, threads=2))
-    port = _free_port()
+    port = free_port()
     with tempfile.TemporaryDirectory(prefix="nri-") as short:
         sock = str(Path(short) / "nri.sock")
         peer = RuntimePeer()
@@ -183,7 +177,7 @@ async def test_explain_forgets_released_containers(daemon, capsys) -> None:
 
 
 async def test_no_daemon_is_a_clear_error(capsys) -> None:
-    code, _, err = await _cli(capsys, "status", "--port", str(_free_port()))
+    code, _, err = await _cli(capsys, "status", "--port", str(free_port()))
     assert code == 1 and "no nri-topology daemon answers on 127.0.0.1:" in err
 
 
