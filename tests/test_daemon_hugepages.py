@@ -68,7 +68,9 @@ def test_hugepages_booked_shown_and_refused_through_the_runtime(machine: Machine
             _, _, text = pages.status("text")
             _, _, doc = pages.status("json")
             _, _, explained = pages.explain("ns/pod1/app", "json")
+            # A stopped container's CPUs and pages wait for its next attempt until it is removed.
             await peer.stop_container(*guaranteed(1, 2, 1))
+            await peer.remove_container(*guaranteed(1, 2, 1))
             await peer.create_container(*guaranteed(3, 2, 1))  # its page is free again
             mems.append(peer.containers["c3"].linux.resources.cpu.mems)
         return (
