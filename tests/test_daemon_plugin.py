@@ -148,6 +148,9 @@ class ScriptedPolicy:
     def container(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
         return self.infos.get(container_id)
 
+    def pod_containers(self, pod_id: str) -> tuple[str, ...]:
+        return tuple(sorted(cid for cid, (p, _) in self.infos.items() if p.id == pod_id))
+
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         self.calls.append(f"cold {container_id}")
         self.cold.pop(container_id, None)

@@ -28,6 +28,7 @@ def test_the_port_lists_the_calls_its_drivers_make() -> None:
         "hold",
         "node_capacity",
         "placements",
+        "pod_containers",
         "pools",
         "reconfigure",
         "release",

@@ -357,8 +357,8 @@ class TopologyPlugin(Plugin):
         async with self._lock:
             infos = [
                 known[1]
-                for cid, a in self.policy.assignments().items()
-                if a.pod_id == pod_info.id and (known := self.policy.container(cid)) is not None
+                for cid in self.policy.pod_containers(pod_info.id)
+                if (known := self.policy.container(cid)) is not None
             ]
             holder = podlevel.holder(pod_info, infos)
             if holder is None:
@@ -389,10 +389,8 @@ class TopologyPlugin(Plugin):
         abandoned may never be stopped or removed on its own (CRI-O tells plugins late)."""
         async with self._lock:
             held, left = [], []
-            for cid in self.policy.assignments():
-                known = self.policy.container(cid)
-                if known is not None and known[0].id == pod_id:
-                    (held if cid in self._holds else left).append(cid)
+            for cid in self.policy.pod_containers(pod_id):
+                (held if cid in self._holds else left).append(cid)
             if not held and not left:
                 return
             updates: list[Update] = []

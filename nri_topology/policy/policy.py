@@ -226,6 +226,10 @@ class Policy:
         not placed."""
         return self._infos.get(container_id)
 
+    def pod_containers(self, pod_id: str) -> tuple[str, ...]:
+        """The placed containers of a pod, in id order (held ones included)."""
+        return tuple(sorted(self._by_pod.get(pod_id, ())))
+
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         """Widen a cold-started container's memory to DRAM; the update is for itself."""
         return self._engine.finish_cold_start(container_id)
