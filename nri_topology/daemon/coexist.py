@@ -10,7 +10,7 @@ run. Asked to, it takes the reserved CPUs from the kubelet's `reservedSystemCPUs
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
@@ -24,13 +24,13 @@ from nri_topology.config.schema import Config, KubeletSection, read_cpu_amount
 from nri_topology.kubelet.managers import (
     KubeletView,
     memory_by_node,
-    memory_words,
     parse_cpu_manager_state,
     parse_kubelet_config,
     parse_memory_manager_state,
 )
 from nri_topology.policy.accounts.hugepages import page_size_kb, pages
 from nri_topology.policy.options import Options
+from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 
 _log = structlog.get_logger("nri_topology.daemon")
@@ -98,6 +98,15 @@ def check(view: KubeletView, section: KubeletSection) -> None:
         f"the kubelet's {what} is on: the CPUs it pinned containers to and the memory it "
         f"reserved for them are left to it{_memory_words(view)}",
         **view.summary(),
+    )
+
+
+def memory_words(by_node: Mapping[str, Mapping[str, int]]) -> str:
+    """`memory_by_node`'s answer for people: `node 0: hugepages-1Gi 2Gi, memory 5Gi`."""
+    return "; ".join(
+        f"node {node}: "
+        + ", ".join(f"{resource} {format_bytes(size)}" for resource, size in sorted(sizes.items()))
+        for node, sizes in sorted(by_node.items(), key=lambda item: int(item[0]))
     )
 
 

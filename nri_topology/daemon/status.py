@@ -15,8 +15,8 @@ from http import HTTPStatus
 from typing import Any
 
 from nri_topology import __version__
+from nri_topology.daemon.coexist import memory_words
 from nri_topology.daemon.plugin import Explained, TopologyPlugin
-from nri_topology.kubelet.managers import memory_words
 from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import qualified_name
 from nri_topology.policy.views import PoolView

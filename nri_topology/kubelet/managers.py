@@ -22,7 +22,6 @@ from typing import Any
 
 import yaml
 
-from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 
 _FNV_OFFSET = 0x811C9DC5
@@ -237,15 +236,6 @@ def memory_by_node(taken: Mapping[tuple[int, str], int]) -> dict[str, dict[str, 
     for (node, resource), size in sorted(taken.items()):
         out.setdefault(str(node), {})[resource] = size
     return out
-
-
-def memory_words(by_node: Mapping[str, Mapping[str, int]]) -> str:
-    """`memory_by_node`'s answer for people: `node 0: hugepages-1Gi 2Gi, memory 5Gi`."""
-    return "; ".join(
-        f"node {node}: "
-        + ", ".join(f"{resource} {format_bytes(size)}" for resource, size in sorted(sizes.items()))
-        for node, sizes in sorted(by_node.items(), key=lambda item: int(item[0]))
-    )
 
 
 @dataclass(frozen=True, slots=True)
