@@ -94,9 +94,11 @@ def check(view: KubeletView, section: KubeletSection) -> None:
             "this plugin's placements (kubelet.when_active: refuse); set cpuManagerPolicy: none "
             "and memoryManagerPolicy: None, or kubelet.when_active: avoid"
         )
+    memory = (
+        f" and the memory it reserved for them{_memory_words(view)}" if view.static_memory else ""
+    )
     _log.warning(
-        f"the kubelet's {what} is on: the CPUs it pinned containers to and the memory it "
-        f"reserved for them are left to it{_memory_words(view)}",
+        f"the kubelet's {what} is on: the CPUs it pinned containers to{memory} are left to it",
         **view.summary(),
     )
 
