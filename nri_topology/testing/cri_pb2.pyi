@@ -263,7 +263,7 @@ class KeyValue(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class LinuxContainerResources(_message.Message):
-    __slots__ = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj", "cpuset_cpus", "cpuset_mems", "unified", "memory_swap_limit_in_bytes")
+    __slots__ = ("cpu_period", "cpu_quota", "cpu_shares", "memory_limit_in_bytes", "oom_score_adj", "cpuset_cpus", "cpuset_mems", "hugepage_limits", "unified", "memory_swap_limit_in_bytes")
     class UnifiedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +278,7 @@ class LinuxContainerResources(_message.Message):
     OOM_SCORE_ADJ_FIELD_NUMBER: _ClassVar[int]
     CPUSET_CPUS_FIELD_NUMBER: _ClassVar[int]
     CPUSET_MEMS_FIELD_NUMBER: _ClassVar[int]
+    HUGEPAGE_LIMITS_FIELD_NUMBER: _ClassVar[int]
     UNIFIED_FIELD_NUMBER: _ClassVar[int]
     MEMORY_SWAP_LIMIT_IN_BYTES_FIELD_NUMBER: _ClassVar[int]
     cpu_period: int
@@ -287,9 +288,18 @@ class LinuxContainerResources(_message.Message):
     oom_score_adj: int
     cpuset_cpus: str
     cpuset_mems: str
+    hugepage_limits: _containers.RepeatedCompositeFieldContainer[HugepageLimit]
     unified: _containers.ScalarMap[str, str]
     memory_swap_limit_in_bytes: int
-    def __init__(self, cpu_period: _Optional[int] = ..., cpu_quota: _Optional[int] = ..., cpu_shares: _Optional[int] = ..., memory_limit_in_bytes: _Optional[int] = ..., oom_score_adj: _Optional[int] = ..., cpuset_cpus: _Optional[str] = ..., cpuset_mems: _Optional[str] = ..., unified: _Optional[_Mapping[str, str]] = ..., memory_swap_limit_in_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, cpu_period: _Optional[int] = ..., cpu_quota: _Optional[int] = ..., cpu_shares: _Optional[int] = ..., memory_limit_in_bytes: _Optional[int] = ..., oom_score_adj: _Optional[int] = ..., cpuset_cpus: _Optional[str] = ..., cpuset_mems: _Optional[str] = ..., hugepage_limits: _Optional[_Iterable[_Union[HugepageLimit, _Mapping]]] = ..., unified: _Optional[_Mapping[str, str]] = ..., memory_swap_limit_in_bytes: _Optional[int] = ...) -> None: ...
+
+class HugepageLimit(_message.Message):
+    __slots__ = ("page_size", "limit")
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    page_size: str
+    limit: int
+    def __init__(self, page_size: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
 
 class Capability(_message.Message):
     __slots__ = ("add_capabilities", "drop_capabilities")
