@@ -151,6 +151,14 @@ def cgroup_v2() -> bool:
     return (CGROUP_ROOT / "cgroup.controllers").exists()
 
 
+def hugetlb_controller() -> bool:
+    """Whether the host has a hugetlb cgroup controller, as containerd and CRI-O test it: without
+    one both drop a container's hugepage limits before NRI plugins see them."""
+    if cgroup_v2():
+        return "hugetlb" in (CGROUP_ROOT / "cgroup.controllers").read_text().split()
+    return (CGROUP_ROOT / "hugetlb").is_dir()
+
+
 # --- cgroups ------------------------------------------------------------------------------
 
 
@@ -259,9 +267,40 @@ def memory_capacity() -> int:
     raise SetupError("no MemTotal in /proc/meminfo")
 
 
-def resources(qos: str, cpu_milli: int, memory: int) -> cri.LinuxContainerResources:
+HUGEPAGES = Path("/sys/kernel/mm/hugepages")
+
+
+def page_size_name(size_kb: int) -> str:
+    """A page size as the kubelet writes it in a hugepage limit: `2MB`, `1GB`."""
+    size, units = size_kb, ["KB", "MB", "GB", "TB"]
+    while size % 1024 == 0 and len(units) > 1:
+        size, units = size // 1024, units[1:]
+    return f"{size}{units[0]}"
+
+
+def host_page_sizes() -> list[int]:
+    """The hugepage sizes the kernel offers, in kB (`hugepages-2048kB` under sysfs)."""
+    if not HUGEPAGES.is_dir():
+        return []
+    return sorted(
+        int(d.name.removeprefix("hugepages-").removesuffix("kB")) for d in HUGEPAGES.iterdir()
+    )
+
+
+def hugepage_limits(asked: dict[int, int]) -> list[cri.HugepageLimit]:
+    """The hugepage limits the kubelet gives a container: one for every size the host offers, 0
+    for those not asked for, the bytes asked (`hugepages-<size>` limit, equal to its request)
+    for the others; `asked` maps page size in kB to bytes."""
+    sizes = sorted(set(host_page_sizes()) | set(asked))
+    return [cri.HugepageLimit(page_size=page_size_name(s), limit=asked.get(s, 0)) for s in sizes]
+
+
+def resources(
+    qos: str, cpu_milli: int, memory: int, hugepages: dict[int, int] | None = None
+) -> cri.LinuxContainerResources:
     """Linux resources as the kubelet computes them: `cpu_milli` and `memory` are a Guaranteed
-    container's requests and limits, a Burstable one's requests; a BestEffort one has neither."""
+    container's requests and limits, a Burstable one's requests; a BestEffort one has neither.
+    `hugepages`: bytes asked per page size in kB (see `hugepage_limits`)."""
     cls = qos_named(qos)
     amounts = {
         QoS.GUARANTEED: Amounts(cpu_milli, cpu_milli, memory, memory),
@@ -275,6 +314,7 @@ def resources(qos: str, cpu_milli: int, memory: int) -> cri.LinuxContainerResour
         cpu_quota=r.cpu_quota or 0,
         memory_limit_in_bytes=r.memory_limit or 0,
         oom_score_adj=kubelet.oom_score_adj(cls, amounts.memory_request, memory_capacity()),
+        hugepage_limits=hugepage_limits(hugepages or {}),
     )
 
 
@@ -651,8 +691,10 @@ class Run:
         annotations: dict | None = None,
         containers: int = 1,
         start: bool = True,
+        hugepages: dict[int, int] | None = None,
     ) -> Pod:
-        """A pod as the kubelet makes it: sandbox, then each container created and started."""
+        """A pod as the kubelet makes it: sandbox, then each container created and started;
+        `hugepages` (bytes per page size in kB) is each container's."""
         assert self.cri is not None
         config = self.pod_config(name, qos, namespace, annotations)
         sandbox = self.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
@@ -660,7 +702,13 @@ class Run:
         self.pods[pod.id] = pod
         for i in range(containers):
             self.add_container(
-                pod, f"c{i}", cpu_milli, memory, annotations=annotations, start=start
+                pod,
+                f"c{i}",
+                cpu_milli,
+                memory,
+                annotations=annotations,
+                start=start,
+                hugepages=hugepages,
             )
         return pod
 
@@ -672,6 +720,7 @@ class Run:
         memory: int = 64 << 20,
         annotations: dict | None = None,
         attempt: int = 0,
+        hugepages: dict[int, int] | None = None,
     ) -> str:
         assert self.cri is not None
         config = cri.ContainerConfig(
@@ -682,7 +731,7 @@ class Run:
             annotations=annotations or {},
             log_path=f"{name}.log",
             linux=cri.LinuxContainerConfig(
-                resources=resources(pod.qos, cpu_milli, memory),
+                resources=resources(pod.qos, cpu_milli, memory, hugepages),
                 # The kubelet gives every container its pod's namespace modes.
                 security_context=cri.LinuxContainerSecurityContext(
                     namespace_options=pod.config.linux.security_context.namespace_options
@@ -705,11 +754,12 @@ class Run:
         annotations: dict | None = None,
         start: bool = True,
         attempt: int = 0,
+        hugepages: dict[int, int] | None = None,
     ) -> Container:
         """A container created (attempt N of its name in the pod, as the kubelet counts) and
         started."""
         assert self.cri is not None
-        cid = self.create_container(pod, name, cpu_milli, memory, annotations, attempt)
+        cid = self.create_container(pod, name, cpu_milli, memory, annotations, attempt, hugepages)
         container = Container(cid, name)
         pod.containers.append(container)
         if start:
