@@ -290,7 +290,13 @@ def host_page_sizes() -> list[int]:
 def hugepage_limits(asked: dict[int, int]) -> list[cri.HugepageLimit]:
     """The hugepage limits the kubelet gives a container: one for every size the host offers, 0
     for those not asked for, the bytes asked (`hugepages-<size>` limit, equal to its request)
-    for the others; `asked` maps page size in kB to bytes."""
+    for the others; `asked` maps page size in kB to bytes.
+
+    None where the host has no hugetlb controller mounted: containerd then drops them, but CRI-O
+    (which finds the controller in /proc/cgroups, mounted or not) hands them to runc, which fails
+    to create the container, even for limits of 0."""
+    if not hugetlb_controller():
+        return []
     sizes = sorted(set(host_page_sizes()) | set(asked))
     return [cri.HugepageLimit(page_size=page_size_name(s), limit=asked.get(s, 0)) for s in sizes]
 

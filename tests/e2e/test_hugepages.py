@@ -6,10 +6,12 @@ first pod is removed its pages are free again.
 
 The pod asks for its pages as Kubernetes lets it, two ways:
 - `limits`: the container's hugepage limits, which the kubelet sets from its `hugepages-2Mi`
-  request. containerd and CRI-O pass them on (to the cgroup and to NRI) only where the host has a
-  hugetlb cgroup controller; elsewhere they drop them, and this variant skips.
-- `annotation`: the same limits plus `noderesource.dev/resources` naming `hugepages-2Mi`, as the
-  resource-annotator webhook writes it; this reaches the plugin with or without the controller.
+  request; the runtimes pass them on (to the cgroup and to NRI) where the host has a hugetlb
+  cgroup controller. Without one this variant skips: containerd drops the limits, and CRI-O hands
+  them to runc, which cannot create the container (the harness then sends none, `hugepage_limits`).
+- `annotation`: `noderesource.dev/resources` naming `hugepages-2Mi`, as the resource-annotator
+  webhook writes it (with the same limits where the host takes them); this reaches the plugin
+  with or without the controller.
 """
 
 from __future__ import annotations
@@ -113,8 +115,8 @@ def guaranteed(run: Run, name: str, pages: int, via: str, start: bool = True) ->
 def test_hugepages_are_booked_refused_and_freed(run: Run, pages: int, via: str) -> None:
     if via == "limits" and not hugetlb_controller():
         pytest.skip(
-            "the host has no hugetlb cgroup controller: containerd and CRI-O drop a container's "
-            "hugepage limits before NRI plugins see them"
+            "the host has no hugetlb cgroup controller mounted: containerd drops a container's "
+            "hugepage limits before NRI plugins see them, runc fails CRI-O's"
         )
     run.start_plugin()  # after the pages exist: the plugin reads them at start
     assert pages_free(run) == {"pages": pages, "free": pages}
