@@ -65,7 +65,14 @@ class Node:
         self.cri = Cri(Path("/run/containerd/containerd.sock"))
         self.containers: dict[str, str] = {}  # name -> id
 
-    def run_pod(self, name: str, qos_name: str, cpu_milli: int = 0, memory: int = 64 << 20) -> str:
+    def run_pod(
+        self,
+        name: str,
+        qos_name: str,
+        cpu_milli: int = 0,
+        memory: int = 64 << 20,
+        hugepages: dict[int, int] | None = None,
+    ) -> str:
         qos = qos_named(qos_name)
         uid = str(uuid.uuid4())
         parent = pod_slice(qos, uid)
@@ -91,7 +98,7 @@ class Node:
             labels=container_labels(config, "c0"),
             log_path="c0.log",
             linux=cri.LinuxContainerConfig(
-                resources=resources(qos_name, cpu_milli, memory),
+                resources=resources(qos_name, cpu_milli, memory, hugepages),
                 security_context=cri.LinuxContainerSecurityContext(
                     namespace_options=config.linux.security_context.namespace_options
                 ),
@@ -259,6 +266,37 @@ def check_runtime_restart(node: Node) -> str:
     return "the same plugin process reconnected; placements unchanged; a new pod placed"
 
 
+def check_hugepages(node: Node) -> str:
+    """Pages of 2 MiB on node 1 only: a Guaranteed pod asking for them (its hugepage limit, as
+    the kubelet sets it) gets node 1 among its memory nodes, the plugin books them there, and its
+    cgroup carries the limit."""
+    size_kb, count = 2048, 4
+    knob = Path(f"/sys/devices/system/node/node1/hugepages/hugepages-{size_kb}kB/nr_hugepages")
+    knob.write_text(f"{count}\n")
+    held = int(knob.read_text())
+    assert held == count, f"the kernel gave {held} of {count} pages on node 1"
+    synced = journal_count("synchronized with the runtime")
+    sh("systemctl", "restart", "nri-topology")  # it reads the nodes' pages at start
+    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
+    wait_for("plugin ready", plugin_ready, 120)
+    limit = count * size_kb * 1024
+    cid = node.run_pod("hp", "guaranteed", 1000, GIB // 8, hugepages={size_kb: limit})
+    _, mems = node.effective(cid)
+    assert 1 in mems, f"memory nodes {mems} lack node 1, which holds the pages"
+    with urllib.request.urlopen("http://127.0.0.1:8967/status?format=json", timeout=30) as r:
+        doc = json.load(r)
+    (c,) = [c for c in doc["containers"] if c["container_id"] == cid]
+    want = [{"node": 1, "resource": "hugepages-2Mi", "pages": count}]
+    assert c["hugepages"] == want, c
+    scope = node.scope(cid)
+    if "hugetlb" in (scope / "cgroup.controllers").read_text().split():
+        shown = (scope / "hugetlb.2MB.max").read_text().strip()
+        assert shown == str(limit), f"hugetlb.2MB.max {shown}, limit {limit}"
+    else:
+        shown = "absent (no hugetlb controller in the container's cgroup)"
+    return f"memory nodes {sorted(mems)}, booked {c['hugepages']}, hugetlb.2MB.max {shown}"
+
+
 def main(out: Path) -> int:
     results = []
 
@@ -278,6 +316,7 @@ def main(out: Path) -> int:
     record("drift", lambda: check_drift(node))
     record("plugin_restart", lambda: check_plugin_restart(node))
     record("runtime_restart", lambda: check_runtime_restart(node))
+    record("hugepages", lambda: check_hugepages(node))
     return 0
 
 

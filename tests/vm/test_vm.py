@@ -30,7 +30,7 @@ from tests.e2e.harness import IMAGE, REPO, SLEEP
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 
 HERE = Path(__file__).resolve().parent
-CHECKS = ("topology", "placement", "drift", "plugin_restart", "runtime_restart")
+CHECKS = ("topology", "placement", "drift", "plugin_restart", "runtime_restart", "hugepages")
 GUEST_PYTHON = "3.13"
 BOOT_TIMEOUT = float(os.environ.get("NRI_TOPOLOGY_VM_TIMEOUT", 3600))
 CPU_NODES, MEMORY_ONLY, NODE_MIB = 4, 4, 512
