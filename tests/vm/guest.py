@@ -28,6 +28,7 @@ from tests.e2e.harness import (
     SLEEP,
     Cri,
     container_labels,
+    hugetlb_controller,
     pod_labels,
     qos_named,
     resources,
@@ -282,12 +283,23 @@ def check_hugepages(node: Node) -> str:
     limit = count * size_kb * 1024
     cid = node.run_pod("hp", "guaranteed", 1000, GIB // 8, hugepages={size_kb: limit})
     _, mems = node.effective(cid)
-    assert 1 in mems, f"memory nodes {mems} lack node 1, which holds the pages"
     with urllib.request.urlopen("http://127.0.0.1:8967/status?format=json", timeout=30) as r:
         doc = json.load(r)
     (c,) = [c for c in doc["containers"] if c["container_id"] == cid]
+    # What each side held, for a failure to say where the limit went missing.
+    resp = node.cri.runtime(
+        "ContainerStatus", cri.ContainerStatusRequest(container_id=cid, verbose=True)
+    )
+    spec = json.loads(resp.info["info"]).get("runtimeSpec", {})
+    (root,) = [p for p in doc["pools"] if p["parent"] is None]
+    seen = (
+        f"host hugetlb controller {hugetlb_controller()}, "
+        f"spec hugepageLimits {spec.get('linux', {}).get('resources', {}).get('hugepageLimits')}, "
+        f"plugin's pages {root['hugepages']}, container {c}"
+    )
+    assert 1 in mems, f"memory nodes {mems} lack node 1, which holds the pages; {seen}"
     want = [{"node": 1, "resource": "hugepages-2Mi", "pages": count}]
-    assert c["hugepages"] == want, c
+    assert c["hugepages"] == want, seen
     scope = node.scope(cid)
     if "hugetlb" in (scope / "cgroup.controllers").read_text().split():
         shown = (scope / "hugetlb.2MB.max").read_text().strip()
