@@ -5,13 +5,12 @@ reconfigurations."""
 from __future__ import annotations
 
 from typing import Any
-from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.policy.checkpoint import state
-from nri_topology.policy.engine import engine as engine_module
+from nri_topology.policy.engine.changes import ChangeLog
 from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
@@ -99,13 +98,12 @@ def test_a_restore_and_a_reconfiguration_report_the_containers_gone_and_those_pl
 
 
 def test_too_many_changes_to_name_report_every_container() -> None:
-    e = Engine(MACHINE, Options())
-    with mock.patch.object(engine_module, "_CHANGES_NAMED", 3):
-        for i in range(3):
-            e.place(req(f"c{i}", shared=100))
-        assert e.take_changed() == {"c0", "c1", "c2"}
-        for i in range(3, 7):
-            e.place(req(f"c{i}", shared=100))
-        assert e.take_changed() is None
-        e.release("c3")
-        assert e.take_changed() == {"c3"}
+    log = ChangeLog(named=3)
+    for i in range(3):
+        log.note(f"c{i}")
+    assert log.take() == {"c0", "c1", "c2"}
+    for i in range(3, 7):
+        log.note(f"c{i}")
+    assert log.take() is None
+    log.note("c3")
+    assert log.take() == {"c3"}
