@@ -63,7 +63,6 @@ Rules deliberately changed from the reference (topology-aware of nri-plugins):
 from __future__ import annotations
 
 from nri_topology.policy.accounts.grant import Grant, Op, memory_size
-from nri_topology.policy.admission import parity
 from nri_topology.policy.engine import adopt as adoption
 from nri_topology.policy.engine import rungs
 from nri_topology.policy.engine.commit import commit, make_grant, revert
@@ -109,7 +108,6 @@ class Engine(Views):
         s = self._s
         if req.container_id in s.record.grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = parity.kubelet_request(req, s.options)
         self._validate(req)
         op = Op()
         grant, trace, moved = rungs.admit(s, self._rungs, req, hint, keep, op)
@@ -144,7 +142,6 @@ class Engine(Views):
             s.record.renew(old)
             old.cpus, old.mems = s.pins.pin(old), s.pins.mems(old)
             return decision(s, old)
-        req = parity.kubelet_request(req, s.options)
         self._validate(req)
         op = Op()
         revert(s, old, op)
@@ -173,7 +170,6 @@ class Engine(Views):
             raise PolicyError(f"{req.who}: previous attempt {previous} is not placed")
         if req.container_id in s.record.grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = parity.kubelet_request(req, s.options)
         self._validate(req)
         op = Op()
         revert(s, old, op)
@@ -234,7 +230,6 @@ class Engine(Views):
         s = self._s
         if req.container_id in s.record.grants:
             raise PolicyError(f"{req.who}: container {req.container_id} is already placed")
-        req = parity.kubelet_request(req, s.options)
         self._validate(req)
         g = adoption.adopt(s, req, pool, exclusive, isolated, zone, charged, mems or frozenset())
         g.cpus, g.mems = cpus, mems

@@ -598,6 +598,9 @@ def _classify(
         isolate = prefer_isolated and isolation is not None
 
     required = required and isolate
+    if frac and options.full_pcpus_only and not required:
+        # the kubelet gives a fractional request no exclusive CPUs under full_pcpus_only
+        return CpuKind.SHARED, 0, cpu_req, False
     if required and len(machine.isolated) < cores:
         raise PolicyError(
             f"{a.who}: require-isolated-cpus asks for {cores} isolated CPUs but the machine has "
