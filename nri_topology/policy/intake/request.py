@@ -703,8 +703,10 @@ def build_request(
     *,
     machine: Machine,
     resources: Resources | None = None,
+    origin: ContainerInfo | None = None,
 ) -> Request:
-    """Classify a container's resource request; `resources` overrides its own (resize)."""
+    """Classify a container's resource request; `resources` overrides its own (resize).
+    `origin`: the container data the policy records for it (default `container`)."""
     a = _Annotations(pod, container, options)
     w = a.who
     qos = qos_of(pod)
@@ -825,4 +827,5 @@ def build_request(
         strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
         hugepages=huge,
+        origin=container if origin is None else origin,
     )
