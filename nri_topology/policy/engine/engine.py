@@ -68,6 +68,7 @@ from nri_topology.policy.engine import rungs
 from nri_topology.policy.engine.commit import commit, make_grant, revert
 from nri_topology.policy.engine.decisions import decision
 from nri_topology.policy.engine.state import State
+from nri_topology.policy.engine.updates import SHARED_SETS_KEPT
 from nri_topology.policy.engine.views import Views
 from nri_topology.policy.options import Options
 from nri_topology.policy.shaping.shape import GrantShape
@@ -93,10 +94,12 @@ class Engine(Views):
         *,
         keep: frozenset[int] = frozenset(),
         avoid: frozenset[int] = frozenset(),
+        shared_sets_kept: int = SHARED_SETS_KEPT,
     ) -> None:
         """`keep` and `avoid` steer a quantity reservation (`reservation.reserve`): the CPUs it
-        held before a restart or reload, and those running exclusive containers hold."""
-        s = State(machine, options, keep, avoid)
+        held before a restart or reload, and those running exclusive containers hold.
+        `shared_sets_kept` bounds the update diff's speed seam (`updates.Pins`)."""
+        s = State(machine, options, keep, avoid, shared_sets_kept)
         super().__init__(s)
         self._s = s
         self._rungs = rungs.rungs(s)

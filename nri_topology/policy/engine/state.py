@@ -29,7 +29,12 @@ class State:
     """Everything one engine holds; built once per machine, options and reservation hints."""
 
     def __init__(
-        self, machine: Machine, options: Options, keep: frozenset[int], avoid: frozenset[int]
+        self,
+        machine: Machine,
+        options: Options,
+        keep: frozenset[int],
+        avoid: frozenset[int],
+        shared_sets_kept: int,
     ) -> None:
         self.machine = machine
         self.options = options
@@ -59,7 +64,7 @@ class State:
                 self.pools_of_cpu[c] += (p.index,)
         partial_reserved_in = tuple(r.partial_reserved if r.partial & p.cpus else 0 for p in pools)
         self.ledger = Ledger(pools, self.chain, r.partial, partial_reserved_in)
-        self.pins = Pins(machine, options, self.ledger, r.cpus)
+        self.pins = Pins(machine, options, self.ledger, r.cpus, shared_sets_kept)
         self.taken: frozenset[int] = frozenset()  # CPUs granted exclusively
         self.reserved_granted = 0  # milli-CPU of the reservation granted
         self.memory_requested = 0  # the grants' known memory requests (`rungs.squeeze`)
