@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from nri_topology.policy.accounts.grant import Grant
 from nri_topology.policy.checkpoint import restore as restoring
 from nri_topology.policy.checkpoint import state
 from nri_topology.policy.engine.engine import Engine
@@ -26,6 +25,7 @@ from nri_topology.policy.types import (
     Placement,
     PodInfo,
     PolicyError,
+    Request,
     Resources,
     Update,
 )
@@ -140,11 +140,11 @@ class Policy:
     def _infos_of(self, pod_id: str) -> list[ContainerInfo]:
         """The container data of a pod's placed containers, in id order."""
         grants = self._engine.grants
-        return [self._origin(grants[cid]) for cid in self._engine.pod_containers(pod_id)]
+        return [self._origin(grants[cid].request) for cid in self._engine.pod_containers(pod_id)]
 
     @staticmethod
-    def _origin(g: Grant) -> ContainerInfo:
-        origin = g.request.origin
+    def _origin(req: Request) -> ContainerInfo:
+        origin = req.origin
         assert origin is not None  # every request the policy places is built with it
         return origin
 
@@ -215,7 +215,7 @@ class Policy:
         """The pod and container data a placed container was last placed with, None when it is
         not placed."""
         g = self._engine.grants.get(container_id)
-        return None if g is None else (self._pods[g.request.pod_id], self._origin(g))
+        return None if g is None else (self._pods[g.request.pod_id], self._origin(g.request))
 
     def pod_containers(self, pod_id: str) -> tuple[str, ...]:
         """The placed containers of a pod, in id order (held ones included)."""
@@ -264,7 +264,7 @@ class Policy:
         containers = []
         origins: dict[str, ContainerInfo] = {}
         for cid, g in old.grants.items():
-            ctr = origins[cid] = self._origin(g)
+            ctr = origins[cid] = self._origin(g.request)
             current = replace(
                 ctr.resources,
                 cpuset_cpus=cpuset.format(g.cpus) if g.cpus is not None else "",

@@ -67,7 +67,7 @@ class State:
         self.pins = Pins(machine, options, self.ledger, r.cpus, shared_sets_kept)
         self.taken: frozenset[int] = frozenset()  # CPUs granted exclusively
         self.reserved_granted = 0  # milli-CPU of the reservation granted
-        self.memory_requested = 0  # the grants' known memory requests (`rungs.squeeze`)
+        self.memory_requested = 0  # the grants' known memory requests (`squeeze`)
         self.record = Record()
         self.book = MemoryBook(machine)
         self.huge = hugepages.HugepageBook(machine)
