@@ -6,6 +6,7 @@ import pytest
 
 from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.policy import Policy
 from nri_topology.policy.pools import build_pools
 from nri_topology.policy.types import PolicyError, Request
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
@@ -157,9 +158,9 @@ def test_cpu_node_without_memory_borrows_the_closest_memory() -> None:
 def test_available_cpus_shrink_the_tree() -> None:
     m = machines.load("4-socket")
     keep = frozenset(c for c in m.cpus if m.cpus[c].package == 0)
-    e = Engine(m, Options(available_resources=CpuAmount(cpus=keep)))
-    assert [p.name for p in e.pools] == ["socket #0"]
-    assert e.pools[0].cpus == keep
+    pools = Policy(m, Options(available_resources=CpuAmount(cpus=keep))).pools()
+    assert [p.name for p in pools] == ["socket #0"]
+    assert pools[0].cpus == keep
 
 
 @pytest.mark.parametrize(
@@ -171,4 +172,4 @@ def test_available_cpus_shrink_the_tree() -> None:
 )
 def test_bad_available_resources_are_refused(amount: CpuAmount, message: str) -> None:
     with pytest.raises(PolicyError, match=message):
-        Engine(machines.load("desktop"), Options(available_resources=amount))
+        Policy(machines.load("desktop"), Options(available_resources=amount))
