@@ -9,7 +9,6 @@ so that the free CPUs sit where each case needs them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -20,9 +19,8 @@ from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
 from nri_topology.policy.types import Decision
 from nri_topology.simulate.machine_spec import parse_spec, to_machine
-from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine
-from tests.test_policy_restore import workload
+from tests.test_policy_restore import holding, workload
 
 KEP4 = [
     [10, 11, 12, 12],
@@ -99,18 +97,8 @@ def kep_machine(
 def held(m: Machine, options: Options, used: Sequence[int]) -> Policy:
     """A policy restarted with a container holding the first used[n] CPUs of node n
     exclusively, as the runtime reports them."""
-    pods, containers = [], []
-    for n, count in enumerate(used):
-        if count:
-            pod, ctr = workload(100 + n, "g", 1000 * count)
-            cpus = cpuset.format(frozenset(sorted(m.nodes[n].cpus)[:count]))
-            pods.append(pod)
-            containers.append(replace(ctr, resources=replace(ctr.resources, cpuset_cpus=cpus)))
-    policy = Policy(m, options)
-    report = policy.restore(pods, containers)
-    assert len(report.adopted) == len(containers)
-    assert all(u.placement.cpus is None for u in report.updates)  # only their memory nodes
-    return policy
+    cpus = [frozenset(sorted(m.nodes[n].cpus)[:count]) for n, count in enumerate(used) if count]
+    return holding(m, options, *cpus)
 
 
 def place(policy: Policy, k: int) -> Decision:
