@@ -69,9 +69,9 @@ class State:
         self.reserved_granted = 0  # milli-CPU of the reservation granted
         self.memory_requested = 0  # the grants' known memory requests (`squeeze`)
         self.record = Record()
-        self.book = MemoryBook(machine)
-        self.huge = hugepages.HugepageBook(machine)
-        self.memory_capacity = self.book.capacity(frozenset(machine.nodes))  # the machine's
+        self.book = MemoryBook(machine, options.outside_memory)
+        self.huge = hugepages.HugepageBook(machine, options.outside_hugepages)
+        self.memory_capacity = sum(n.memory for n in machine.nodes.values())  # the machine's
         self.zones = Zones(machine, pools, self.chain, self.book)
         self.shaper = Shaper(machine, options, pools, self.ledger, self.book, post)
         self.board = choose.Board(
