@@ -29,10 +29,10 @@ from pathlib import Path
 
 import grpc
 
+from nri_topology.cri import api_pb2 as cri
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.types import QoS
-from nri_topology.testing import cri_pb2 as cri
 from nri_topology.testing import ociimage
 from nri_topology.topology.cpuset import parse as parse_cpus
 

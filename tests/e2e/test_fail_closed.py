@@ -22,8 +22,8 @@ from pathlib import Path
 import grpc
 import pytest
 
+from nri_topology.cri import api_pb2 as cri
 from nri_topology.kubelet import linux_resources as kubelet
-from nri_topology.testing import cri_pb2 as cri
 from tests.e2e.harness import (
     CGROUP_ROOT,
     REPO,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nri_topology.testing import cri_pb2 as cri
+from nri_topology.cri import api_pb2 as cri
 from tests.e2e.conftest import _unavailable
 from tests.e2e.harness import REPO, Pod, Run, container_labels, online_cpus, parse_cpus, wait_for
 

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from nri_topology.testing import cri_pb2 as cri
+from nri_topology.cri import api_pb2 as cri
 from tests.e2e.harness import Run, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
