@@ -70,6 +70,7 @@ class Overrides:
     """Command-line values that win over the configuration file (None = use the file's)."""
 
     socket: str | None = None
+    cri_socket: str | None = None
     plugin_name: str | None = None
     plugin_index: str | None = None
     sysfs: str | None = None
@@ -96,6 +97,7 @@ def effective(config: Config, o: Overrides) -> Config:
     updates = {
         "nri": given(socket=o.socket, plugin_name=o.plugin_name, plugin_index=o.plugin_index),
         "topology": given(sysfs_root=o.sysfs),
+        "updates": given(cri_socket=o.cri_socket),
         "state": given(path=o.state),
         "metrics": metrics,
         "logging": given(format=o.log_format, level=o.log_level),
@@ -115,6 +117,8 @@ def settings_of(config: Config) -> Settings:
         restart_hold_s=config.restarts.hold_seconds,
         pacing=pacing_of(config),
         pace_old_runtimes=config.updates.in_reply is False,
+        transport=config.updates.transport,
+        cri_socket=config.updates.cri_socket,
     )
 
 
