@@ -487,6 +487,7 @@ class Run:
             "--metrics-port", str(self.plugin_port),
             "--log-format", "json",
             "--log-level", "debug",
+            "--cri-socket", str(self.sock),
         ]  # fmt: skip
 
     def start_plugin(self, extra: list[str] | None = None, wait: bool = True) -> None:
