@@ -2,14 +2,16 @@
 
     .venv/bin/python benchmarks/repins.py [--shared 0,30,100] [--rounds 3] [--samples 2]
                                           [--modes M1,M2] [--json out.json]
+                                          [--runtime containerd-1.7|containerd-2]
 
 For each count of BestEffort (shared) containers live, one containerd from tests/e2e (fetched as
 tests/e2e/prepare.sh does) runs them, with runc wrapped to log every subcommand it runs. Then the
 modes alternate, `--rounds` times, `--samples` pods each: no plugin connected; the plugin with
 every re-pin in the reply (`updates.in_reply: true`, the old behaviour); the plugin as configured
-by default (re-pins after the reply where the runtime's NRI is v0.12.1 or later, in the reply
-elsewhere). `--modes` may add the plugin with re-pins after the reply forced (`after reply`:
-`in_reply: false`), which can deadlock an older NRI. Each sample:
+by default (re-pins after the reply through the runtime's CRI, whose socket the harness gives it).
+`--modes` may add the plugin with re-pins after the reply through NRI UpdateContainers forced
+(`after reply`: `transport: nri`, `in_reply: false`), which can deadlock an older NRI. Each
+sample:
 
 * a Guaranteed 1-CPU pod's sandbox, then its container created and started, as a kubelet does
   (timed: create+start);
@@ -46,10 +48,10 @@ from tests.e2e import harness
 MODES = {
     "without plugin": None,
     "in reply": "updates:\n  in_reply: true\n",
-    "default": "",  # after the reply where the runtime's NRI is v0.12.1 or later
+    "default": "",  # after the reply, through the runtime's CRI
     # After the reply on any runtime: on an NRI older than v0.12.1 (containerd 1.7, 2.1) it can
     # deadlock the runtime's NRI (docs/protocol.md §6.6), so only with --modes naming it.
-    "after reply": "updates:\n  in_reply: false\n",
+    "after reply": "updates:\n  in_reply: false\n  transport: nri\n",
 }
 DEFAULT_MODES = "without plugin,in reply,default"
 GIB = 1 << 30
@@ -218,9 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2, help="pods per mode and round")
     parser.add_argument("--modes", default=DEFAULT_MODES, help="of: " + "; ".join(MODES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--runtime", default="containerd-1.7", choices=("containerd-1.7", "containerd-2")
+    )
     args = parser.parse_args(argv)
     args.modes = [m for m in MODES if m in args.modes.split(",")]
-    tools = harness.prepare()
+    tools = harness.prepare(args.runtime)
     report: dict = {"load_before": os.getloadavg(), "cpus": len(harness.online_cpus())}
     with tempfile.TemporaryDirectory(prefix="nri-e2e-", dir="/tmp") as d:
         base = Path(d)

@@ -7,6 +7,7 @@ real runtimes). Its NRI is older than v0.12.1, so NRI UpdateContainers are never
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import tempfile
@@ -68,6 +69,9 @@ async def test_on_an_old_nri_re_pins_go_through_the_cri_after_the_reply() -> Non
         reply = await peer.create_container(g, _container(100, cpus=1))
         assert list(reply.update) == []  # nothing for the runtime to apply before it returns
         exclusive = cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
+        await asyncio.sleep(0.1)
+        assert server.calls == []  # not while the container starts
+        await peer.post_start_container(g, peer.containers["c100"])
         await plugin.settle()
         assert all(not (_cpus(peer, f"c{i}") & exclusive) for i in range(SHARED))
         assert peer.unsolicited_updates == []  # never an NRI UpdateContainers
@@ -190,3 +194,30 @@ async def test_with_no_safe_transport_an_update_waits_for_the_next_reply() -> No
         assert _sample(plugin, "nri_topology_repins_total", outcome="rode_reply") == 3
         for cid, p in plugin.policy.placements().items():
             assert _cpus(peer, cid) == p.cpus
+
+
+async def test_a_cri_that_answers_only_later_is_taken_once_it_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A runtime starts the plugins it launches before its CRI serves: the plugin asks again,
+    and sends what waited for a reply through the CRI once it answers."""
+    monkeypatch.setattr("nri_topology.daemon.plugin._CRI_ASK_EVERY_S", 0.05)
+    settings = Settings(pacing=PACING, restart_hold_s=0)
+    async with _with_cri(settings, _old_runtime(), serve=False) as (plugin, peer, server):
+        assert plugin.transport == Transport.REPLY
+        await _shared(peer, 3)
+        g = _pod(100, "")
+        await peer.create_container(g, _container(100, cpus=1))
+        await peer.remove_container(g, peer.containers["c100"])  # growth waits for a reply
+        assert plugin.settings.cri_socket is not None
+        await server.listen(plugin.settings.cri_socket)
+        for _ in range(100):
+            if plugin.transport == Transport.CRI and not plugin._riding:
+                break
+            await asyncio.sleep(0.05)
+        assert (plugin.transport, plugin.paced) == (Transport.CRI, True)
+        await plugin.settle()
+        assert sorted({c.container_id for c in server.calls}) == ["c0", "c1", "c2"]
+        for cid, p in plugin.policy.placements().items():
+            assert _cpus(peer, cid) == p.cpus
+        assert peer.unsolicited_updates == []

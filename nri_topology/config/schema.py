@@ -346,6 +346,8 @@ class UpdatesSection(_Section):
     batch: Annotated[StrictInt, Field(ge=1, le=64)] = 3  # re-pins per UpdateContainers
     gap_seconds: Annotated[float, Field(ge=0, le=1)] = 0.01  # pause between two batches
     grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant
+    # re-pins wait (at most this long) for a container just granted exclusive CPUs to start
+    start_wait_seconds: Annotated[float, Field(ge=0, le=10)] = 1.0
 
 
 class Config(_Section):

@@ -82,6 +82,10 @@ _KEYS_LISTED = 8  # unknown annotation keys named in one warning
 _TRACE_PARTS_MAX = 8192  # distinct sort keys (and verdicts) shared among kept traces
 
 _SHOWN = 10  # per-container details in one warning line, at most
+# A CRI that does not answer at Configure (a runtime starts the plugins it launches before its
+# CRI serves) is asked again this often, this many times.
+_CRI_ASK_EVERY_S = 2.0
+_CRI_ASKS = 60
 
 # What a re-pin through the CRI leaves at zero: the runtime relays it to us with these unset.
 _NOT_IN_A_REPIN = ("shares", "quota", "period")
@@ -226,6 +230,7 @@ class TopologyPlugin(Plugin):
         self._awaiting: dict[str, int] = {}
         # Updates with no safe transport, waiting for the next reply that can carry them.
         self._riding: dict[str, Placement] = {}
+        self._cri_asking: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._windows: dict[str, float] = {}  # closed before their decision was kept
@@ -310,6 +315,11 @@ class TopologyPlugin(Plugin):
         self.transport = transport
         self.paced = s.pacing is not None and transport != Transport.REPLY
         self.metrics.transport(transport)
+        if self._cri_asking is not None:
+            self._cri_asking.cancel()
+            self._cri_asking = None
+        if s.transport == "auto" and self.cri is not None and not answered and not safe:
+            self._cri_asking = asyncio.ensure_future(self._ask_cri_later())
         if transport == Transport.NRI and not safe:
             _log.warning(
                 "the runtime's NRI adaptation may deadlock on UpdateContainers (older than "
@@ -552,6 +562,8 @@ class TopologyPlugin(Plugin):
 
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.request("PostStartContainer")
+        if self.schedule.started(ctr.id):
+            self._wake()
         if self.verifier is not None and self._placed(ctr.id):
             self.verifier.track(ctr.id, ctr.linux.cgroups_path)
             self._spawn(self._verify([ctr.id], "post_start"))
@@ -587,6 +599,35 @@ class TopologyPlugin(Plugin):
         own = convert.container_update(info.id, decision.placement)
         others = [u for u in in_reply if u.container_id != info.id]
         return [*convert.updates(others, ignore_failure=True), own]
+
+    async def _ask_cri_later(self) -> None:
+        """Ask a CRI that did not answer at Configure again for a while; once it answers,
+        updates apart from a reply go through it, re-pins after the reply."""
+        for _ in range(_CRI_ASKS):
+            await asyncio.sleep(_CRI_ASK_EVERY_S)
+            cri = self.cri
+            if cri is None:
+                return
+            try:
+                answered = await cri.version()
+            except CriError:
+                continue
+            async with self._lock:
+                if not self.paced:  # replies applied everything but what waits for one
+                    held = self.policy.placements()
+                    self.schedule.reset(held.items())
+                riding, self._riding = self._riding, {}
+                self.transport = Transport.CRI
+                self.paced = self.settings.pacing is not None
+            self.metrics.transport(Transport.CRI)
+            _log.info(
+                "the runtime's CRI answers now: updates apart from a reply go through it",
+                cri=answered,
+                cri_socket=cri.socket,
+                paced=self.paced,
+            )
+            self._send_later([Update(cid, p) for cid, p in riding.items()], "cri_ready")
+            return
 
     def _own_repin(self, container_id: str) -> Updates:
         """The runtime relays our own CRI re-pin: answer with the container's current cpusets
@@ -665,6 +706,10 @@ class TopologyPlugin(Plugin):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.hints is not None:
             await self.hints.close()
+        if self._cri_asking is not None:
+            self._cri_asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cri_asking
         if self.cri is not None:
             await self.cri.close()
         if self.files is not None:
@@ -990,6 +1035,8 @@ class TopologyPlugin(Plugin):
         closed = sched.grant(cid, decision.exclusive, now)
         if closed is not None:
             self._closed((closed,))
+        elif decision.exclusive:
+            sched.starting(cid, now)
         if others:
             self._wake()
         return ()

@@ -127,7 +127,12 @@ def pacing_of(config: Config) -> Pacing | None:
     u = config.updates
     if u.in_reply is True:
         return None
-    return Pacing(batch=u.batch, gap_s=u.gap_seconds, grow_delay_s=u.grow_delay_seconds)
+    return Pacing(
+        batch=u.batch,
+        gap_s=u.gap_seconds,
+        grow_delay_s=u.grow_delay_seconds,
+        start_wait_s=u.start_wait_seconds,
+    )
 
 
 def hint_finder(config: Config) -> HintFinder | None:
