@@ -52,6 +52,8 @@ MODES = {
     # After the reply on any runtime: on an NRI older than v0.12.1 (containerd 1.7, 2.1) it can
     # deadlock the runtime's NRI (docs/protocol.md §6.6), so only with --modes naming it.
     "after reply": "updates:\n  in_reply: false\n  transport: nri\n",
+    # The default with wider batches: more concurrent CRI re-pins, a shorter window.
+    "batch 8": "updates:\n  batch: 8\n",
 }
 DEFAULT_MODES = "without plugin,in reply,default"
 GIB = 1 << 30
