@@ -18,6 +18,7 @@ from nri_topology.config.load import ConfigError
 from nri_topology.config.schema import Config
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.service import Daemon, Overrides, StartupError, effective
+from nri_topology.policy.options import Options
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine
 from tests import machines
@@ -40,7 +41,7 @@ def make_daemon(tmp_path: Path, sock: Path, config: str = "", **kw: object) -> D
     )
     policies: list[ScriptedPolicy] = []
 
-    def factory(machine: Machine, cfg: Config) -> ScriptedPolicy:
+    def factory(machine: Machine, options: Options) -> ScriptedPolicy:
         policies.append(ScriptedPolicy())
         return policies[-1]
 

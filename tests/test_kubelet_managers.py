@@ -7,12 +7,14 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from nri_topology.daemon.service import Daemon, Overrides, StartupError
 from nri_topology.kubelet.managers import (
+    KubeletView,
     cpu_checksum,
     parse_cpu_manager_state,
     parse_kubelet_config,
@@ -24,6 +26,8 @@ from tests import machines
 from tests.sockets import free_port
 
 DATA = Path(__file__).parent / "data" / "kubelet"
+GIB = 1 << 30
+G1 = 1 << 20  # kB: a 1 GiB page
 pytestmark = pytest.mark.usefixtures("restore_logging")
 
 # Files the kubelet's own tests hold as it writes them (pkg/kubelet/cm/cpumanager/state,
@@ -206,6 +210,57 @@ async def test_reload_reads_the_kubelet_again(tmp_path: Path, short_dir: Path) -
     assert daemon.plugin is not None
     held = frozenset().union(*(a.exclusive for a in daemon.plugin.policy.assignments().values()))
     assert not held & frozenset({2, 3, 4, 10, 11, 12})
+    daemon.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.close()
+
+
+def test_memory_manager_reservations_per_node() -> None:
+    state = parse_memory_manager_state((DATA / "memory_manager_state.hugepages").read_text())
+    assert state.static and state.checksum_ok
+    assert state.reserved == {(0, "memory"): 5 * GIB, (0, "hugepages-1Gi"): 2 * GIB}
+    assert KubeletView(memory=state).memory_taken == state.reserved
+    none = replace(state, policy="None")
+    assert KubeletView(memory=none).memory_taken == {}
+
+
+async def test_memory_manager_reservations_left_to_it(tmp_path: Path, short_dir: Path) -> None:
+    """On two NUMA nodes of 8 GiB and two 1 GiB pages each, the kubelet's Memory Manager holds
+    5 GiB and both pages of node 0: a container asking a page and one asking 4 GiB get node 1."""
+    spec = machines.SyntheticSpec(nodes=2, cores=4, threads=2, memory=8 * GIB, hugepages={G1: 2})
+    machines.write_sysfs(tmp_path, spec)
+    sock = short_dir / "nri.sock"
+    peer = RuntimePeer()
+    await peer.listen(str(sock))
+    daemon, log = _daemon(
+        tmp_path, sock, _paths("cpu_manager_state.none", "memory_manager_state.hugepages")
+    )
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    pod, ctr = _guaranteed(1, 2)
+    ctr.linux.resources.hugepage_limits.add(page_size="1GB", limit=GIB)
+    await peer.create_container(pod, ctr)
+    pod, ctr = _guaranteed(2, 1)
+    ctr.linux.resources.memory.limit.value = 4 * GIB
+    await peer.create_container(pod, ctr)
+    assert [peer.containers[c].linux.resources.cpu.mems for c in ("c1", "c2")] == ["1", "1"]
+    warned = [json.loads(line) for line in log.getvalue().splitlines()]
+    words = "(node 0: hugepages-1Gi 2Gi, memory 5Gi)"
+    assert any(words in e["event"] for e in warned if "Memory Manager is on" in e["event"])
+    assert daemon.status is not None
+    metrics = await _http(daemon.status.port, "/metrics")
+    assert (
+        'nri_topology_kubelet_memory_reserved_bytes{node="0",resource="memory"} 5.36870912e+09'
+        in metrics
+    )
+    status = json.loads(await _http(daemon.status.port, "/status?format=json"))
+    assert status["kubelet"]["memory_taken"] == {"0": {"hugepages-1Gi": 2 * GIB, "memory": 5 * GIB}}
+    root = next(p for p in status["pools"] if p["parent"] is None)
+    assert root["hugepages"] == {"hugepages-1Gi": {"pages": 4, "free": 1}}  # 2 the kubelet's
+    (c1,) = [c for c in status["containers"] if c["container_id"] == "c1"]
+    assert c1["hugepages"] == [{"node": 1, "resource": "hugepages-1Gi", "pages": 1}]
+    text = await _http(daemon.status.port, "/status")
+    assert "memory it reserved for them: node 0: hugepages-1Gi 2Gi, memory 5Gi" in text
     daemon.stop()
     assert await asyncio.wait_for(task, 5) == 0
     await peer.close()

@@ -204,9 +204,7 @@ def test_daemonset_mounts_socket_sysfs_state_and_config(docs: Callable[[], list]
     assert host["state"] == "/var/lib/nri-topology"
     assert mounts["sysfs"]["readOnly"] and mounts["config"]["readOnly"]
     # the PodResources socket's directory where the config's default socket path expects it
-    default_socket = Config().hints.pod_resources.socket
-    assert host["pod-resources"] == mounts["pod-resources"]["mountPath"]
-    assert default_socket == f"{mounts['pod-resources']['mountPath']}/kubelet.sock"
+    assert _host_file(pod, Config().hints.pod_resources.socket)
     args = container["args"]
     assert "--socket=/var/run/nri/nri.sock" in args
     # re-pins go through the runtime's CRI: its socket's directory, writable
@@ -221,6 +219,46 @@ def test_daemonset_mounts_socket_sysfs_state_and_config(docs: Callable[[], list]
     assert container["ports"][0]["name"] == "metrics"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def _host_file(pod: dict[str, Any], path: str) -> bool:
+    """Whether `path` in the container is the host's `path`, read-only: under a read-only mount
+    of a host path at the same place (a directory mount for files the kubelet replaces)."""
+    host = {v["name"]: v.get("hostPath", {}).get("path") for v in pod["volumes"]}
+    for m in pod["containers"][0]["volumeMounts"]:
+        where = m["mountPath"].rstrip("/")
+        if (path == where or path.startswith(where + "/")) and host.get(m["name"]) == where:
+            return bool(m.get("readOnly"))
+    return False
+
+
+def _pod_config(docs: list[dict[str, Any]]) -> Config:
+    """The configuration the pod runs with: its ConfigMap's config.yaml."""
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    return parse_config(config_map["data"]["config.yaml"], "config.yaml")
+
+
+@pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
+def test_the_kubelets_files_are_mounted_where_the_config_reads_them(
+    docs: Callable[[], list],
+) -> None:
+    rendered = docs()
+    pod, kubelet = _pod(rendered), _pod_config(rendered).kubelet
+    assert kubelet.config, "the kubelet's configuration is read where kubeadm writes it"
+    for path in (kubelet.cpu_manager_state, kubelet.memory_manager_state, kubelet.config):
+        assert _host_file(pod, path), path
+    (mount,) = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "kubelet"]
+    assert mount["mountPropagation"] == "HostToContainer"  # the kubelet's unmounts reach the pod
+
+
+@needs_helm
+def test_chart_mounts_a_kubelet_configuration_given_elsewhere() -> None:
+    path = "/etc/kubernetes/kubelet-config.yaml"
+    rendered = render_chart({"config.kubelet.config": path})
+    assert _pod_config(rendered).kubelet.config == path
+    assert _host_file(_pod(rendered), path)
+    (volume,) = [v for v in _pod(rendered)["volumes"] if v["name"] == "kubelet-config"]
+    assert volume["hostPath"] == {"path": path, "type": "File"}
 
 
 @pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
@@ -441,11 +479,14 @@ def test_shipped_configurations_are_valid() -> None:
         "chart": _by_kind(render_chart())["ConfigMap"]["data"]["config.yaml"],
         "nri drop-in": (PACKAGING / "nri" / "90-nri-topology.conf").read_text(),
     }
+    # the defaults, and in a cluster the kubelet's configuration where kubeadm writes it
+    kubeadm = Config.model_validate({"kubelet": {"config": "/var/lib/kubelet/config.yaml"}})
     for source, text in configs.items():
-        assert parse_config(text, source) == Config()
+        assert parse_config(text, source) == (Config() if source == "nri drop-in" else kubeadm)
     chart = render_chart({"config": {"policy": {"reserved_resources": {"cpu": "2"}}}})
     text = _by_kind(chart)["ConfigMap"]["data"]["config.yaml"]
     assert policy_options(parse_config(text, "chart")).reserved_resources.milli == 2000
+    assert parse_config(text, "chart").kubelet == kubeadm.kubelet
 
 
 def test_chart_ships_the_same_crd_as_the_manifests() -> None:

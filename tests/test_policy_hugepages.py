@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from nri_topology.nrt.build import node_resource_topology
 from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.accounts.hugepages import HugepageBook
+from nri_topology.policy.accounts.memory import MemoryBook
 from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.intake.request import build_request
 from nri_topology.policy.options import CpuAmount, Options
@@ -115,6 +116,23 @@ def test_booking_past_a_node_is_refused_and_changes_nothing(machine: Machine) ->
     assert book.booked_pages() == {(0, M2): 3}
     with pytest.raises(ValueError, match="not booked"):
         book.unbook(((0, M2, 4),))
+
+
+def test_pages_held_outside_leave_the_nodes_capacity(machine: Machine) -> None:
+    """Pages another owner holds (the kubelet's Memory Manager) are not the book's to give."""
+    book = HugepageBook(machine, outside=((0, M2, 3), (0, G1, 1), (3, G1, 5)))
+    assert [book.capacity(0, M2), book.capacity(0, G1), book.capacity(3, G1)] == [1, 0, 0]
+    assert book.capacity(1, M2) == 8 and book.booked_pages() == {}
+    layout, short = book.layout(((M2, 4 * 2 * MIB),), (0, 1))
+    assert layout == ((0, M2, 1), (1, M2, 3)) and short == {}
+
+
+def test_memory_held_outside_leaves_the_nodes_capacity(machine: Machine) -> None:
+    node = machine.nodes[0].memory
+    book = MemoryBook(machine, outside=((0, GIB), (0, GIB), (1, 2 * node)))
+    assert book.capacity(frozenset({0})) == node - 2 * GIB
+    assert book.capacity(frozenset({1})) == 0  # never below nothing
+    assert book.capacity(frozenset({0, 2})) == 2 * node - 2 * GIB
 
 
 # --- the engine -----------------------------------------------------------------------------

@@ -584,6 +584,20 @@ class UpdateContainerResourcesResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class UpdatePodSandboxResourcesRequest(_message.Message):
+    __slots__ = ("pod_sandbox_id", "overhead", "resources")
+    POD_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    OVERHEAD_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    pod_sandbox_id: str
+    overhead: LinuxContainerResources
+    resources: LinuxContainerResources
+    def __init__(self, pod_sandbox_id: _Optional[str] = ..., overhead: _Optional[_Union[LinuxContainerResources, _Mapping]] = ..., resources: _Optional[_Union[LinuxContainerResources, _Mapping]] = ...) -> None: ...
+
+class UpdatePodSandboxResourcesResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ExecSyncRequest(_message.Message):
     __slots__ = ("container_id", "cmd", "timeout")
     CONTAINER_ID_FIELD_NUMBER: _ClassVar[int]

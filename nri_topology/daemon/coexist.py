@@ -3,13 +3,15 @@
 At start and on every reload the daemon reads the kubelet's state files and, where given, its
 configuration. With the static CPU manager or the Memory Manager on, the kubelet pins Guaranteed
 containers itself and writes its choice back to their cgroups: the daemon says so (log, metric,
-`status`) and either keeps every other container off the CPUs the kubelet pinned containers to,
-or refuses to run. Asked to, it takes the reserved CPUs from the kubelet's `reservedSystemCPUs`.
+`status`) and either keeps every other container off the CPUs the kubelet pinned containers to
+and out of the memory and hugepages its Memory Manager reserved on each NUMA node, or refuses to
+run. Asked to, it takes the reserved CPUs from the kubelet's `reservedSystemCPUs`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -21,10 +23,14 @@ from nri_topology.config.load import with_overrides
 from nri_topology.config.schema import Config, KubeletSection, read_cpu_amount
 from nri_topology.kubelet.managers import (
     KubeletView,
+    memory_by_node,
     parse_cpu_manager_state,
     parse_kubelet_config,
     parse_memory_manager_state,
 )
+from nri_topology.policy.accounts.hugepages import page_size_kb, pages
+from nri_topology.policy.options import Options
+from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
 
 _log = structlog.get_logger("nri_topology.daemon")
@@ -88,10 +94,43 @@ def check(view: KubeletView, section: KubeletSection) -> None:
             "this plugin's placements (kubelet.when_active: refuse); set cpuManagerPolicy: none "
             "and memoryManagerPolicy: None, or kubelet.when_active: avoid"
         )
+    memory = (
+        f" and the memory it reserved for them{_memory_words(view)}" if view.static_memory else ""
+    )
     _log.warning(
-        f"the kubelet's {what} is on: the CPUs it pinned containers to are left to it",
+        f"the kubelet's {what} is on: the CPUs it pinned containers to{memory} are left to it",
         **view.summary(),
     )
+
+
+def memory_words(by_node: Mapping[str, Mapping[str, int]]) -> str:
+    """`memory_by_node`'s answer for people: `node 0: hugepages-1Gi 2Gi, memory 5Gi`."""
+    return "; ".join(
+        f"node {node}: "
+        + ", ".join(f"{resource} {format_bytes(size)}" for resource, size in sorted(sizes.items()))
+        for node, sizes in sorted(by_node.items(), key=lambda item: int(item[0]))
+    )
+
+
+def _memory_words(view: KubeletView) -> str:
+    """` (node 0: memory 2Gi, hugepages-1Gi 2Gi)`, or nothing when it reserved none."""
+    words = memory_words(memory_by_node(view.memory_taken))
+    return f" ({words})" if words else ""
+
+
+def outside(options: Options, view: KubeletView, section: KubeletSection) -> Options:
+    """`options` with the memory and hugepages the Memory Manager reserved for its containers
+    per NUMA node left out of what the policy grants (`when_active: avoid`)."""
+    if section.when_active != "avoid" or not view.static_memory:
+        return options
+    memory: list[tuple[int, int]] = []
+    huge: list[tuple[int, int, int]] = []
+    for (node, resource), size in sorted(view.memory_taken.items()):
+        if resource == "memory":
+            memory.append((node, size))
+        elif (kb := page_size_kb(resource)) is not None:
+            huge.append((node, kb, pages(kb, size)))
+    return replace(options, outside_memory=tuple(memory), outside_hugepages=tuple(huge))
 
 
 def beside(config: Config, view: KubeletView) -> Config:

@@ -381,6 +381,13 @@ class Metrics:
         )
         for manager in ("cpu", "memory"):
             self.kubelet_manager.labels(manager)
+        self.kubelet_memory = Gauge(
+            f"{PREFIX}_kubelet_memory_reserved_bytes",
+            "Bytes the kubelet's Memory Manager reserved for its containers, per NUMA node and "
+            "resource (memory, hugepages-<size>).",
+            ["node", "resource"],
+            registry=self.registry,
+        )
         self.standby = Gauge(
             f"{PREFIX}_standby",
             "1 while waiting for another instance to give up the state file (an upgrade).",

@@ -53,6 +53,7 @@ from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import SOCKET_ENV, Plugin, Refused, Stub, StubError
 from nri_topology.nrt.build import node_name, node_resource_topology
 from nri_topology.nrt.cluster import in_cluster, wanted
+from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import PolicyError
 from nri_topology.topology.devices import DeviceLocator
@@ -150,7 +151,7 @@ def hint_finder(config: Config) -> HintFinder | None:
     return HintFinder(locator, client, hints.pod_resources.budget_seconds)
 
 
-PolicyFactory = Callable[[Machine, Config], PolicyPort]
+PolicyFactory = Callable[[Machine, Options], PolicyPort]
 
 
 class _AwaitingConfigure(Plugin):
@@ -165,10 +166,10 @@ class _AwaitingConfigure(Plugin):
         return await plugin.configure(req)
 
 
-def _default_policy(machine: Machine, config: Config) -> PolicyPort:
+def _default_policy(machine: Machine, options: Options) -> PolicyPort:
     from nri_topology.policy.policy import Policy  # the policy package is heavy; load it here
 
-    return Policy(machine, policy_options(config))
+    return Policy(machine, options)
 
 
 class Daemon:
@@ -269,7 +270,7 @@ class Daemon:
             _log.warning("topology", detail=warning)
         self.machine = machine
         try:
-            policy = self._policy_factory(machine, self.config)
+            policy = self._policy_factory(machine, self._options(self.config))
         except PolicyError as exc:
             raise StartupError(f"the policy cannot run on this machine: {exc}") from None
         self.plugin = TopologyPlugin(
@@ -299,7 +300,7 @@ class Daemon:
         assert self.plugin is not None
         new = self._beside_kubelet(effective(config, self.overrides))
         self._show_kubelet()
-        await self.plugin.reconfigure(policy_options(new))
+        await self.plugin.reconfigure(self._options(new))
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
@@ -469,11 +470,19 @@ class Daemon:
         self.kubelet = view
         return coexist.beside(config, view)
 
+    def _options(self, config: Config) -> Options:
+        """The policy options of `config` beside the kubelet's managers as last read."""
+        return coexist.outside(policy_options(config), self.kubelet, config.kubelet)
+
     def _show_kubelet(self) -> None:
         if self.plugin is not None:
             kubelet = self.kubelet
+            metrics = self.plugin.metrics
             for manager, on in (("cpu", kubelet.static_cpu), ("memory", kubelet.static_memory)):
-                self.plugin.metrics.kubelet_manager.labels(manager).set(int(on))
+                metrics.kubelet_manager.labels(manager).set(int(on))
+            metrics.kubelet_memory.clear()
+            for (node, resource), size in kubelet.memory_taken.items():
+                metrics.kubelet_memory.labels(str(node), resource).set(size)
 
     def _ready(self) -> tuple[bool, str]:
         """Readiness: a standby is ready to take over (a DaemonSet's surge update removes the

@@ -15,6 +15,7 @@ from http import HTTPStatus
 from typing import Any
 
 from nri_topology import __version__
+from nri_topology.daemon.coexist import memory_words
 from nri_topology.daemon.plugin import Explained, TopologyPlugin
 from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import qualified_name
@@ -187,9 +188,10 @@ def _kubelet_lines(doc: Mapping[str, Any]) -> list[str]:
     if not running:
         return []
     taken = doc.get("cpus_taken") or "none"
+    memory = memory_words(doc.get("memory_taken") or {}) or "none"
     return [
         f"Kubelet: its {' and '.join(running)} is on and pins Guaranteed containers itself; "
-        f"CPUs it pinned containers to: {taken}"
+        f"CPUs it pinned containers to: {taken}; memory it reserved for them: {memory}"
     ]
 
 

@@ -115,11 +115,16 @@ class CpuManagerState:
 
 @dataclass(frozen=True, slots=True)
 class MemoryManagerState:
-    """`memory_manager_state`: the policy and each pinned container's NUMA nodes and bytes."""
+    """`memory_manager_state`: the policy, each pinned container's NUMA nodes and bytes, and
+    what the kubelet reserved for its containers per NUMA node and resource (`memory`,
+    `hugepages-2Mi`, ...): its `machineState` tables' `reserved`, in bytes. The kubelet fills
+    the nodes of a container's affinity one after the other, so only these tables say how much
+    of a block spanning several nodes sits on each."""
 
     policy: str
     assigned: Mapping[tuple[str, str], tuple[frozenset[int], int]]  # -> (nodes, memory bytes)
     checksum_ok: bool
+    reserved: Mapping[tuple[int, str], int] = field(default_factory=dict)  # (node, resource)
 
     @property
     def static(self) -> bool:
@@ -184,13 +189,19 @@ def parse_memory_manager_state(text: str) -> MemoryManagerState:
                 if b.get("type") == "memory":
                     size += int(b.get("size", 0))
             assigned[(str(pod), str(ctr))] = (frozenset(nodes), size)
+    reserved: dict[tuple[int, str], int] = {}
+    for node, state in machine.items():
+        for resource, table in ((state or {}).get("memoryMap") or {}).items():
+            size = int((table or {}).get("reserved") or 0)
+            if size > 0:
+                reserved[int(node), str(resource)] = size
     try:
         ok = _key(doc, "checksum") == memory_checksum(
             policy, {int(n): s for n, s in machine.items()}, entries
         )
     except (KeyError, TypeError, ValueError, AttributeError):
         ok = False
-    return MemoryManagerState(policy, assigned, ok)
+    return MemoryManagerState(policy, assigned, ok, reserved)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +228,14 @@ def parse_kubelet_config(text: str) -> KubeletConfig:
         reserved_cpus=cpuset.parse(str(reserved)) if reserved else None,
         strict_reservation=strict,
     )
+
+
+def memory_by_node(taken: Mapping[tuple[int, str], int]) -> dict[str, dict[str, int]]:
+    """Bytes per (node, resource) as JSON keeps them: node -> resource -> bytes."""
+    out: dict[str, dict[str, int]] = {}
+    for (node, resource), size in sorted(taken.items()):
+        out.setdefault(str(node), {})[resource] = size
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +265,11 @@ class KubeletView:
         """The CPUs the kubelet pinned containers to exclusively."""
         return self.cpu.taken if self.cpu is not None and self.cpu.static else frozenset()
 
+    @property
+    def memory_taken(self) -> Mapping[tuple[int, str], int]:
+        """Bytes the Memory Manager reserved for its containers, per (NUMA node, resource)."""
+        return self.memory.reserved if self.memory is not None and self.memory.static else {}
+
     def summary(self) -> dict[str, Any]:
         """For the log, `status` and its JSON."""
         doc: dict[str, Any] = {
@@ -259,6 +283,7 @@ class KubeletView:
         if self.memory is not None:
             doc["memory_containers"] = len(self.memory.assigned)
             doc["memory_state_checksum_ok"] = self.memory.checksum_ok
+            doc["memory_taken"] = memory_by_node(self.memory_taken)
         if self.config is not None and self.config.reserved_cpus is not None:
             doc["reserved_system_cpus"] = cpuset.format(self.config.reserved_cpus)
             doc["strict_cpu_reservation"] = self.config.strict_reservation

@@ -75,3 +75,8 @@ class Options:
     max_moves: int = 4
     annotation_limits: AnnotationLimits = AnnotationLimits()
     trust: Trust = Trust()
+    # Memory another owner holds on a node (the kubelet's Memory Manager, `daemon.coexist`), left
+    # out of what the node's memory and hugepages can grant: (node, bytes) and (node, page size
+    # kB, pages).
+    outside_memory: tuple[tuple[int, int], ...] = ()
+    outside_hugepages: tuple[tuple[int, int, int], ...] = ()

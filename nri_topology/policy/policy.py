@@ -396,11 +396,13 @@ class Policy:
             for node, count in per_node.items():
                 shared_used[node] = shared_used.get(node, 0.0) + g.shared * count / len(shared_cpus)
         memory_used: dict[int, int] = {}
+        for node, size in e.options.outside_memory:  # held by another owner (the kubelet)
+            memory_used[node] = memory_used.get(node, 0) + size
         for zone, charged in e.memory_charged().items():
             total = e.memory_capacity(zone)
             for node in zone:
                 if total:
-                    share = charged * m.nodes[node].memory // total
+                    share = charged * e.memory_capacity(frozenset({node})) // total
                     memory_used[node] = memory_used.get(node, 0) + share
         out = []
         for n in sorted(m.nodes):

@@ -115,6 +115,16 @@ def prepare(runtime: str = "containerd-1.7") -> Tools:
     )
 
 
+def default_validator(tools: Tools) -> bool:
+    """Whether the runtime's NRI has the default validator (containerd 2.2 and later, CRI-O
+    1.36), which can require plugins: its default configuration has the section."""
+    argv = [str(tools.bin / ("crio" if tools.kind == "crio" else "containerd")), "config"]
+    if tools.kind == "containerd":
+        argv.append("default")
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=60)
+    return "default_validator" in proc.stdout
+
+
 def wait_for(what: str, check: Callable[[], object], timeout: float = 30.0) -> object:
     """Poll `check` until it returns something true; its last exception or value in the error."""
     deadline = time.monotonic() + timeout
@@ -324,8 +334,12 @@ CONFIGS = {
 class Run:
     """One runtime with NRI, its pods and (optionally) the plugin, in a directory of its own."""
 
-    def __init__(self, tools: Tools, base: Path, *, nri_timeout: str = "2s") -> None:
+    def __init__(
+        self, tools: Tools, base: Path, *, nri_timeout: str = "2s", runtime_config: str = ""
+    ) -> None:
+        """`runtime_config`: more of the runtime's configuration (TOML), after the template's."""
         self.tools = tools
+        self.runtime_config = runtime_config
         self.id = uuid.uuid4().hex[:10]
         # Unix socket paths are limited to 108 bytes: keep the directory short.
         self.dir = base / f"nri-e2e-{self.id}"
@@ -376,7 +390,7 @@ class Run:
             "@CONMON@": shutil.which("conmon") or "/usr/bin/conmon",
         }.items():
             text = text.replace(key, value)
-        return text
+        return text + self.runtime_config
 
     @property
     def storage_driver(self) -> str:

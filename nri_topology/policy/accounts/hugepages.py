@@ -8,7 +8,8 @@ other in order of preference (the nodes of the container's CPUs, then its memory
 others by distance), as the Memory Manager fills the nodes of its hint one by one.
 
 The capacity of a node is the pages of each size the kernel holds there (`nr_hugepages` in sysfs,
-`NumaNode.hugepages`); what is booked never exceeds it, per node and size (`HugepageBook`).
+`NumaNode.hugepages`), less those another owner holds (the kubelet's Memory Manager beside this
+plugin); what is booked never exceeds it, per node and size (`HugepageBook`).
 Pages taken by processes outside containers are not seen, as the kubelet does not see them.
 """
 
@@ -90,12 +91,16 @@ class HugepageBook:
 
     __slots__ = ("_booked", "_capacity")
 
-    def __init__(self, machine: Machine) -> None:
+    def __init__(self, machine: Machine, outside: Layout = ()) -> None:
+        """`outside`: pages another owner holds, left out of the nodes' capacity."""
+        taken: dict[tuple[int, int], int] = {}
+        for node, size, count in outside:
+            taken[node, size] = taken.get((node, size), 0) + count
         self._capacity: Mapping[tuple[int, int], int] = {
-            (n.id, size): count
+            (n.id, size): left
             for n in machine.nodes.values()
             for size, count in n.hugepages.items()
-            if count > 0
+            if (left := count - taken.get((n.id, size), 0)) > 0
         }
         self._booked: dict[tuple[int, int], int] = {}
 

@@ -8,7 +8,7 @@ few (pools times tier combinations), so checking every zone that contains a new 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from nri_topology.topology.model import Machine
 
@@ -18,8 +18,14 @@ class MemoryBook:
 
     __slots__ = ("_capacity", "_charged", "_node_memory", "_used")
 
-    def __init__(self, machine: Machine) -> None:
-        self._node_memory: Mapping[int, int] = {n.id: n.memory for n in machine.nodes.values()}
+    def __init__(self, machine: Machine, outside: Iterable[tuple[int, int]] = ()) -> None:
+        """`outside`: (node, bytes) another owner holds, left out of the node's capacity."""
+        taken: dict[int, int] = {}
+        for node, size in outside:
+            taken[node] = taken.get(node, 0) + size
+        self._node_memory: Mapping[int, int] = {
+            n.id: max(0, n.memory - taken.get(n.id, 0)) for n in machine.nodes.values()
+        }
         self._charged: dict[frozenset[int], int] = {}  # zone -> bytes charged to exactly it
         self._capacity: dict[frozenset[int], int] = {}
         # used() per zone asked for, kept up to date by charge and refund: every decision asks
@@ -27,6 +33,7 @@ class MemoryBook:
         self._used: dict[frozenset[int], int] = {}
 
     def capacity(self, zone: frozenset[int]) -> int:
+        """Bytes the zone's nodes hold, less what is held outside."""
         cap = self._capacity.get(zone)
         if cap is None:
             cap = sum(self._node_memory.get(n, 0) for n in zone)

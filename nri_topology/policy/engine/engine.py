@@ -169,9 +169,9 @@ class Engine:
         self._grants: dict[str, Grant] = {}
         self._grants_view = MappingProxyType(self._grants)
         self._by_attribute = affinity.Index()  # the grants' requests, for affinity expressions
-        self._book = MemoryBook(machine)
-        self._huge = hugepages.HugepageBook(machine)
-        self._memory_capacity = self._book.capacity(frozenset(machine.nodes))  # the machine's
+        self._book = MemoryBook(machine, options.outside_memory)
+        self._huge = hugepages.HugepageBook(machine, options.outside_hugepages)
+        self._memory_capacity = sum(n.memory for n in machine.nodes.values())  # the machine's
         self._zones = Zones(machine, self._pools, self._chain, self._book)
         self._shaper = Shaper(machine, options, self._pools, self._ledger, self._book, self._post)
         self._board = choose.Board(
