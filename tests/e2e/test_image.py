@@ -53,6 +53,7 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
     assert container["image"] == image, "the DaemonSet and the build must name the same image"
     host = {
         "/var/run/nri": run.dir,  # the runtime's NRI socket is <run>/nri.sock
+        "/run/containerd": run.dir,  # its CRI socket is <run>/containerd.sock (CRI-O: crio.sock)
         "/sys": Path("/sys"),
         "/var/lib/nri-topology": run.dir / "host-state",
     }
@@ -130,6 +131,7 @@ def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpus(g.containers[0]))
     assert len(exclusive) == 1
+    run.settled()  # the re-pin of `be` follows the reply
     assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive
     # The state lives on the host, where the next plugin pod finds it.
     state = run.dir / "host-state" / "state.json"
