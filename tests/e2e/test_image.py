@@ -126,7 +126,12 @@ def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None
     run.import_archive(archive, info["image"])
     print(f"image imported in {time.monotonic() - started:.1f}s")
     plugin = run_as_daemonset(run, info["image"])
-    wait_for("plugin in the image ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
+    try:
+        wait_for("plugin in the image ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
+    except TimeoutError:
+        for log in (run.dir / "logs").rglob("plugin.log"):
+            print(log.read_text()[-3000:])
+        raise
     be = run.run_pod("be", "besteffort")
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpus(g.containers[0]))
