@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 
 from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind, CpuPriority, PolicyError, QoS, Request
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import (
+    ContainerInfo,
+    CpuKind,
+    CpuPriority,
+    PodInfo,
+    PolicyError,
+    QoS,
+)
 from nri_topology.simulate.machine_spec import (
     MachineSpecError,
     from_machine,
@@ -26,7 +34,7 @@ from nri_topology.topology.render import JSON_SCHEMA, machine_json, machine_text
 from nri_topology.topology.sysfs import read_machine
 from tests import machines, test_request
 from tests.machines import SyntheticSpec, synthetic, write_sysfs
-from tests.test_policy_engine import req
+from tests.test_policy_restore import holding
 
 D = "resource-policy.nri.io"
 P_CPUS = frozenset(range(16))  # 8 performance cores x 2 threads: CPU n and n+8 are siblings
@@ -153,9 +161,11 @@ def test_invalid_priority_is_named() -> None:
 # --- placement ----------------------------------------------------------------------------------
 
 
-def pod(machine: Machine, cid: str, cpus: int, annotations: dict[str, str] | None = None):
-    r = test_request.req(cpus * 1000, annotations=annotations, machine=machine, options=OPTS)
-    return dataclasses.replace(r, container_id=cid, name=cid)
+def pod(
+    cid: str, cpus: int, annotations: dict[str, str] | None = None
+) -> tuple[PodInfo, ContainerInfo]:
+    """A Guaranteed pod of `cpus` whole CPUs."""
+    return test_request.pod_and_container(cpus * 1000, annotations=annotations, cid=cid)
 
 
 @pytest.mark.parametrize(
@@ -172,25 +182,23 @@ def pod(machine: Machine, cid: str, cpus: int, annotations: dict[str, str] | Non
 def test_exclusive_cpus_by_priority(
     desktop: Machine, annotations: dict[str, str], cpus: int, within: frozenset[int]
 ) -> None:
-    e = Engine(desktop, OPTS)
-    d = e.place(pod(desktop, "c", cpus, annotations))
+    d = Policy(desktop, OPTS).create(*pod("c", cpus, annotations))
     assert d.kind is CpuKind.EXCLUSIVE
     assert d.exclusive <= within, cpuset.format(d.exclusive)
 
 
 def test_guaranteed_pods_take_performance_threads_while_free(desktop: Machine) -> None:
-    e = Engine(desktop, OPTS)
-    got = [e.place(pod(desktop, f"g{i}", 4)).exclusive for i in range(4)]
+    policy = Policy(desktop, OPTS)
+    got = [policy.create(*pod(f"g{i}", 4)).exclusive for i in range(4)]
     assert frozenset().union(*got) == P_CPUS
     assert all(len(g) == 4 for g in got)
-    fifth = e.place(pod(desktop, "g4", 4)).exclusive
+    fifth = policy.create(*pod("g4", 4)).exclusive
     assert fifth <= E_CPUS  # performance cores are all taken now
 
 
 def test_low_priority_spills_onto_performance_cores_only_when_needed(desktop: Machine) -> None:
-    e = Engine(desktop, OPTS)
     low = {f"prefer-cpu-priority.{D}": "low"}
-    d = e.place(pod(desktop, "c", 10, low))
+    d = Policy(desktop, OPTS).create(*pod("c", 10, low))
     assert d.exclusive >= E_CPUS and len(d.exclusive & P_CPUS) == 2
 
 
@@ -199,8 +207,8 @@ def test_not_hybrid_no_preference(tmp_path: Path) -> None:
     m = synthetic(tmp_path, cores=8, threads=2)
     picks = set()
     for prio in ("high", "low", "none"):
-        e = Engine(m, OPTS)
-        picks.add(e.place(pod(m, "c", 4, {f"prefer-cpu-priority.{D}": prio})).exclusive)
+        policy = Policy(m, OPTS)
+        picks.add(policy.create(*pod("c", 4, {f"prefer-cpu-priority.{D}": prio})).exclusive)
     assert len(picks) == 1
 
 
@@ -210,16 +218,16 @@ def test_preferred_kind_first(desktop: Machine, steps: list[tuple[int, str]]) ->
     """Invariant: a grant holds CPUs of the other kind only when no CPU of its preferred kind
     was left free."""
     m = desktop
-    e = Engine(m, OPTS)
+    policy = Policy(m, OPTS)
     for i, (k, prio) in enumerate(steps):
-        r: Request = pod(m, f"c{i}", k, {f"prefer-cpu-priority.{D}": prio})
         try:
-            got = e.place(r).exclusive
+            got = policy.create(*pod(f"c{i}", k, {f"prefer-cpu-priority.{D}": prio})).exclusive
         except PolicyError:
             continue
+        taken = frozenset().union(*(a.exclusive for a in policy.assignments().values()))
         wanted, other = (P_CPUS, E_CPUS) if prio == "high" else (E_CPUS, P_CPUS)
         if got & other:
-            assert not (wanted - e.exclusive_cpus), f"{prio}: {cpuset.format(got)}"
+            assert not (wanted - taken), f"{prio}: {cpuset.format(got)}"
 
 
 def test_pools_with_free_preferred_cores_win(tmp_path: Path) -> None:
@@ -229,23 +237,12 @@ def test_pools_with_free_preferred_cores_win(tmp_path: Path) -> None:
     p0 = frozenset(c for c in m.nodes[0].cpus if c in m.performance_cpus)
     p1 = frozenset(c for c in m.nodes[1].cpus if c in m.performance_cpus)
     e1 = frozenset(c for c in m.nodes[1].cpus if c in m.efficiency_cpus)
-    e = Engine(m, OPTS)
-    held = [("a", p0), ("b", e1), ("c", frozenset(sorted(p1)[:10]))]
-    for cid, cpus in held:
-        e.adopt(
-            req(cid, CpuKind.EXCLUSIVE, exclusive=len(cpus)),
-            e.pool_index(f"NUMA node #{m.cpus[min(cpus)].node}"),
-            cpus,
-            False,
-            None,
-            cpus,
-            None,
-        )
-    d = e.place(pod(m, "g", 4))
+    policy = holding(m, OPTS, p0, e1, frozenset(sorted(p1)[:10]))
+    d = policy.create(*pod("g", 4))
     assert d.pool == "NUMA node #1" and d.exclusive <= p1, d.reason
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts["NUMA node #0"] == "lost to NUMA node #1 on cores"
-    low = e.place(pod(m, "l", 4, {f"prefer-cpu-priority.{D}": "low"}))
+    low = policy.create(*pod("l", 4, {f"prefer-cpu-priority.{D}": "low"}))
     assert low.pool == "NUMA node #0" and low.exclusive <= m.efficiency_cpus
 
 
@@ -258,5 +255,8 @@ def test_cpus_kept_for_shared_containers_are_of_the_other_kind(tmp_path: Path) -
         be = test_request.req(0, QoS.BEST_EFFORT, machine=m, options=OPTS)
         e.place(dataclasses.replace(be, name="be"), hint=e.pool_index("NUMA node #0"))
         assert e.grants[be.container_id].pool == e.pool_index("NUMA node #0")
-        got = e.place(pod(m, "g", 47, {f"prefer-cpu-priority.{D}": prio})).exclusive
+        # (the engine's own unit: `hint` puts the BestEffort container in node 0)
+        annotations = {f"prefer-cpu-priority.{D}": prio}
+        g = test_request.req(47_000, annotations=annotations, machine=m, options=OPTS)
+        got = e.place(dataclasses.replace(g, container_id="g")).exclusive
         assert m.all_cpus - got <= kept_kind, prio

@@ -5,14 +5,13 @@ from __future__ import annotations
 import pytest
 
 from nri_topology.policy.choice import choose, scoring
-from nri_topology.policy.engine.engine import Engine
-from nri_topology.policy.options import Options
-from nri_topology.policy.pools import Pool
+from nri_topology.policy.pools import Pool, build_pools
 from nri_topology.policy.shaping import shape
 from nri_topology.policy.types import Outcome, PoolScore, Verdict
 from tests import machines
 
-POOLS = Engine(machines.load("server"), Options()).pools
+SERVER = machines.load("server")
+POOLS = build_pools(SERVER, frozenset(SERVER.cpus), SERVER.isolated, frozenset())
 ORDER = {p.name: p.index for p in POOLS}
 
 

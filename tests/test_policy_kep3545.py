@@ -15,12 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.policy.allocator.numasets import average_distance, best_node_set
-from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import Decision
 from nri_topology.simulate.machine_spec import parse_spec, to_machine
 from nri_topology.topology.model import Machine
-from tests.test_policy_engine import req
+from tests.test_policy_restore import holding, workload
 
 KEP4 = [
     [10, 11, 12, 12],
@@ -94,22 +94,16 @@ def kep_machine(
     return to_machine(parse_spec(doc))
 
 
-def hold(e: Engine, m: Machine, used: Sequence[int]) -> None:
-    """Let a container hold the first used[n] CPUs of node n exclusively, in its deepest pool."""
-    for n, count in enumerate(used):
-        if not count:
-            continue
-        cpus = frozenset(sorted(m.nodes[n].cpus)[:count])
-        pool = min((p for p in e.pools if cpus <= p.cpus), key=lambda p: len(p.cpus))
-        e.adopt(
-            req(f"fill{n}", CpuKind.EXCLUSIVE, exclusive=count),
-            pool.index,
-            cpus,
-            False,
-            None,
-            cpus,
-            None,
-        )
+def held(m: Machine, options: Options, used: Sequence[int]) -> Policy:
+    """A policy restarted with a container holding the first used[n] CPUs of node n
+    exclusively, as the runtime reports them."""
+    cpus = [frozenset(sorted(m.nodes[n].cpus)[:count]) for n, count in enumerate(used) if count]
+    return holding(m, options, *cpus)
+
+
+def place(policy: Policy, k: int) -> Decision:
+    """The decision for a new Guaranteed container of `k` whole CPUs."""
+    return policy.create(*workload(1, "g", 1000 * k))
 
 
 def span(m: Machine, cpus: frozenset[int]) -> frozenset[int]:
@@ -157,9 +151,7 @@ def test_fewest_then_closest_nodes_in_any_layout(
 ) -> None:
     layouts = LAYOUTS4 if len(rows) == 4 else LAYOUTS8
     m = kep_machine(rows, layouts[layout], per_node)
-    e = Engine(m, NO_RESERVE)
-    hold(e, m, used)
-    d = e.place(req("pod", CpuKind.EXCLUSIVE, exclusive=k))
+    d = place(held(m, NO_RESERVE, used), k)
     got = span(m, d.exclusive)
     assert got in [frozenset(s) for s in expected], d.reason
     best = global_best(m, used, per_node, k)
@@ -172,10 +164,9 @@ def test_shared_containers_keep_their_cpus_inside_the_scored_span(layout: str) -
     """A BestEffort container in the root keeps a CPU; the grant still uses the two free nodes
     when they hold enough sliceable CPUs."""
     m = kep_machine(KEP8, LAYOUTS8[layout], 8)
-    e = Engine(m, NO_RESERVE)
-    hold(e, m, [5, 0, 5, 5, 5, 0, 5, 5])
-    e.place(req("be", CpuKind.SHARED, shared=0))
-    d = e.place(req("pod", CpuKind.EXCLUSIVE, exclusive=14))
+    policy = held(m, NO_RESERVE, [5, 0, 5, 5, 5, 0, 5, 5])
+    policy.create(*workload(2, "be", 0))
+    d = place(policy, 14)
     assert span(m, d.exclusive) == {1, 5}
 
 
@@ -183,10 +174,9 @@ def test_shared_containers_keep_their_cpus_inside_the_scored_span(layout: str) -
 def test_whole_cores_with_full_pcpus_only(layout: str) -> None:
     """Two threads per core and full_pcpus_only: the span counts whole free cores only."""
     m = kep_machine(KEP8, LAYOUTS8[layout], 8, threads=2)
-    e = Engine(m, Options(reserved_resources=CpuAmount(milli=0), full_pcpus_only=True))
+    options = Options(reserved_resources=CpuAmount(milli=0), full_pcpus_only=True)
     # 2 cores held per node leave 2 free; socket 1 alone would need 3 nodes for 7 cores
-    hold(e, m, [4, 0, 4, 4, 4, 0, 4, 4])
-    d = e.place(req("pod", CpuKind.EXCLUSIVE, exclusive=14))
+    d = place(held(m, options, [4, 0, 4, 4, 4, 0, 4, 4]), 14)
     assert span(m, d.exclusive) == {1, 5}
     assert all(m.cpus[c].threads <= d.exclusive for c in d.exclusive)
 
@@ -207,9 +197,7 @@ def test_grant_spans_as_few_and_as_close_nodes_as_the_machine_allows(
         return
     k = data.draw(st.integers(1, free))
     m = kep_machine(KEP8, LAYOUTS8[layout], 8)
-    e = Engine(m, NO_RESERVE)
-    hold(e, m, used)
-    d = e.place(req("pod", CpuKind.EXCLUSIVE, exclusive=k))
+    d = place(held(m, NO_RESERVE, used), k)
     got = span(m, d.exclusive)
     best = global_best(m, used, 8, k)
     assert len(got) == len(best)

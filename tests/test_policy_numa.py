@@ -1,15 +1,14 @@
-"""NUMA node choice through the engine: KEP-3545 closest nodes and KEP-2902 distribution."""
+"""NUMA node choice through the policy: KEP-3545 closest nodes and KEP-2902 distribution."""
 
 from __future__ import annotations
 
 import pytest
 
-from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind
+from nri_topology.policy.policy import Policy
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
-from tests.test_policy_engine import req
+from tests.test_policy_restore import holding, workload
 
 NO_RESERVE = CpuAmount(milli=0)
 
@@ -82,10 +81,10 @@ def nodes_of(m: Machine, cpus: frozenset[int]) -> set[int]:
 
 def test_kep3545_four_nodes_prefers_the_closest_pair_over_lower_ids() -> None:
     m = four_nodes()
-    e = Engine(m, Options(reserved_resources=NO_RESERVE))
-    first = e.place(req("a", CpuKind.EXCLUSIVE, exclusive=3))
+    policy = Policy(m, Options(reserved_resources=NO_RESERVE))
+    first = policy.create(*workload(1, "g", 3000))
     assert nodes_of(m, first.exclusive) == {0}
-    d = e.place(req("b", CpuKind.EXCLUSIVE, exclusive=6))
+    d = policy.create(*workload(2, "g", 6000))
     # {0,1} lacks room; {1,2} has lower ids but average distance 15.5; {2,3} has 10.5
     assert nodes_of(m, d.exclusive) == {2, 3}
     assert d.placement.mems == {2, 3}
@@ -93,30 +92,19 @@ def test_kep3545_four_nodes_prefers_the_closest_pair_over_lower_ids() -> None:
 
 def test_kep3545_eight_nodes_fewest_then_closest() -> None:
     m = eight_nodes()
-    e = Engine(m, Options(reserved_resources=NO_RESERVE))
-    pools = {p.name: p.index for p in e.pools}
-    for cid, node in (("a", 0), ("b", 2)):
-        e.adopt(
-            req(cid, CpuKind.EXCLUSIVE, exclusive=2),
-            pools[f"NUMA node #{node}"],
-            m.nodes[node].cpus,
-            False,
-            None,
-            m.nodes[node].cpus,
-            None,
-        )
-    d = e.place(req("c", CpuKind.EXCLUSIVE, exclusive=4))
+    policy = holding(m, Options(reserved_resources=NO_RESERVE), m.nodes[0].cpus, m.nodes[2].cpus)
+    d = policy.create(*workload(1, "g", 4000))
     # two nodes are needed; {1,3} would be the lowest ids (average 14.5), {4,5} is closer (13)
     assert nodes_of(m, d.exclusive) == {4, 5}
-    wide = e.place(req("d", CpuKind.EXCLUSIVE, exclusive=6))
+    wide = policy.create(*workload(2, "g", 6000))
     assert len(nodes_of(m, wide.exclusive)) == 3
 
 
 def test_without_closest_numa_any_covering_cpus_do() -> None:
     m = four_nodes()
-    e = Engine(m, Options(reserved_resources=NO_RESERVE, prefer_closest_numa=False))
-    e.place(req("a", CpuKind.EXCLUSIVE, exclusive=3))
-    d = e.place(req("b", CpuKind.EXCLUSIVE, exclusive=6))
+    policy = Policy(m, Options(reserved_resources=NO_RESERVE, prefer_closest_numa=False))
+    policy.create(*workload(1, "g", 3000))
+    d = policy.create(*workload(2, "g", 6000))
     assert len(d.exclusive) == 6 and 0 not in d.exclusive
 
 
@@ -148,11 +136,6 @@ def test_kubelet_distributed_cases(taken: str, count: int, group: int, expected:
     opts = Options(
         reserved_resources=NO_RESERVE, distribute_across_numa=True, distribute_min_group=group
     )
-    e = Engine(m, opts)
-    if taken:
-        held = cpuset.parse(taken)
-        e.adopt(
-            req("held", CpuKind.EXCLUSIVE, exclusive=len(held)), 0, held, False, None, held, None
-        )
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=count))
+    policy = holding(m, opts, cpuset.parse(taken)) if taken else Policy(m, opts)
+    d = policy.create(*workload(1, "g", 1000 * count))
     assert cpuset.format(d.exclusive) == expected

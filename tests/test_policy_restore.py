@@ -19,7 +19,7 @@ from nri_topology.policy.types import (
 )
 from nri_topology.simulate.machine_spec import load_bundled
 from nri_topology.topology import cpuset
-from nri_topology.topology.model import MemoryTier
+from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
 
 MiB = 1 << 20
@@ -38,6 +38,22 @@ def workload(i: int, qos: str, milli: int, ns: str = "default") -> tuple[PodInfo
         memory_limit=64 * MiB,
     )
     return pod, ContainerInfo(id=f"c{i}", pod_id=pod.id, name="main", resources=res, created_at=i)
+
+
+def holding(machine: Machine, options: Options, *held: frozenset[int]) -> Policy:
+    """A policy restarted beside Guaranteed containers (c100, c101, ...) that the runtime
+    reports on each of the `held` CPU sets, all adopted as they run."""
+    pods, containers = [], []
+    for n, cpus in enumerate(held):
+        pod, ctr = workload(100 + n, "g", 1000 * len(cpus))
+        res = replace(ctr.resources, cpuset_cpus=cpuset.format(cpus))
+        pods.append(pod)
+        containers.append(replace(ctr, resources=res))
+    policy = Policy(machine, options)
+    report = policy.restore(pods, containers)
+    assert len(report.adopted) == len(containers)
+    assert all(u.placement.cpus is None for u in report.updates)  # only their memory nodes
+    return policy
 
 
 class Runtime:

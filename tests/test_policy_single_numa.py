@@ -11,13 +11,20 @@ from hypothesis import strategies as st
 
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options
-from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind, PolicyError, QoS
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import (
+    ContainerInfo,
+    CpuKind,
+    Decision,
+    PodInfo,
+    PolicyError,
+    QoS,
+    Resources,
+)
 from nri_topology.topology.model import Machine
 from tests import test_request
 from tests.machines import synthetic
-from tests.test_policy_engine import req
 
 D = "resource-policy.nri.io"
 GI = 1 << 30
@@ -34,10 +41,45 @@ def nodes_of(m: Machine, cpus: frozenset[int]) -> set[int]:
     return {m.cpus[c].node for c in cpus}
 
 
-def fill(e: Engine, m: Machine, per_node: int) -> None:
+def pod_of(
+    cid: str,
+    kind: CpuKind,
+    *,
+    exclusive: int = 0,
+    shared: int = 0,
+    memory: int = 0,
+    strict: bool = False,
+) -> tuple[PodInfo, ContainerInfo]:
+    """A one-container pod the policy classifies as `kind` with these amounts (Guaranteed
+    for exclusive CPUs, Burstable for shared ones), strictly single-NUMA by annotation."""
+    milli = 1000 * exclusive + shared
+    guaranteed = kind is not CpuKind.SHARED
+    pod = PodInfo(
+        id=f"pod-{cid}",
+        name=f"pod-{cid}",
+        namespace="default",
+        annotations={f"numa-policy.{D}": "single-numa-node"} if strict else {},
+        cgroup_parent="kubepods" if guaranteed else "kubepods-burstable",
+    )
+    res = Resources(
+        cpu_shares=max(2, milli * 1024 // 1000),
+        cpu_quota=milli * 100 if guaranteed else None,
+        cpu_period=100_000 if guaranteed else None,
+        memory_limit=memory or None,
+    )
+    return pod, ContainerInfo(id=cid, pod_id=pod.id, name="app", resources=res)
+
+
+def create(policy: Policy, cid: str, kind: CpuKind, **kwargs: object) -> Decision:
+    d = policy.create(*pod_of(cid, kind, **kwargs))  # type: ignore[arg-type]
+    assert d.kind is kind or kind is CpuKind.MIXED, d.reason
+    return d
+
+
+def fill(policy: Policy, m: Machine, per_node: int) -> None:
     """Hold `per_node` CPUs of every NUMA node exclusively (with a strict request each)."""
     for n in sorted(m.nodes):
-        e.place(req(f"fill{n}", CpuKind.EXCLUSIVE, exclusive=per_node, single_numa=True))
+        create(policy, f"fill{n}", CpuKind.EXCLUSIVE, exclusive=per_node, strict=True)
 
 
 # (name, request kwargs, CPUs held per node first, fits: expected message part or None)
@@ -79,40 +121,38 @@ CASES = [
 def test_single_numa_node(
     machine: Machine, kwargs: dict[str, object], held: int, refused: str | None
 ) -> None:
-    e = Engine(machine, OPTS)
+    policy = Policy(machine, OPTS)
     if held:
-        fill(e, machine, held)
+        fill(policy, machine, held)
     kwargs = dict(kwargs)
     kind = kwargs.pop("kind")
-    strict = req("c", kind, single_numa=True, **kwargs)  # type: ignore[arg-type]
     if refused is not None:
         with pytest.raises(PolicyError) as err:
-            e.place(strict)
+            create(policy, "c", kind, strict=True, **kwargs)  # type: ignore[arg-type]
         message = str(err.value)
         assert "single-numa-node asked and no NUMA node can hold" in message
         assert "not spanning NUMA nodes as asked" in message
         assert refused in message
         # the same request without the strict ask is placed (spanning) where CPUs allow
-        loose = e.place(req("c", kind, **kwargs))  # type: ignore[arg-type]
+        loose = create(policy, "c", kind, **kwargs)  # type: ignore[arg-type]
         p = loose.placement
         assert len(nodes_of(machine, p.cpus)) > 1 or len(p.mems) > 1
         return
-    d = e.place(strict)
+    d = create(policy, "c", kind, strict=True, **kwargs)  # type: ignore[arg-type]
     assert len(nodes_of(machine, d.placement.cpus)) == 1, d.reason
     assert len(d.placement.mems) == 1
     assert d.placement.mems == nodes_of(machine, d.placement.cpus)
 
 
 def test_without_the_ask_the_same_state_spans(machine: Machine) -> None:
-    e = Engine(machine, OPTS)
-    fill(e, machine, 3)
-    d = e.place(req("c", CpuKind.EXCLUSIVE, exclusive=2))
+    policy = Policy(machine, OPTS)
+    fill(policy, machine, 3)
+    d = create(policy, "c", CpuKind.EXCLUSIVE, exclusive=2)
     assert len(nodes_of(machine, d.exclusive)) == 2
 
 
 def test_the_trace_names_the_rule(machine: Machine) -> None:
-    e = Engine(machine, OPTS)
-    d = e.place(req("c", CpuKind.EXCLUSIVE, exclusive=2, single_numa=True))
+    d = create(Policy(machine, OPTS), "c", CpuKind.EXCLUSIVE, exclusive=2, strict=True)
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts["root"].startswith("does not fit: single-numa-node: the pool spans")
     assert verdicts["socket #0"].startswith("does not fit: single-numa-node")
@@ -125,23 +165,20 @@ def test_the_trace_names_the_rule(machine: Machine) -> None:
 def test_strict_containers_never_span(machine: Machine, steps: list[tuple[int, int]]) -> None:
     """Invariant: whatever comes and goes, a strict container sits in one NUMA node or is
     refused with the single-numa-node message."""
-    e = Engine(machine, OPTS)
+    policy = Policy(machine, OPTS)
     for i, (k, milli) in enumerate(steps):
-        r = (
-            req(f"c{i}", CpuKind.EXCLUSIVE, exclusive=k, single_numa=True)
-            if k
-            else req(f"c{i}", CpuKind.SHARED, shared=milli, single_numa=True)
-        )
         try:
-            d = e.place(r)
+            if k:
+                d = create(policy, f"c{i}", CpuKind.EXCLUSIVE, exclusive=k, strict=True)
+            else:
+                d = create(policy, f"c{i}", CpuKind.SHARED, shared=milli, strict=True)
         except PolicyError as err:
             assert "single-numa-node asked" in str(err)
             continue
         assert len(nodes_of(machine, d.placement.cpus)) == 1
         assert len(d.placement.mems) == 1
-    for g in e.grants.values():
-        p = e.placement(g)
-        assert len(nodes_of(machine, p.cpus)) == 1
+    for p in policy.placements().values():
+        assert p.cpus is not None and len(nodes_of(machine, p.cpus)) == 1
 
 
 # --- from annotations and the option ------------------------------------------------------------

@@ -4,26 +4,23 @@ reconfigurations."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
-from unittest import mock
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.policy.checkpoint import state
-from nri_topology.policy.engine import engine as engine_module
-from nri_topology.policy.engine.engine import Engine
+from nri_topology.policy.engine.changes import ChangeLog
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.types import CpuKind, PolicyError
+from nri_topology.policy.types import PolicyError, QoS
 from nri_topology.policy.views import Changes
-from nri_topology.topology.model import MemoryTier
 from tests import machines
-from tests.test_policy_engine import GiB, req
+from tests.test_policy_engine import GiB
 from tests.test_policy_restore import Runtime, workload
+from tests.test_request import pod_and_container
 
 MACHINE = machines.load("server")
-PMEM_FIRST = frozenset({MemoryTier.PMEM})
 
 
 def kept_up(kept: dict[str, Any], changes: Changes) -> None:
@@ -42,37 +39,41 @@ def kept_up(kept: dict[str, Any], changes: Changes) -> None:
 actions = st.lists(st.tuples(st.integers(0, 6), st.integers(0, 7)), min_size=1, max_size=40)
 
 
+COLD = {"cold-start.resource-policy.nri.io": "duration: 10s"}
+
+
 @settings(max_examples=40, deadline=None)
 @given(actions=actions)
 def test_entries_of_the_changed_containers_keep_a_copy_equal_to_a_fresh_snapshot(
     actions: list[tuple[int, int]],
 ) -> None:
-    e = Engine(MACHINE, Options(max_moves=2))
+    policy = Policy(MACHINE, Options(max_moves=2))
     kept: dict[str, Any] = {}
     for action, slot in actions:
         cid = f"c{slot}"
         try:
             if action == 0:
-                e.place(req(cid, shared=100 * slot))
+                policy.create(*pod_and_container(100 * slot, QoS.BURSTABLE, cid=cid))
             elif action == 1:
-                e.place(req(cid, CpuKind.EXCLUSIVE, exclusive=1 + 8 * (slot % 3)))
+                policy.create(*pod_and_container(1000 + 8000 * (slot % 3), cid=cid))
             elif action == 2:
-                e.place(req(cid, shared=200, memory=GiB, memory_tiers=PMEM_FIRST, cold_start_ns=1))
+                pair = pod_and_container(200, QoS.BURSTABLE, memory=GiB, annotations=COLD, cid=cid)
+                policy.create(*pair)
             elif action == 3:
-                e.release(cid)
+                policy.release(cid)
             elif action == 4:
-                e.finish_cold_start(cid)
-            elif action == 5:
-                e.resize(req(cid, shared=50 + 100 * slot))
-            else:
-                e.resize(req(cid, shared=100 * slot))
+                policy.cold_start_done(cid)
+            elif (known := policy.container(cid)) is not None:
+                milli = 50 + 100 * slot if action == 5 else 100 * slot
+                res = replace(known[1].resources, cpu_shares=max(2, milli * 1024 // 1000))
+                policy.resize(*known, res)
         except PolicyError:
             pass
-        named = e.take_changed()
-        assert named is not None
-        kept_up(kept, Changes({cid: state.entry(e, cid) for cid in named}))
-        assert kept == state.snapshot(e)["containers"]
-        assert e.take_changed() == set()  # each change is reported once
+        changes = policy.changes()
+        assert not changes.complete
+        kept_up(kept, changes)
+        assert kept == policy.snapshot()["containers"]
+        assert policy.changes() == Changes({})  # each change is reported once
 
 
 def test_a_restore_and_a_reconfiguration_report_the_containers_gone_and_those_placed() -> None:
@@ -99,13 +100,12 @@ def test_a_restore_and_a_reconfiguration_report_the_containers_gone_and_those_pl
 
 
 def test_too_many_changes_to_name_report_every_container() -> None:
-    e = Engine(MACHINE, Options())
-    with mock.patch.object(engine_module, "_CHANGES_NAMED", 3):
-        for i in range(3):
-            e.place(req(f"c{i}", shared=100))
-        assert e.take_changed() == {"c0", "c1", "c2"}
-        for i in range(3, 7):
-            e.place(req(f"c{i}", shared=100))
-        assert e.take_changed() is None
-        e.release("c3")
-        assert e.take_changed() == {"c3"}
+    log = ChangeLog(named=3)
+    for i in range(3):
+        log.note(f"c{i}")
+    assert log.take() == {"c0", "c1", "c2"}
+    for i in range(3, 7):
+        log.note(f"c{i}")
+    assert log.take() is None
+    log.note("c3")
+    assert log.take() == {"c3"}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.options import CpuAmount, Options
+from nri_topology.policy.policy import Policy
 from nri_topology.policy.pools import build_pools
-from nri_topology.policy.types import PolicyError, Request
+from nri_topology.policy.types import PolicyError
 from nri_topology.topology.model import Cpu, Machine, MemoryTier, NumaNode
 from tests import machines
-from tests.test_policy_engine import req
+from tests.test_request import pod_and_container
 
 DRAM, PMEM, HBM = MemoryTier.DRAM, MemoryTier.PMEM, MemoryTier.HBM
 
@@ -136,14 +136,12 @@ def test_dozens_of_cpu_less_nodes_join_the_closest_cpu_node() -> None:
     assert pools[1].mems[HBM] == frozenset(range(2, 34, 2))
     assert pools[2].mems[HBM] == frozenset(range(3, 34, 2))
     assert pools[0].nodes == frozenset(ids)
-    e = Engine(m, Options(reserved_resources=CpuAmount(milli=0)))
-    d = e.place(hbm_request())
-    assert d.pool in ("socket #0", "socket #1")
+    hbm = {"memory-type.resource-policy.nri.io": "hbm"}  # 500m Guaranteed: shared CPUs
+    d = Policy(m, Options(reserved_resources=CpuAmount(milli=0))).create(
+        *pod_and_container(500, memory=1 << 30, annotations=hbm, cid="h")
+    )
+    assert d.pool in ("socket #0", "socket #1") and d.memory_tiers == {HBM}
     assert d.placement.mems is not None and len(d.placement.mems) == 16
-
-
-def hbm_request() -> Request:
-    return req("h", shared=500, memory=1 << 30, memory_tiers=frozenset({HBM}))
 
 
 def test_cpu_node_without_memory_borrows_the_closest_memory() -> None:
@@ -157,9 +155,9 @@ def test_cpu_node_without_memory_borrows_the_closest_memory() -> None:
 def test_available_cpus_shrink_the_tree() -> None:
     m = machines.load("4-socket")
     keep = frozenset(c for c in m.cpus if m.cpus[c].package == 0)
-    e = Engine(m, Options(available_resources=CpuAmount(cpus=keep)))
-    assert [p.name for p in e.pools] == ["socket #0"]
-    assert e.pools[0].cpus == keep
+    pools = Policy(m, Options(available_resources=CpuAmount(cpus=keep))).pools()
+    assert [p.name for p in pools] == ["socket #0"]
+    assert pools[0].cpus == keep
 
 
 @pytest.mark.parametrize(
@@ -171,4 +169,4 @@ def test_available_cpus_shrink_the_tree() -> None:
 )
 def test_bad_available_resources_are_refused(amount: CpuAmount, message: str) -> None:
     with pytest.raises(PolicyError, match=message):
-        Engine(machines.load("desktop"), Options(available_resources=amount))
+        Policy(machines.load("desktop"), Options(available_resources=amount))

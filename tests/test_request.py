@@ -92,8 +92,36 @@ def req(
     oom: int | None = None,
     container_annotations: Mapping[str, str] | None = None,
 ):
+    pod, ctr = pod_and_container(
+        milli,
+        qos,
+        annotations=annotations,
+        namespace=namespace,
+        memory=memory,
+        quota=quota,
+        oom=oom,
+        container_annotations=container_annotations,
+    )
+    return build_request(pod, ctr, options or TRUSTING, machine=machine)
+
+
+def pod_and_container(
+    milli: int = 0,
+    qos: QoS = QoS.GUARANTEED,
+    *,
+    annotations: Mapping[str, str] | None = None,
+    namespace: str = "default",
+    memory: int | None = None,
+    quota: int | None = None,
+    oom: int | None = None,
+    container_annotations: Mapping[str, str] | None = None,
+    cid: str = "ctr-1",
+) -> tuple[PodInfo, ContainerInfo]:
+    """The pod and container `req` classifies; `cid` names the container (its pod is pod-cid,
+    but for the default)."""
+    pod_id = "pod-1" if cid == "ctr-1" else f"pod-{cid}"
     pod = PodInfo(
-        id="pod-1",
+        id=pod_id,
         name="web",
         namespace=namespace,
         annotations=dict(annotations or {}),
@@ -101,8 +129,8 @@ def req(
         labels={"app": "web"},
     )
     ctr = ContainerInfo(
-        id="ctr-1",
-        pod_id="pod-1",
+        id=cid,
+        pod_id=pod_id,
         name="app",
         resources=Resources(
             cpu_shares=shares(milli),
@@ -113,7 +141,7 @@ def req(
         annotations=dict(container_annotations or {}),
         oom_score_adj=oom,
     )
-    return build_request(pod, ctr, options or TRUSTING, machine=machine)
+    return pod, ctr
 
 
 def kind_of(r) -> tuple[CpuKind, int, int]:

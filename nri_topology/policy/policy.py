@@ -25,6 +25,7 @@ from nri_topology.policy.types import (
     Placement,
     PodInfo,
     PolicyError,
+    Request,
     Resources,
     Update,
 )
@@ -47,10 +48,10 @@ class Policy:
         self._machine = machine
         self._options = options
         self._engine = Engine(machine, options)
-        # Which containers are placed, with their pod: the one record of it (the daemon asks
-        # `container`); the engine's grants hold the same ids, for the accounting.
-        self._infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
-        self._by_pod: dict[str, set[str]] = {}  # pod id -> its placed containers (`_infos`)
+        # Which containers are placed is the engine's record (`Engine.grants`), each request
+        # with the container data it came from; beside it the latest data of their pods (a
+        # resize's newer pod data is every container's of the pod).
+        self._pods: dict[str, PodInfo] = {}
         # Stopped containers whose exclusive CPUs wait for their next attempt (`hold`), by
         # (pod id, container name): the kubelet names every attempt of a container alike.
         self._held: dict[tuple[str, str], str] = {}
@@ -67,7 +68,7 @@ class Policy:
         changing no one else when it asks for the same amounts (`Engine.succeed`).
         """
         given = self._with_budget(pod, container)
-        req = build_request(pod, given, self._options, machine=self._machine)
+        req = build_request(pod, given, self._options, machine=self._machine, origin=container)
         previous = self._held.pop((container.pod_id, container.name), None)
         if previous is None:
             decision = self._engine.place(req)
@@ -77,8 +78,7 @@ class Policy:
             except PolicyError:
                 self._held[(container.pod_id, container.name)] = previous
                 raise
-            self._forget(previous)
-        self._remember(pod, container)
+        self._pods[pod.id] = pod
         if pod.resources is not None and given is container:
             decision = self._rebudget(pod, container.id, decision)
         return decision
@@ -89,11 +89,11 @@ class Policy:
         states no pod-level amounts reports their sum, its later containers' amounts included).
         The holder's new pinning joins the decision's updates; when it cannot be placed again it
         keeps what it holds."""
-        infos = [self._infos[cid][1] for cid in self._by_pod.get(pod.id, ())]
+        infos = self._infos_of(pod.id)
         holder = podlevel.holder(pod, infos)
         if holder is None or holder == placed:
             return decision
-        _, info = self._infos[holder]
+        info = next(i for i in infos if i.id == holder)
         given = podlevel.with_budget(pod, info, infos).resources
         req = build_request(pod, info, self._options, machine=self._machine, resources=given)
         try:
@@ -113,66 +113,53 @@ class Policy:
         """Keep what a stopped container holds for its next attempt in the same pod, when it
         holds exclusive CPUs: giving them back and taking them again would re-pin every shared
         container twice. False (nothing kept) otherwise; `release` ends a hold."""
-        known = self._infos.get(container_id)
         grant = self._engine.grants.get(container_id)
-        if known is None or grant is None or not grant.exclusive:
+        if grant is None or not grant.exclusive:
             return False
-        pod, ctr = known
-        self._held[(pod.id, ctr.name)] = container_id
+        self._held[(grant.request.pod_id, grant.request.name)] = container_id
         return True
 
     def resize(self, pod: PodInfo, container: ContainerInfo, resources: Resources) -> Decision:
         """New resources for a running container: in place when they fit, else moved."""
         now = replace(container, resources=resources)
         given = self._with_budget(pod, now).resources
-        req = build_request(pod, container, self._options, machine=self._machine, resources=given)
+        req = build_request(
+            pod, container, self._options, machine=self._machine, resources=given, origin=now
+        )
         decision = self._engine.resize(req)
-        self._remember(pod, now)
+        self._pods[pod.id] = pod
         return decision
 
     def _with_budget(self, pod: PodInfo, container: ContainerInfo) -> ContainerInfo:
         """The container with its pod's budget when it holds it (`podlevel`)."""
         if pod.resources is None or not podlevel.states_none(container.resources):
             return container
-        ids = self._by_pod.get(pod.id, ())
-        siblings = [self._infos[cid][1] for cid in ids if cid != container.id]
+        siblings = [i for i in self._infos_of(pod.id) if i.id != container.id]
         return podlevel.with_budget(pod, container, siblings)
 
-    def _remember(self, pod: PodInfo, container: ContainerInfo) -> None:
-        """Note a placed container; a pod's newer data (a resize) replaces it for all of them."""
-        ids = self._by_pod.setdefault(pod.id, set())
-        ids.add(container.id)
-        for cid in ids:
-            old = self._infos.get(cid)
-            if old is not None and old[0] != pod:
-                self._infos[cid] = (pod, old[1])
-        self._infos[container.id] = (pod, container)
+    def _infos_of(self, pod_id: str) -> list[ContainerInfo]:
+        """The container data of a pod's placed containers, in id order."""
+        grants = self._engine.grants
+        return [self._origin(grants[cid].request) for cid in self._engine.pod_containers(pod_id)]
 
-    def _index(self) -> None:
-        """Rebuild the pod index from `_infos`."""
-        self._by_pod = {}
-        for cid, (pod, _) in self._infos.items():
-            self._by_pod.setdefault(pod.id, set()).add(cid)
+    @staticmethod
+    def _origin(req: Request) -> ContainerInfo:
+        origin = req.origin
+        assert origin is not None  # every request the policy places is built with it
+        return origin
 
     def release(self, container_id: str) -> tuple[Update, ...]:
         """Free what a stopped or removed container held; unknown ids are ignored."""
-        known = self._forget(container_id)
-        if known is not None:
-            key = (known[0].id, known[1].name)
-            if self._held.get(key) == container_id:
-                del self._held[key]
-        return self._engine.release(container_id)
-
-    def _forget(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
-        """Drop a container from the record of placed ones (its grant is the engine's)."""
-        known = self._infos.pop(container_id, None)
-        if known is not None:
-            ids = self._by_pod.get(known[0].id)
-            if ids is not None:
-                ids.discard(container_id)
-                if not ids:
-                    del self._by_pod[known[0].id]
-        return known
+        g = self._engine.grants.get(container_id)
+        if g is None:
+            return ()
+        key = (g.request.pod_id, g.request.name)
+        if self._held.get(key) == container_id:
+            del self._held[key]
+        updates = self._engine.release(container_id)
+        if not self._engine.pod_containers(g.request.pod_id):
+            del self._pods[g.request.pod_id]
+        return updates
 
     def restore(
         self,
@@ -181,22 +168,25 @@ class Policy:
         saved: Mapping[str, Any] | None = None,
     ) -> RestoreReport:
         """Replace the state with the running containers, adopting their placements."""
-        found, failed, infos = self._found(pods, containers, self._options)
+        found, failed = self._found(pods, containers, self._options)
         engine = restoring.new_engine(self._machine, self._options, found, saved)
         report = restoring.restore(engine, found, saved)
-        self._replace(engine)
-        self._infos = {cid: infos[cid] for cid in engine.grants}
-        self._index()
+        self._replace(engine, {p.id: p for p in pods})
         self._held = {}  # the runtime reports running containers only
         return replace(report, failed={**failed, **report.failed})
 
     def _found(
-        self, pods: Sequence[PodInfo], containers: Sequence[ContainerInfo], options: Options
-    ) -> tuple[list[restoring.Found], dict[str, str], dict[str, tuple[PodInfo, ContainerInfo]]]:
+        self,
+        pods: Sequence[PodInfo],
+        containers: Sequence[ContainerInfo],
+        options: Options,
+        origins: Mapping[str, ContainerInfo] | None = None,
+    ) -> tuple[list[restoring.Found], dict[str, str]]:
+        """The requests of running containers (`origins`: the data to record for them, when
+        not the containers themselves), and why the others cannot be placed."""
         by_id = {p.id: p for p in pods}
         found: list[restoring.Found] = []
         failed: dict[str, str] = {}
-        infos: dict[str, tuple[PodInfo, ContainerInfo]] = {}
         of_pod: dict[str, list[ContainerInfo]] = {}
         for c in containers:
             pod = by_id.get(c.pod_id)
@@ -211,24 +201,25 @@ class Policy:
             if c.pod_id in of_pod and podlevel.states_none(c.resources):
                 given = podlevel.with_budget(pod, c, of_pod[c.pod_id])
             try:
-                req = build_request(pod, given, options, machine=self._machine)
+                origin = c if origins is None else origins[c.id]
+                req = build_request(pod, given, options, machine=self._machine, origin=origin)
                 cpus = cpuset.parse(c.resources.cpuset_cpus) or None
                 mems = cpuset.parse(c.resources.cpuset_mems) or None
             except (PolicyError, ValueError) as e:
                 failed[c.id] = str(e)
                 continue
             found.append(restoring.Found(req, cpus, mems))
-            infos[c.id] = (pod, c)
-        return found, failed, infos
+        return found, failed
 
     def container(self, container_id: str) -> tuple[PodInfo, ContainerInfo] | None:
         """The pod and container data a placed container was last placed with, None when it is
         not placed."""
-        return self._infos.get(container_id)
+        g = self._engine.grants.get(container_id)
+        return None if g is None else (self._pods[g.request.pod_id], self._origin(g.request))
 
     def pod_containers(self, pod_id: str) -> tuple[str, ...]:
         """The placed containers of a pod, in id order (held ones included)."""
-        return tuple(sorted(self._by_pod.get(pod_id, ())))
+        return self._engine.pod_containers(pod_id)
 
     def cold_start_done(self, container_id: str) -> tuple[Update, ...]:
         """Widen a cold-started container's memory to DRAM; the update is for itself."""
@@ -254,9 +245,11 @@ class Policy:
             return Changes({cid: state.entry(e, cid) for cid in sorted(e.grants)}, complete=True)
         return Changes({cid: state.entry(e, cid) for cid in sorted(named)})
 
-    def _replace(self, engine: Engine) -> None:
-        """Take a new engine; the next `changes` reports every container."""
+    def _replace(self, engine: Engine, pods: Mapping[str, PodInfo]) -> None:
+        """Take a new engine, with the data of its containers' pods; the next `changes`
+        reports every container."""
         self._engine = engine
+        self._pods = {g.request.pod_id: pods[g.request.pod_id] for g in engine.grants.values()}
         self._replaced = True
 
     def reconfigure(self, options: Options) -> RestoreReport:
@@ -267,17 +260,18 @@ class Policy:
         options and state, when a container cannot be placed under the new options.
         """
         old = self._engine
-        pods = [pod for pod, _ in self._infos.values()]
+        pods = list(self._pods.values())
         containers = []
-        for cid, (_, ctr) in self._infos.items():
-            g = old.grants[cid]
+        origins: dict[str, ContainerInfo] = {}
+        for cid, g in old.grants.items():
+            ctr = origins[cid] = self._origin(g.request)
             current = replace(
                 ctr.resources,
                 cpuset_cpus=cpuset.format(g.cpus) if g.cpus is not None else "",
                 cpuset_mems=cpuset.format(g.mems) if g.mems is not None else "",
             )
             containers.append(replace(ctr, resources=current))
-        found, failed, _ = self._found(pods, containers, options)
+        found, failed = self._found(pods, containers, options, origins)
         saved = state.snapshot(old)
         engine = restoring.new_engine(self._machine, options, found, saved)
         report = restoring.restore(engine, found, saved)
@@ -285,10 +279,8 @@ class Policy:
         if failed:
             lines = "; ".join(f"{cid}: {why}" for cid, why in sorted(failed.items()))
             raise PolicyError(f"new options cannot hold every container: {lines}")
-        self._replace(engine)
+        self._replace(engine, self._pods)
         self._options = options
-        self._infos = {cid: self._infos[cid] for cid in engine.grants}
-        self._index()
         self._held = {k: cid for k, cid in self._held.items() if cid in engine.grants}
         return report
 

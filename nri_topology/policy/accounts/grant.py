@@ -51,3 +51,8 @@ class Op:
     """Pools whose free CPUs changed during one operation, for the update diff."""
 
     touched: set[int] = field(default_factory=set)
+
+
+def charged_size(req: Request) -> int:
+    """Bytes a request charges to its memory zone: none for preserved memory."""
+    return 0 if req.memory_preserve else memory_size(req)

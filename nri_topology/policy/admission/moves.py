@@ -47,7 +47,7 @@ from nri_topology.topology.model import Machine
 
 MAX_TRIALS = 32
 
-# A trial (`Engine.try_moves`): take the movers out, place the request, place the movers again;
+# A trial (`rungs.try_moves`): take the movers out, place the request, place the movers again;
 # the committed grant, its trace and the movers' old grants, or None with nothing changed.
 Moved = tuple[Grant, tuple[PoolScore, ...], dict[str, Grant]]
 Trial = Callable[[Request, int | None, frozenset[int], tuple[str, ...], Op], Moved | None]

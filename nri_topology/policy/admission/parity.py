@@ -39,7 +39,7 @@ for them) or the operator set `on_unfit: refuse`.
 `full_pcpus_only` is the kubelet's admission rule for integer requests: a count of exclusive CPUs
 that is not a multiple of the threads per core is refused, as the kubelet refuses it
 (SMTAlignmentError). Fractional Guaranteed requests never get exclusive CPUs from the kubelet, so
-under the option they run on shared CPUs (`kubelet_request`).
+under the option they run on shared CPUs (`intake.request` classifies them so).
 """
 
 from __future__ import annotations
@@ -73,18 +73,6 @@ def as_granted(req: Request, granted: CpuKind, isolated: bool) -> Request | None
     if granted is CpuKind.ISOLATED and isolated and req.kind in EXCLUSIVE_KINDS:
         return replace(req, kind=CpuKind.ISOLATED)  # no ordinary CPUs were left
     return None
-
-
-def kubelet_request(req: Request, options: Options) -> Request:
-    """The request as the kubelet's rules shape it: fractional ones share under full_pcpus_only."""
-    if (
-        options.full_pcpus_only
-        and req.kind in (CpuKind.MIXED, CpuKind.ISOLATED)
-        and req.shared > 0
-        and not req.require_isolated
-    ):
-        return as_kind(req, CpuKind.SHARED)
-    return req
 
 
 def as_kind(req: Request, kind: CpuKind) -> Request:

@@ -5,7 +5,8 @@ Speed seam: a pool's shared set is one object per value (`interned`), held by ev
 shared container of the pool, so an unchanged container is seen by identity and the Updates
 of a set are kept and handed out again (a pool moves among a few sets as containers come and
 go). `refresh` is the plain path: every container's pinning worked out and compared by value;
-tests/test_policy_diff.py checks that the diff names exactly the containers it would.
+tests/test_policy_diff.py checks that the diff names exactly the containers it would, and that
+keeping shared sets (`kept`) gives the same updates as keeping none.
 """
 
 from __future__ import annotations
@@ -31,9 +32,17 @@ class Pins:
     """Pinning and update diffs over one machine, options and ledger."""
 
     def __init__(
-        self, machine: Machine, options: Options, ledger: Ledger, reserved: frozenset[int]
+        self,
+        machine: Machine,
+        options: Options,
+        ledger: Ledger,
+        reserved: frozenset[int],
+        kept: int = SHARED_SETS_KEPT,
     ) -> None:
+        """`kept`: shared sets kept before all are forgotten; 0 forgets them at every new
+        set, the plain path tests compare the kept ones against."""
         self.machine = machine
+        self._kept = kept
         self.options = options
         self._ledger = ledger
         self._reserved_all = reserved  # every reserved CPU, the partly reserved one included
@@ -105,7 +114,7 @@ class Pins:
             same = hit[0].cpus
             assert same is not None
             return same
-        if len(self._shared_sets) >= SHARED_SETS_KEPT:
+        if len(self._shared_sets) >= self._kept:
             self._shared_sets.clear()
         self._shared_sets[cpus] = (Placement(cpus=cpus, mems=None), {})
         return cpus

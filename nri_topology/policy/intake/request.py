@@ -598,6 +598,9 @@ def _classify(
         isolate = prefer_isolated and isolation is not None
 
     required = required and isolate
+    if frac and options.full_pcpus_only and not required:
+        # the kubelet gives a fractional request no exclusive CPUs under full_pcpus_only
+        return CpuKind.SHARED, 0, cpu_req, False
     if required and len(machine.isolated) < cores:
         raise PolicyError(
             f"{a.who}: require-isolated-cpus asks for {cores} isolated CPUs but the machine has "
@@ -700,8 +703,10 @@ def build_request(
     *,
     machine: Machine,
     resources: Resources | None = None,
+    origin: ContainerInfo | None = None,
 ) -> Request:
-    """Classify a container's resource request; `resources` overrides its own (resize)."""
+    """Classify a container's resource request; `resources` overrides its own (resize).
+    `origin`: the container data the policy records for it (default `container`)."""
     a = _Annotations(pod, container, options)
     w = a.who
     qos = qos_of(pod)
@@ -822,4 +827,5 @@ def build_request(
         strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
         hugepages=huge,
+        origin=container if origin is None else origin,
     )
