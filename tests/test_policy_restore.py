@@ -519,7 +519,6 @@ def test_hidden_hyperthreads_are_adopted_as_whole_cores_without_saved_state() ->
     assert fresh.assignments()["c0"].exclusive == held.exclusive
 
 
-
 @pytest.mark.parametrize("saved", [True, False])
 def test_a_restart_keeps_the_reservation_beside_a_fractional_guaranteed_container(
     saved: bool,
