@@ -30,6 +30,7 @@ from tests.test_request import pod_and_container
 
 DRAM, PMEM = MemoryTier.DRAM, MemoryTier.PMEM
 GiB = 1 << 30
+D = "resource-policy.nri.io"  # the annotations' domain
 NO_RESERVE = Options(reserved_resources=CpuAmount(milli=0))
 
 
@@ -177,12 +178,12 @@ def test_best_effort_keeps_one_shared_cpu() -> None:
 
 
 def test_mixed_gets_exclusive_plus_the_pool_shared_cpus() -> None:
-    m = machines.load("4-socket")
-    e = Engine(m, Options())
-    d = e.place(req("m", CpuKind.MIXED, exclusive=2, shared=500, qos=QoS.GUARANTEED))
-    pool = e.pool_index(d.pool)
-    assert d.placement.cpus == d.exclusive | e.shared_cpus(pool)
-    assert d.placement.cpu_shares == milli_to_shares(2500)
+    p = Policy(machines.load("4-socket"), Options())
+    d = p.create(*pod_and_container(1500, cid="m"))  # one exclusive CPU and 500m shared
+    assert d.kind is CpuKind.MIXED and len(d.exclusive) == 1
+    pool = next(v for v in p.pools() if v.name == d.pool)
+    assert d.placement.cpus == d.exclusive | pool.shared
+    assert d.placement.cpu_shares == milli_to_shares(1500)
 
 
 def test_isolated_cpus_only_for_isolated_requests() -> None:
@@ -213,8 +214,8 @@ def test_full_pcpus_only_refuses_odd_requests_and_never_splits_cores() -> None:
 
 def test_hide_hyperthreads_pins_one_thread_per_core() -> None:
     m = machines.load("server")
-    e = Engine(m, Options())
-    d = e.place(req("h", CpuKind.EXCLUSIVE, exclusive=4, hide_hyperthreads=True))
+    hide = {f"hide-hyperthreads.{D}": "true"}
+    d = Policy(m, Options()).create(*guaranteed("h", 4, annotations=hide))
     assert d.placement.cpus is not None and len(d.placement.cpus) == 2
     assert len(cores_of(m, d.placement.cpus)) == 2
 
@@ -247,9 +248,10 @@ def test_preserve_and_memory_preserve_leave_pinning_alone() -> None:
 
 
 def test_trace_lists_every_pool_with_key_and_verdict() -> None:
-    e = Engine(machines.load("server"), Options())
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=3))
-    assert [s.pool for s in d.trace] == [p.name for p in e.pools]
+    p = Policy(machines.load("server"), Options())
+    d = p.create(*guaranteed("x", 3))
+    pools = p.pools()
+    assert [s.pool for s in d.trace] == [v.name for v in pools]
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts[d.pool] == "chosen"
     assert all(v == "chosen" or v.startswith("lost to ") for v in verdicts.values())
@@ -260,10 +262,10 @@ def test_trace_lists_every_pool_with_key_and_verdict() -> None:
     chosen_key = next(s.key for s in d.trace if s.pool == d.pool)
     assert all(s.key > chosen_key for s in d.trace if s.pool != d.pool)
     # the labelled form names every component and undoes the key's negations
-    pool = next(p for p in e.pools if p.name == d.pool)
+    index, pool = next((i, v) for i, v in enumerate(pools) if v.name == d.pool)
     named = scoring.labelled(chosen_key)
     assert len(named) == len(chosen_key) + 2  # numa and load are pairs
-    assert named["depth"] == pool.depth and named["index"] == pool.index
+    assert named["depth"] == pool.depth and named["index"] == index
     assert named["numa_nodes"] == 1 and named["tier_miss"] is False
     assert named["free_shared_cpus"] >= 0
 
@@ -441,9 +443,9 @@ def test_available_cpus_bound_every_placement() -> None:
 def test_reference_worked_example_three_cpus_on_server() -> None:
     # reference section 2.6: 750m reserved on CPU 0; NUMA node #2 has the most sliceable CPUs
     # (with the reference's default tiers, DRAM and PMEM)
-    e = Engine(machines.load("server"), Options())
-    assert e.reserved_cpus == {0}
-    d = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=3, memory_tiers=frozenset({DRAM, PMEM})))
+    p = Policy(machines.load("server"), Options())
+    assert p.pools()[0].reserved == {0}
+    d = p.create(*guaranteed("g", 3, annotations={f"memory-type.{D}": "dram,pmem"}))
     assert d.pool == "NUMA node #2"
     assert d.placement.mems == {2, 5}
     assert d.memory_tiers == {DRAM, PMEM}
