@@ -40,8 +40,9 @@ def guaranteed(cid: str, cpus: int, **kw: object) -> tuple[PodInfo, ContainerInf
     return pod_and_container(cpus * 1000, cid=cid, **kw)  # type: ignore[arg-type]
 
 
-def burstable(cid: str, milli: int) -> tuple[PodInfo, ContainerInfo]:
-    return pod_and_container(milli, QoS.BURSTABLE, cid=cid)
+def burstable(cid: str, milli: int, **kw: object) -> tuple[PodInfo, ContainerInfo]:
+    """A Burstable container requesting `milli` CPU; `memory=` is its limit, its request unknown."""
+    return pod_and_container(milli, QoS.BURSTABLE, cid=cid, **kw)  # type: ignore[arg-type]
 
 
 def best_effort(cid: str) -> tuple[PodInfo, ContainerInfo]:
@@ -387,21 +388,21 @@ def _limit_only(cid: str, limit: int) -> Request:
 
 
 def test_memory_limits_that_fit_nowhere_are_charged_what_fits() -> None:
-    e = Engine(DESKTOP, Options())
+    p = Policy(DESKTOP, Options())
     total = sum(n.memory for n in DESKTOP.nodes.values())
-    a = e.place(_limit_only("a", total * 3 // 4))
-    assert not a.degraded and e.grants["a"].memory == total * 3 // 4
-    b = e.place(_limit_only("b", total * 3 // 4))
+    a = p.create(*burstable("a", 100, memory=total * 3 // 4))  # a limit, no request known
+    assert not a.degraded and p.assignments()["a"].memory == total * 3 // 4
+    b = p.create(*burstable("b", 100, memory=total * 3 // 4))
     assert b.degraded == (Degradation.MEMORY_CHARGE,)
-    assert e.grants["b"].memory == total - total * 3 // 4
+    assert p.assignments()["b"].memory == total - total * 3 // 4
     assert b.placement.mems == frozenset(DESKTOP.nodes)
     # the kubelet counts requests: a Guaranteed half of the memory is admitted, charged nothing
-    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=2, memory=total // 2))
-    assert g.degraded == (Degradation.MEMORY_CHARGE,) and e.grants["g"].memory == 0
+    g = p.create(*guaranteed("g", 2, memory=total // 2))
+    assert g.degraded == (Degradation.MEMORY_CHARGE,) and p.assignments()["g"].memory == 0
     assert len(g.exclusive) == 2
     for cid in ("a", "b", "g"):
-        e.release(cid)
-    assert not e.memory_charged() and e.accounts().memory_requested == 0
+        p.release(cid)
+    assert p.node_capacity() == Policy(DESKTOP, Options()).node_capacity()
 
 
 def test_memory_requests_beyond_the_machine_are_refused() -> None:
@@ -413,18 +414,16 @@ def test_memory_requests_beyond_the_machine_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "opts, asked",
-    [
-        (Options(on_unfit="refuse"), _limit_only("b", 1 << 40)),
-        (Options(), replace(_limit_only("b", 1 << 40), single_numa=True)),
-    ],
+    "opts, single",
+    [(Options(on_unfit="refuse"), False), (Options(), True)],
     ids=["on-unfit-refuse", "single-numa-node"],
 )
-def test_memory_charge_is_not_for_strict_requests(opts: Options, asked: Request) -> None:
-    e = Engine(DESKTOP, opts)
+def test_memory_charge_is_not_for_strict_requests(opts: Options, single: bool) -> None:
+    p = Policy(DESKTOP, opts)
+    strict = {"numa-policy.resource-policy.nri.io": "single-numa-node"} if single else None
     with pytest.raises(PolicyError, match="memory"):
-        e.place(asked)
-    assert not e.grants
+        p.create(*burstable("b", 100, memory=1 << 40, annotations=strict))
+    assert not p.assignments()
 
 
 def _restarted(e: Engine) -> tuple[Engine, RestoreReport]:
