@@ -158,6 +158,7 @@ def test_a_re_pin_carries_cpusets_and_nothing_a_resize_sets(
         ("auto", True, "", False, Transport.CRI, True),
         ("auto", False, "", False, Transport.REPLY, False),  # no socket, old NRI
         ("auto", False, "v0.12.2", False, Transport.NRI, True),
+        ("auto", True, "v0.12.2", False, Transport.NRI, True),  # a safe NRI before the CRI
         ("auto", False, "", True, Transport.NRI, True),  # in_reply: false forces NRI
         ("nri", True, "", False, Transport.REPLY, False),
         ("nri", True, "v0.12.2", False, Transport.NRI, True),

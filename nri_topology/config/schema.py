@@ -337,8 +337,8 @@ class UpdatesSection(_Section):
     in_reply: StrictBool | Literal["auto"] = "auto"
     # How updates sent apart from a reply travel. cri: UpdateContainerResources on the runtime's
     # CRI socket, cpusets only, as the kubelet's CPU manager sends them (safe on every runtime).
-    # nri: NRI UpdateContainers, safe only where the runtime's NRI is v0.12.1 or later. auto: the
-    # CRI when its socket answers at Configure, else NRI where safe, else the next reply.
+    # nri: NRI UpdateContainers, safe only where the runtime's NRI is v0.12.1 or later. auto: NRI
+    # where v0.12.1 or later, else the CRI when its socket answers at Configure, else the reply.
     transport: Literal["auto", "cri", "nri"] = "auto"
     # The runtime's CRI socket; default by the runtime's name in Configure (containerd:
     # /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock).

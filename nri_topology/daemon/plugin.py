@@ -283,8 +283,13 @@ class TopologyPlugin(Plugin):
         s = self.settings
         runtime = f"{req.runtime_name} {req.runtime_version}"
         socket = s.cri_socket or default_socket(req.runtime_name)
+        safe = runtime_serves_updates_apart(req)
+        # Where the NRI serves UpdateContainers apart from its events, auto takes it: each
+        # re-pin through the CRI costs the runtime two more relays to its plugins, which on a
+        # busy node lengthens the new container's start more than a batch under the NRI lock.
+        ask_cri = s.transport == Transport.CRI or (s.transport == "auto" and not safe)
         answered = ""
-        if s.transport != Transport.NRI and socket is not None:
+        if ask_cri and socket is not None:
             if self.cri is None or self.cri.socket != socket:
                 if self.cri is not None:
                     await self.cri.close()
@@ -296,7 +301,6 @@ class TopologyPlugin(Plugin):
                     answered = await self.cri.version()
                 except CriError as exc:
                     _log.warning("the runtime's CRI does not answer", error=str(exc))
-        safe = runtime_serves_updates_apart(req)
         if answered:
             transport = Transport.CRI
         elif s.transport == Transport.CRI:
