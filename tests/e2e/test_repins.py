@@ -16,6 +16,7 @@ import signal
 
 import pytest
 
+from nri_topology.nri.versions import parse_version
 from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -41,7 +42,21 @@ def _holding(run: Run, pods: list, exclusive: set[int]) -> list[str]:
     return [p.name for p in pods if parse_cpus(run.cpuset(p.containers[0]).cpus) & exclusive]
 
 
+def _safe_nri(run: Run) -> bool:
+    """Whether the runtime embeds NRI v0.12.1 or later (containerd from 2.4), where `auto`
+    takes NRI UpdateContainers."""
+    version = parse_version(run.tools.version) or (0, 0, 0)
+    return run.tools.kind == "containerd" and version >= (2, 4, 0)
+
+
+def test_auto_takes_nri_where_it_is_safe_and_the_cri_elsewhere(run: Run) -> None:
+    run.start_plugin()
+    want = "nri" if _safe_nri(run) else "cri"
+    assert run.metric("nri_topology_update_transport", transport=want) == 1
+
+
 def test_re_pins_go_through_the_cri_after_the_reply(run: Run, cpus: set[int]) -> None:
+    run.write_plugin_config("updates:\n  transport: cri\n")
     run.start_plugin()
     assert run.metric("nri_topology_update_transport", transport="cri") == 1
     shared = _shared(run)
