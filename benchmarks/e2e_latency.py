@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nri_topology.testing import cri_pb2 as cri
+from nri_topology.cri import api_pb2 as cri
 from tests.e2e import harness
 
 

@@ -2,14 +2,16 @@
 
     .venv/bin/python benchmarks/repins.py [--shared 0,30,100] [--rounds 3] [--samples 2]
                                           [--modes M1,M2] [--json out.json]
+                                          [--runtime containerd-1.7|containerd-2]
 
 For each count of BestEffort (shared) containers live, one containerd from tests/e2e (fetched as
 tests/e2e/prepare.sh does) runs them, with runc wrapped to log every subcommand it runs. Then the
 modes alternate, `--rounds` times, `--samples` pods each: no plugin connected; the plugin with
 every re-pin in the reply (`updates.in_reply: true`, the old behaviour); the plugin as configured
-by default (re-pins after the reply where the runtime's NRI is v0.12.1 or later, in the reply
-elsewhere). `--modes` may add the plugin with re-pins after the reply forced (`after reply`:
-`in_reply: false`), which can deadlock an older NRI. Each sample:
+by default (re-pins after the reply through the runtime's CRI, whose socket the harness gives it).
+`--modes` may add the plugin with re-pins after the reply through NRI UpdateContainers forced
+(`after reply`: `transport: nri`, `in_reply: false`), which can deadlock an older NRI. Each
+sample:
 
 * a Guaranteed 1-CPU pod's sandbox, then its container created and started, as a kubelet does
   (timed: create+start);
@@ -19,7 +21,8 @@ elsewhere). `--modes` may add the plugin with re-pins after the reply forced (`a
   exclusivity window, from the end of the Guaranteed CreateContainer);
 * the pod stopped and removed (timed: removal), then all shared cgroups awaited back on their
   full sets before the next sample;
-* the `runc update` runs that started during the create and during the removal (and until the
+* the `runc update` runs that started before the Guaranteed CreateContainer returned (those its
+  reply carried), during its create+start and the window, and during the removal (and until the
   next sample): the runc updates per event.
 
 Printed per count and mode: medians and p90 in milliseconds, and the machine's load average.
@@ -40,16 +43,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nri_topology.testing import cri_pb2 as cri
+from nri_topology.cri import api_pb2 as cri
 from tests.e2e import harness
 
 MODES = {
     "without plugin": None,
     "in reply": "updates:\n  in_reply: true\n",
-    "default": "",  # after the reply where the runtime's NRI is v0.12.1 or later
+    "default": "",  # after the reply, through the runtime's CRI
     # After the reply on any runtime: on an NRI older than v0.12.1 (containerd 1.7, 2.1) it can
     # deadlock the runtime's NRI (docs/protocol.md §6.6), so only with --modes naming it.
-    "after reply": "updates:\n  in_reply: false\n",
+    "after reply": "updates:\n  in_reply: false\n  transport: nri\n",
+    # The default with wider batches: more concurrent CRI re-pins, a shorter window.
+    "batch 8": "updates:\n  batch: 8\n",
 }
 DEFAULT_MODES = "without plugin,in reply,default"
 GIB = 1 << 30
@@ -134,12 +139,13 @@ def sample(run: harness.Run, shared: Shared, probe: harness.Pod, i: int, log: Pa
     prober.start()
     cid = run.create_container(pod, "c0", 1000, GIB // 4)
     replied = time.perf_counter()
+    t_reply = time.time()
     exclusive = spec_cpus(run, cid) or online
     window_ms: list[float] = []
 
     def watch() -> None:  # from the reply on, while the container starts
         while exclusive != online and shared.holding(exclusive):
-            time.sleep(0.002)
+            time.sleep(0.02)  # reading every shared cgroup costs a loaded CPU: not more often
         window_ms.append((time.perf_counter() - replied) * 1000 if exclusive != online else 0)
 
     watcher = threading.Thread(target=watch)
@@ -162,6 +168,7 @@ def sample(run: harness.Run, shared: Shared, probe: harness.Pod, i: int, log: Pa
         "window_ms": window_ms[0],
         "probe_ms": probe_ms[0],
         "create_updates": updates_between(log, t0, t1),
+        "reply_updates": updates_between(log, t0, t_reply),
         "removal_updates": updates_between(log, t1, t2),
     }
 
@@ -205,7 +212,7 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
         waits = [max(0.0, s["probe_ms"] - base_probe) for s in samples]
         row["other_create_wait_median_ms"] = round(statistics.median(waits), 1)
         row["other_create_wait_max_ms"] = round(max(waits), 1)
-        for key in ("create_updates", "removal_updates"):
+        for key in ("reply_updates", "create_updates", "removal_updates"):
             row[f"runc_updates_per_{key[:-8]}"] = statistics.median(s[key] for s in samples)
         out[mode] = row
     return out
@@ -218,9 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", type=int, default=2, help="pods per mode and round")
     parser.add_argument("--modes", default=DEFAULT_MODES, help="of: " + "; ".join(MODES))
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--runtime", default="containerd-1.7", choices=("containerd-1.7", "containerd-2")
+    )
     args = parser.parse_args(argv)
     args.modes = [m for m in MODES if m in args.modes.split(",")]
-    tools = harness.prepare()
+    tools = harness.prepare(args.runtime)
     report: dict = {"load_before": os.getloadavg(), "cpus": len(harness.online_cpus())}
     with tempfile.TemporaryDirectory(prefix="nri-e2e-", dir="/tmp") as d:
         base = Path(d)
@@ -232,14 +242,15 @@ def main(argv: list[str] | None = None) -> int:
             report[str(n)] = table
             print(f"\n{n} shared containers live (load {os.getloadavg()[0]:.2f})")
             print(
-                f"{'mode':20} {'create+start':>16} {'removal':>16} {'runc upd c/r':>12} "
+                f"{'mode':20} {'create+start':>16} {'removal':>16} {'runc upd r/c/r':>16} "
                 f"{'window':>20} {'other create wait':>18}"
             )
             for mode, r in table.items():
                 print(
                     f"{mode:20} {r['create_median_ms']:7.1f} /{r['create_p90_ms']:7.1f} "
                     f"{r['removal_median_ms']:7.1f} /{r['removal_p90_ms']:7.1f} "
-                    f"{r['runc_updates_per_create']:5g} /{r['runc_updates_per_removal']:5g} "
+                    f"{r['runc_updates_per_reply']:4g} /{r['runc_updates_per_create']:4g} /"
+                    f"{r['runc_updates_per_removal']:4g} "
                     f"{r['window_median_ms']:6.1f}/{r['window_p90_ms']:6.1f}/"
                     f"{r['window_max_ms']:6.1f} "
                     f"{r['other_create_wait_median_ms']:7.1f} /{r['other_create_wait_max_ms']:7.1f}"

@@ -36,8 +36,8 @@ TARGETS = (
     Target("google/rpc/status.proto", "nri_topology.ttrpc.status_pb2"),
     Target("ttrpc/request.proto", "nri_topology.ttrpc.request_pb2"),
     Target("podresources/api.proto", "nri_topology.kubelet.podresources_pb2"),
-    # The CRI subset the end-to-end tests speak to a real runtime (not used by the plugin).
-    Target("cri/api.proto", "nri_topology.testing.cri_pb2"),
+    # The CRI subset the plugin re-pins containers through, and the end-to-end tests speak.
+    Target("cri/api.proto", "nri_topology.cri.api_pb2"),
 )
 
 

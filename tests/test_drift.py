@@ -107,9 +107,8 @@ class Runtime:
 
     async def send(self, updates, why: str) -> None:
         for u in updates:
-            self.sent.append(
-                (u.container_id, u.linux.resources.cpu.cpus, u.linux.resources.cpu.mems, why)
-            )
+            p = u.placement
+            self.sent.append((u.container_id, cpuset.text(p.cpus), cpuset.text(p.mems), why))
 
 
 def verifier(tmp_path: Path, runtime: Runtime) -> Verifier:

@@ -207,6 +207,10 @@ def test_daemonset_mounts_socket_sysfs_state_and_config(docs: Callable[[], list]
     assert _host_file(pod, Config().hints.pod_resources.socket)
     args = container["args"]
     assert "--socket=/var/run/nri/nri.sock" in args
+    # re-pins go through the runtime's CRI: its socket's directory, writable
+    assert host["cri-socket"] == mounts["cri-socket"]["mountPath"] == "/run/containerd"
+    assert not mounts["cri-socket"].get("readOnly")
+    assert "--cri-socket=/run/containerd/containerd.sock" in args
     assert f"--sysfs={mounts['sysfs']['mountPath']}" in args
     assert f"--state={mounts['state']['mountPath']}/state.json" in args
     assert f"--config={mounts['config']['mountPath']}/config.yaml" in args

@@ -29,8 +29,29 @@ from nri_topology.policy.types import (
 )
 from nri_topology.policy.views import RestoreReport
 from nri_topology.simulate import machine_spec
+from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
+from tests.test_request import pod_and_container
+
+
+def guaranteed(cid: str, cpus: int, **kw: object) -> tuple[PodInfo, ContainerInfo]:
+    """A Guaranteed container of `cpus` whole CPUs: exclusive CPUs by default."""
+    return pod_and_container(cpus * 1000, cid=cid, **kw)  # type: ignore[arg-type]
+
+
+def burstable(cid: str, milli: int, **kw: object) -> tuple[PodInfo, ContainerInfo]:
+    """A Burstable container requesting `milli` CPU; `memory=` is its limit, its request unknown."""
+    return pod_and_container(milli, QoS.BURSTABLE, cid=cid, **kw)  # type: ignore[arg-type]
+
+
+def best_effort(cid: str) -> tuple[PodInfo, ContainerInfo]:
+    return pod_and_container(0, QoS.BEST_EFFORT, cid=cid)
+
+
+def reserved_cpus(p: Policy) -> frozenset[int]:
+    return p.pools()[0].reserved
+
 
 DESKTOP = machine_spec.load_bundled("desktop")[1]
 SERVER = machine_spec.load_bundled("server")[1]
@@ -39,11 +60,11 @@ WHOLE_CPU_RESERVATIONS = [CpuAmount(milli=1000), CpuAmount(cpus=frozenset({1}))]
 
 @pytest.mark.parametrize("reserved", WHOLE_CPU_RESERVATIONS, ids=["quantity", "cpuset"])
 def test_guaranteed_then_best_effort_runs_on_the_reserved_cpus(reserved: CpuAmount) -> None:
-    e = Engine(DESKTOP, Options(reserved_resources=reserved))
-    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    p = Policy(DESKTOP, Options(reserved_resources=reserved))
+    g = p.create(*guaranteed("g", 19))
     assert len(g.exclusive) == 19 and not g.degraded
-    be = e.place(req("be", qos=QoS.BEST_EFFORT))
-    assert be.kind is CpuKind.RESERVED and be.placement.cpus == e.reserved_cpus
+    be = p.create(*best_effort("be"))
+    assert be.kind is CpuKind.RESERVED and be.placement.cpus == reserved_cpus(p)
     assert be.degraded == (Degradation.RESERVED_CPUS,)
 
 
@@ -51,27 +72,27 @@ def test_guaranteed_then_best_effort_runs_on_the_reserved_cpus(reserved: CpuAmou
 def test_best_effort_then_guaranteed_moves_the_best_effort_to_the_reserved_cpus(
     reserved: CpuAmount,
 ) -> None:
-    e = Engine(DESKTOP, Options(reserved_resources=reserved))
-    e.place(req("be", qos=QoS.BEST_EFFORT))
-    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    p = Policy(DESKTOP, Options(reserved_resources=reserved))
+    p.create(*best_effort("be"))
+    g = p.create(*guaranteed("g", 19))
     assert len(g.exclusive) == 19 and g.kind is CpuKind.EXCLUSIVE
     assert g.moved == ("be",)
-    assert [(u.container_id, u.placement.cpus) for u in g.updates] == [("be", e.reserved_cpus)]
-    assert e.grants["be"].kind is CpuKind.RESERVED
+    assert [(u.container_id, u.placement.cpus) for u in g.updates] == [("be", reserved_cpus(p))]
+    assert p.assignments()["be"].kind is CpuKind.RESERVED
 
 
 def test_strict_reserved_cpus_keeps_them_for_reserved_containers() -> None:
     opts = Options(reserved_resources=CpuAmount(milli=1000), strict_reserved_cpus=True)
-    e = Engine(DESKTOP, opts)
-    e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    p = Policy(DESKTOP, opts)
+    p.create(*guaranteed("g", 19))
     with pytest.raises(PolicyError, match="no pool can hold 0m shared CPU"):
-        e.place(req("be", qos=QoS.BEST_EFFORT))
+        p.create(*best_effort("be"))
     # the other order: the Guaranteed container shares the 19 CPUs instead
-    e = Engine(DESKTOP, opts)
-    e.place(req("be", qos=QoS.BEST_EFFORT))
-    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=19))
+    p = Policy(DESKTOP, opts)
+    p.create(*best_effort("be"))
+    g = p.create(*guaranteed("g", 19))
     assert g.kind is CpuKind.SHARED and g.degraded == (Degradation.SHARED_CPUS,)
-    assert g.placement.cpus is not None and not g.placement.cpus & e.reserved_cpus
+    assert g.placement.cpus is not None and not g.placement.cpus & reserved_cpus(p)
 
 
 def test_on_unfit_refuse_and_required_isolation_refuse_instead_of_degrading() -> None:
@@ -89,11 +110,11 @@ def test_on_unfit_refuse_and_required_isolation_refuse_instead_of_degrading() ->
 
 
 def test_requests_beyond_what_the_kubelet_admits_are_still_refused() -> None:
-    e = Engine(DESKTOP, Options())  # 750m reserved: 19.25 CPUs allocatable
-    e.place(req("b", shared=500))
+    p = Policy(DESKTOP, Options())  # 750m reserved: 19.25 CPUs allocatable
+    p.create(*burstable("b", 500))
     with pytest.raises(PolicyError, match="no pool can hold"):
-        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
-    assert set(e.grants) == {"b"}
+        p.create(*guaranteed("x", 19))
+    assert set(p.assignments()) == {"b"}
 
 
 def _pod(qos: QoS) -> PodInfo:
@@ -127,15 +148,12 @@ def test_full_pcpus_only_shares_fractional_and_refuses_odd_integer_requests() ->
 
 
 def test_memory_beyond_all_dram_widens_into_pmem() -> None:
-    e = Engine(SERVER, Options())
-    d = e.place(req("big", CpuKind.EXCLUSIVE, exclusive=4, memory=130 * GiB))
+    d = Policy(SERVER, Options()).create(*guaranteed("big", 4, memory=130 * GiB))
     tiers = {SERVER.nodes[n].tier for n in d.placement.mems or ()}
     assert tiers == {MemoryTier.DRAM, MemoryTier.PMEM}
     assert d.degraded == (Degradation.MEMORY_TIER,)
     with pytest.raises(PolicyError, match="memory"):
-        Engine(SERVER, Options(on_unfit="refuse")).place(
-            req("big", CpuKind.EXCLUSIVE, exclusive=4, memory=130 * GiB)
-        )
+        Policy(SERVER, Options(on_unfit="refuse")).create(*guaranteed("big", 4, memory=130 * GiB))
 
 
 def test_burstable_after_dram_is_used_gets_pmem() -> None:
@@ -175,69 +193,63 @@ def test_movable_only_pmem_gets_its_closest_normal_memory_and_no_cold_start() ->
 # --- consolidation ----------------------------------------------------------------------------
 
 
-def _fragmented(opts: Options) -> Engine:
+def _fragmenting() -> list[tuple[PodInfo, ContainerInfo]]:
     """Four Burstable 100m containers, one per NUMA node, then four 24-CPU Guaranteed ones."""
-    e = Engine(SERVER, opts)
-    for i in range(4):
-        e.place(req(f"b{i}", shared=100))
-    for i in range(4):
-        e.place(req(f"g{i}", CpuKind.EXCLUSIVE, exclusive=24))
-    return e
+    return [burstable(f"b{i}", 100) for i in range(4)] + [guaranteed(f"g{i}", 24) for i in range(4)]
+
+
+def _fragmented(opts: Options) -> Policy:
+    """SERVER after `_fragmenting`."""
+    p = Policy(SERVER, opts)
+    for pod, ctr in _fragmenting():
+        p.create(pod, ctr)
+    return p
 
 
 def test_six_cpus_fit_after_moving_shared_containers() -> None:
     spread = Options(shared_placement="spread")
-    e = _fragmented(spread)
-    assert len({e.grants[f"b{i}"].pool for i in range(4)}) == 4
-    exclusive_before = {cid: g.exclusive for cid, g in e.grants.items()}
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    p = _fragmented(spread)
+    assert len({p.assignments()[f"b{i}"].pool for i in range(4)}) == 4
+    exclusive_before = {cid: a.exclusive for cid, a in p.assignments().items()}
+    d = p.create(*guaranteed("x", 6))
     assert len(d.exclusive) == 6 and not d.degraded
     assert 0 < len(d.moved) <= spread.max_moves
     assert set(d.moved) <= {f"b{i}" for i in range(4)}
     moved_updates = {u.container_id for u in d.updates} & set(d.moved)
     assert moved_updates == set(d.moved)
     for cid, excl in exclusive_before.items():
-        assert e.grants[cid].exclusive == excl  # no exclusive CPU moved
+        assert p.assignments()[cid].exclusive == excl  # no exclusive CPU moved
 
 
 def test_without_moves_the_fragmented_case_degrades_or_refuses() -> None:
-    e = _fragmented(Options(shared_placement="spread", max_moves=0))
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    p = _fragmented(Options(shared_placement="spread", max_moves=0))
+    d = p.create(*guaranteed("x", 6))
     # the kernel-isolated CPUs 4-7 and 60-63 are free: taken as the kubelet would take them
     assert d.kind is CpuKind.ISOLATED and d.exclusive <= SERVER.isolated and not d.degraded
-    d = e.place(req("y", CpuKind.EXCLUSIVE, exclusive=6))
+    d = p.create(*guaranteed("y", 6))
     assert d.kind is CpuKind.SHARED and d.degraded == (Degradation.SHARED_CPUS,)
-    e = _fragmented(Options(shared_placement="spread", max_moves=0, on_unfit="refuse"))
+    p = _fragmented(Options(shared_placement="spread", max_moves=0, on_unfit="refuse"))
     with pytest.raises(PolicyError, match="6 needed"):
-        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+        p.create(*guaranteed("x", 6))
 
 
 def test_packing_shared_containers_leaves_room_without_moves() -> None:
-    e = _fragmented(Options(shared_placement="pack", max_moves=0))
-    assert len({e.grants[f"b{i}"].pool for i in range(4)}) == 1
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    p = _fragmented(Options(shared_placement="pack", max_moves=0))
+    assert len({p.assignments()[f"b{i}"].pool for i in range(4)}) == 1
+    d = p.create(*guaranteed("x", 6))
     assert len(d.exclusive) == 6 and d.moved == () and not d.degraded
     # with moves allowed, they are made for whole cores on fewer NUMA nodes, not for room
-    d = _fragmented(Options(shared_placement="pack")).place(
-        req("x", CpuKind.EXCLUSIVE, exclusive=6)
-    )
+    d = _fragmented(Options(shared_placement="pack")).create(*guaranteed("x", 6))
     assert len(d.exclusive) == 6 and "made room" not in d.reason
     assert "for whole cores on fewer NUMA nodes" in d.reason
 
 
 def test_moves_are_undone_when_they_do_not_help() -> None:
-    e = _fragmented(Options(shared_placement="spread", on_unfit="refuse"))
-    before = (
-        {cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()},
-        [e.shared_cpus(p.index) for p in e.pools],
-    )
+    p = _fragmented(Options(shared_placement="spread", on_unfit="refuse"))
+    before = (p.assignments(), p.pools())
     with pytest.raises(PolicyError):
-        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=9))
-    after = (
-        {cid: (g.pool, g.cpus, g.mems) for cid, g in e.grants.items()},
-        [e.shared_cpus(p.index) for p in e.pools],
-    )
-    assert after == before
+        p.create(*guaranteed("x", 9))
+    assert (p.assignments(), p.pools()) == before
 
 
 def test_degradation_survives_a_restore() -> None:
@@ -266,20 +278,28 @@ def test_degradation_survives_a_restore() -> None:
 
 
 def test_exclusive_on_isolated_cpus_is_adopted_after_a_restart() -> None:
-    e = _fragmented(Options(shared_placement="spread", max_moves=0))
-    x = req("x", CpuKind.EXCLUSIVE, exclusive=6)
-    d = e.place(x)
-    assert d.kind is CpuKind.ISOLATED
-    found = [
-        Found(
-            replace(g.request, kind=CpuKind.EXCLUSIVE) if cid == "x" else g.request, g.cpus, g.mems
+    opts = Options(shared_placement="spread", max_moves=0)
+    p = Policy(SERVER, opts)
+    made = [*_fragmenting(), guaranteed("x", 6)]
+    for pod, ctr in made:
+        d = p.create(pod, ctr)
+    assert d.kind is CpuKind.ISOLATED  # x, on CPUs it was not asked to be isolated on
+    placed = p.placements()
+    running = [
+        replace(
+            c,
+            resources=replace(
+                c.resources,
+                cpuset_cpus=cpuset.format(placed[c.id].cpus or frozenset()),
+                cpuset_mems=cpuset.format(placed[c.id].mems or frozenset()),
+            ),
         )
-        for cid, g in e.grants.items()
+        for _, c in made
     ]
-    fresh = Engine(SERVER, e.options)
-    report = restore(fresh, found, snapshot(e))
-    assert set(report.adopted) == set(e.grants) and not report.updates
-    assert fresh.grants["x"].exclusive == d.exclusive
+    fresh = Policy(SERVER, opts)
+    report = fresh.restore([pod for pod, _ in made], running, p.snapshot())
+    assert set(report.adopted) == set(p.assignments()) and not report.updates
+    assert fresh.assignments()["x"].exclusive == d.exclusive
 
 
 def test_moves_undone_leave_the_movers_pinning_as_the_runtime_holds_it() -> None:
@@ -368,21 +388,21 @@ def _limit_only(cid: str, limit: int) -> Request:
 
 
 def test_memory_limits_that_fit_nowhere_are_charged_what_fits() -> None:
-    e = Engine(DESKTOP, Options())
+    p = Policy(DESKTOP, Options())
     total = sum(n.memory for n in DESKTOP.nodes.values())
-    a = e.place(_limit_only("a", total * 3 // 4))
-    assert not a.degraded and e.grants["a"].memory == total * 3 // 4
-    b = e.place(_limit_only("b", total * 3 // 4))
+    a = p.create(*burstable("a", 100, memory=total * 3 // 4))  # a limit, no request known
+    assert not a.degraded and p.assignments()["a"].memory == total * 3 // 4
+    b = p.create(*burstable("b", 100, memory=total * 3 // 4))
     assert b.degraded == (Degradation.MEMORY_CHARGE,)
-    assert e.grants["b"].memory == total - total * 3 // 4
+    assert p.assignments()["b"].memory == total - total * 3 // 4
     assert b.placement.mems == frozenset(DESKTOP.nodes)
     # the kubelet counts requests: a Guaranteed half of the memory is admitted, charged nothing
-    g = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=2, memory=total // 2))
-    assert g.degraded == (Degradation.MEMORY_CHARGE,) and e.grants["g"].memory == 0
+    g = p.create(*guaranteed("g", 2, memory=total // 2))
+    assert g.degraded == (Degradation.MEMORY_CHARGE,) and p.assignments()["g"].memory == 0
     assert len(g.exclusive) == 2
     for cid in ("a", "b", "g"):
-        e.release(cid)
-    assert not e.memory_charged() and e.accounts().memory_requested == 0
+        p.release(cid)
+    assert p.node_capacity() == Policy(DESKTOP, Options()).node_capacity()
 
 
 def test_memory_requests_beyond_the_machine_are_refused() -> None:
@@ -394,18 +414,16 @@ def test_memory_requests_beyond_the_machine_are_refused() -> None:
 
 
 @pytest.mark.parametrize(
-    "opts, asked",
-    [
-        (Options(on_unfit="refuse"), _limit_only("b", 1 << 40)),
-        (Options(), replace(_limit_only("b", 1 << 40), single_numa=True)),
-    ],
+    "opts, single",
+    [(Options(on_unfit="refuse"), False), (Options(), True)],
     ids=["on-unfit-refuse", "single-numa-node"],
 )
-def test_memory_charge_is_not_for_strict_requests(opts: Options, asked: Request) -> None:
-    e = Engine(DESKTOP, opts)
+def test_memory_charge_is_not_for_strict_requests(opts: Options, single: bool) -> None:
+    p = Policy(DESKTOP, opts)
+    strict = {"numa-policy.resource-policy.nri.io": "single-numa-node"} if single else None
     with pytest.raises(PolicyError, match="memory"):
-        e.place(asked)
-    assert not e.grants
+        p.create(*burstable("b", 100, memory=1 << 40, annotations=strict))
+    assert not p.assignments()
 
 
 def _restarted(e: Engine) -> tuple[Engine, RestoreReport]:

@@ -11,13 +11,26 @@ from nri_topology.policy.engine.engine import Engine
 from nri_topology.policy.intake import affinity
 from nri_topology.policy.intake.request import milli_to_shares
 from nri_topology.policy.options import CpuAmount, Options
-from nri_topology.policy.types import CpuKind, Degradation, Outcome, PolicyError, QoS, Request
+from nri_topology.policy.policy import Policy
+from nri_topology.policy.types import (
+    ContainerInfo,
+    CpuKind,
+    Decision,
+    Degradation,
+    Outcome,
+    PodInfo,
+    PolicyError,
+    QoS,
+    Request,
+)
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import Machine, MemoryTier
 from tests import machines
+from tests.test_request import pod_and_container
 
 DRAM, PMEM = MemoryTier.DRAM, MemoryTier.PMEM
 GiB = 1 << 30
+D = "resource-policy.nri.io"  # the annotations' domain
 NO_RESERVE = Options(reserved_resources=CpuAmount(milli=0))
 
 
@@ -53,6 +66,16 @@ def req(
     return Request(**fields)  # type: ignore[arg-type]
 
 
+def guaranteed(cid: str, cpus: int, **kw: object) -> tuple[PodInfo, ContainerInfo]:
+    """A Guaranteed container of `cpus` whole CPUs: exclusive CPUs by default."""
+    return pod_and_container(cpus * 1000, cid=cid, **kw)  # type: ignore[arg-type]
+
+
+def burstable(cid: str, milli: int, **kw: object) -> tuple[PodInfo, ContainerInfo]:
+    """A Burstable container requesting `milli` CPU: shared CPUs."""
+    return pod_and_container(milli, QoS.BURSTABLE, cid=cid, **kw)  # type: ignore[arg-type]
+
+
 def cores_of(m: Machine, cpus: frozenset[int]) -> set[frozenset[int]]:
     return {m.cpus[c].threads for c in cpus}
 
@@ -78,14 +101,14 @@ def test_quantity_reservation_is_exact_to_the_milli_cpu() -> None:
 
 def test_reserved_cpu_list_leaves_shared_sets_and_is_never_sliced() -> None:
     m = machines.load("desktop")
-    e = Engine(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0, 10}))))
-    assert e.accounts().reserved_capacity == 2000
-    shared = e.place(req("s", shared=100))
+    p = Policy(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0, 10}))))
+    assert p.pools()[0].reserved == {0, 10}
+    shared = p.create(*burstable("s", 100))
     assert not shared.placement.cpus & {0, 10}
-    big = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=17))
-    assert not big.exclusive & {0, 10}
+    big = p.create(*guaranteed("x", 17))
+    assert big.kind is CpuKind.EXCLUSIVE and not big.exclusive & {0, 10}
     with pytest.raises(PolicyError, match="no pool can hold"):  # the kubelet would not admit it
-        e.place(req("y", CpuKind.EXCLUSIVE, exclusive=2))
+        p.create(*guaranteed("y", 2))
 
 
 @pytest.mark.parametrize(
@@ -99,7 +122,7 @@ def test_reserved_cpu_list_leaves_shared_sets_and_is_never_sliced() -> None:
 )
 def test_bad_reservations_are_refused(amount: CpuAmount, message: str) -> None:
     with pytest.raises(PolicyError, match=message):
-        Engine(machines.load("desktop"), Options(reserved_resources=amount))
+        Policy(machines.load("desktop"), Options(reserved_resources=amount))
 
 
 # --- exclusive and shared CPUs ------------------------------------------------------------------
@@ -107,13 +130,13 @@ def test_bad_reservations_are_refused(amount: CpuAmount, message: str) -> None:
 
 def test_exclusive_cpus_take_whole_cores_and_leave_every_shared_set() -> None:
     m = machines.load("server")
-    e = Engine(m, Options())
-    s = e.place(req("s", shared=500))
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=4))
+    p = Policy(m, Options())
+    s = p.create(*burstable("s", 500))
+    d = p.create(*guaranteed("x", 4))
     assert all(core <= d.exclusive for core in cores_of(m, d.exclusive))
-    for p in e.pools:
-        assert not e.shared_cpus(p.index) & d.exclusive
-    shared_now = e.grants["s"].cpus
+    for pool in p.pools():
+        assert not pool.shared & d.exclusive
+    shared_now = p.assignments()["s"].cpus
     assert shared_now is not None and not shared_now & d.exclusive
     assert not shared_now & m.isolated
     assert s.placement.cpus is not None and shared_now <= s.placement.cpus
@@ -121,46 +144,46 @@ def test_exclusive_cpus_take_whole_cores_and_leave_every_shared_set() -> None:
 
 def test_shared_set_is_pool_minus_exclusive_isolated_and_reserved() -> None:
     m = machines.load("server")
-    e = Engine(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0}))))
-    d = e.place(req("s", shared=200))
-    pool = e.pools[e.pool_index(d.pool)]
+    p = Policy(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0}))))
+    d = p.create(*burstable("s", 200))
+    pool = next(v for v in p.pools() if v.name == d.pool)
     assert d.placement.cpus == pool.cpus - m.isolated - {0}
 
 
 def test_pool_keeps_shared_cpus_for_its_shared_containers() -> None:
     m = machines.load("desktop")
-    e = Engine(m, Options())  # 750m reserved on one CPU that stays shared
-    e.place(req("b", shared=500))
+    p = Policy(m, Options())  # 750m reserved on one CPU that stays shared
+    p.create(*burstable("b", 500))
     with pytest.raises(PolicyError):
-        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=18))
-    assert len(e.grants["b"].cpus or ()) == 2
+        p.create(*guaranteed("x", 19))
+    d = p.create(*guaranteed("x", 18))
+    assert len(p.assignments()["b"].cpus or ()) == 2
     assert [u.container_id for u in d.updates] == ["b"]
 
 
 def test_best_effort_keeps_one_shared_cpu() -> None:
     m = machines.load("desktop")
-    e = Engine(m, replace(NO_RESERVE, on_unfit="refuse"))
-    e.place(req("be", qos=QoS.BEST_EFFORT))
+    p = Policy(m, replace(NO_RESERVE, on_unfit="refuse"))
+    p.create(*pod_and_container(0, QoS.BEST_EFFORT, cid="be"))
     with pytest.raises(PolicyError, match="no pool can hold"):
-        e.place(req("x", CpuKind.EXCLUSIVE, exclusive=20))
-    e.place(req("x", CpuKind.EXCLUSIVE, exclusive=19))
-    assert len(e.grants["be"].cpus or ()) == 1
+        p.create(*guaranteed("x", 20))
+    p.create(*guaranteed("x", 19))
+    assert len(p.assignments()["be"].cpus or ()) == 1
     # degrading instead: all 20 CPUs shared with the BestEffort container
-    e = Engine(m, NO_RESERVE)
-    e.place(req("be", qos=QoS.BEST_EFFORT))
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=20))
+    p = Policy(m, NO_RESERVE)
+    p.create(*pod_and_container(0, QoS.BEST_EFFORT, cid="be"))
+    d = p.create(*guaranteed("x", 20))
     assert d.kind is CpuKind.SHARED and d.degraded == (Degradation.SHARED_CPUS,)
     assert d.placement.cpus == m.all_cpus
 
 
 def test_mixed_gets_exclusive_plus_the_pool_shared_cpus() -> None:
-    m = machines.load("4-socket")
-    e = Engine(m, Options())
-    d = e.place(req("m", CpuKind.MIXED, exclusive=2, shared=500, qos=QoS.GUARANTEED))
-    pool = e.pool_index(d.pool)
-    assert d.placement.cpus == d.exclusive | e.shared_cpus(pool)
-    assert d.placement.cpu_shares == milli_to_shares(2500)
+    p = Policy(machines.load("4-socket"), Options())
+    d = p.create(*pod_and_container(1500, cid="m"))  # one exclusive CPU and 500m shared
+    assert d.kind is CpuKind.MIXED and len(d.exclusive) == 1
+    pool = next(v for v in p.pools() if v.name == d.pool)
+    assert d.placement.cpus == d.exclusive | pool.shared
+    assert d.placement.cpu_shares == milli_to_shares(1500)
 
 
 def test_isolated_cpus_only_for_isolated_requests() -> None:
@@ -179,20 +202,20 @@ def test_isolated_cpus_only_for_isolated_requests() -> None:
 
 def test_full_pcpus_only_refuses_odd_requests_and_never_splits_cores() -> None:
     m = machines.load("server")
-    e = Engine(m, Options(full_pcpus_only=True))
+    p = Policy(m, Options(full_pcpus_only=True))
     with pytest.raises(PolicyError, match="not a multiple of the 2 threads per physical core"):
-        e.place(req("odd", CpuKind.EXCLUSIVE, exclusive=3))
-    assert not e.grants
+        p.create(*guaranteed("odd", 3))
+    assert not p.assignments()
     for i in range(5):
-        d = e.place(req(f"x{i}", CpuKind.EXCLUSIVE, exclusive=2 * (i + 1)))
+        d = p.create(*guaranteed(f"x{i}", 2 * (i + 1)))
         for c in d.exclusive:
             assert m.cpus[c].threads <= d.exclusive
 
 
 def test_hide_hyperthreads_pins_one_thread_per_core() -> None:
     m = machines.load("server")
-    e = Engine(m, Options())
-    d = e.place(req("h", CpuKind.EXCLUSIVE, exclusive=4, hide_hyperthreads=True))
+    hide = {f"hide-hyperthreads.{D}": "true"}
+    d = Policy(m, Options()).create(*guaranteed("h", 4, annotations=hide))
     assert d.placement.cpus is not None and len(d.placement.cpus) == 2
     assert len(cores_of(m, d.placement.cpus)) == 2
 
@@ -208,8 +231,7 @@ def test_hide_hyperthreads_pins_one_thread_per_core() -> None:
 def test_pinning_options_leave_fields_untouched(
     options: Options, cpus_none: bool, mems_none: bool
 ) -> None:
-    e = Engine(machines.load("server"), options)
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    d = Policy(machines.load("server"), options).create(*guaranteed("x", 2))
     assert (d.placement.cpus is None) is cpus_none
     assert (d.placement.mems is None) is mems_none
     assert (d.placement.cpu_shares is None) is cpus_none
@@ -226,9 +248,10 @@ def test_preserve_and_memory_preserve_leave_pinning_alone() -> None:
 
 
 def test_trace_lists_every_pool_with_key_and_verdict() -> None:
-    e = Engine(machines.load("server"), Options())
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=3))
-    assert [s.pool for s in d.trace] == [p.name for p in e.pools]
+    p = Policy(machines.load("server"), Options())
+    d = p.create(*guaranteed("x", 3))
+    pools = p.pools()
+    assert [s.pool for s in d.trace] == [v.name for v in pools]
     verdicts = {s.pool: s.verdict for s in d.trace}
     assert verdicts[d.pool] == "chosen"
     assert all(v == "chosen" or v.startswith("lost to ") for v in verdicts.values())
@@ -239,26 +262,26 @@ def test_trace_lists_every_pool_with_key_and_verdict() -> None:
     chosen_key = next(s.key for s in d.trace if s.pool == d.pool)
     assert all(s.key > chosen_key for s in d.trace if s.pool != d.pool)
     # the labelled form names every component and undoes the key's negations
-    pool = next(p for p in e.pools if p.name == d.pool)
+    index, pool = next((i, v) for i, v in enumerate(pools) if v.name == d.pool)
     named = scoring.labelled(chosen_key)
     assert len(named) == len(chosen_key) + 2  # numa and load are pairs
-    assert named["depth"] == pool.depth and named["index"] == pool.index
+    assert named["depth"] == pool.depth and named["index"] == index
     assert named["numa_nodes"] == 1 and named["tier_miss"] is False
     assert named["free_shared_cpus"] >= 0
 
 
 def test_too_big_for_a_leaf_goes_up_the_tree() -> None:
-    e = Engine(machines.load("server"), Options())
-    assert e.place(req("x", CpuKind.EXCLUSIVE, exclusive=29)).pool.startswith("socket")
-    verdicts = {s.pool: s.verdict for s in e.place(req("y", CpuKind.EXCLUSIVE, exclusive=2)).trace}
+    p = Policy(machines.load("server"), Options())
+    assert p.create(*guaranteed("x", 29)).pool.startswith("socket")
+    verdicts = {s.pool: s.verdict for s in p.create(*guaranteed("y", 2)).trace}
     assert verdicts["root"].startswith("lost to")
 
 
 def test_exclusive_spread_and_shared_go_to_idle_pools() -> None:
-    e = Engine(machines.load("4-socket"), replace(NO_RESERVE, shared_placement="spread"))
-    pools = [e.place(req(f"x{i}", CpuKind.EXCLUSIVE, exclusive=2)).pool for i in range(4)]
+    p = Policy(machines.load("4-socket"), replace(NO_RESERVE, shared_placement="spread"))
+    pools = [p.create(*guaranteed(f"x{i}", 2)).pool for i in range(4)]
     assert sorted(pools) == ["socket #0", "socket #1", "socket #2", "socket #3"]
-    shared = [e.place(req(f"s{i}", shared=100)).pool for i in range(4)]
+    shared = [p.create(*burstable(f"s{i}", 100)).pool for i in range(4)]
     assert sorted(shared) == sorted(pools)
 
 
@@ -303,26 +326,25 @@ def test_fallback_to_next_pool_when_the_grant_fails() -> None:
 
 
 def test_nothing_fits_error_names_container_request_and_free_capacity() -> None:
-    e = Engine(machines.load("desktop"), Options())
+    p = Policy(machines.load("desktop"), Options())
     with pytest.raises(PolicyError) as err:
-        e.place(req("huge", CpuKind.EXCLUSIVE, exclusive=64, memory=GiB))
+        p.create(*guaranteed("huge", 64, memory=GiB))
     text = str(err.value)
-    assert "default/pod-huge/huge" in text
+    assert "default/web/app" in text
     assert "64 exclusive CPUs" in text
     assert "Largest free: 19250m shared CPU in socket #0, 19 CPUs to slice" in text
-    assert not e.grants
+    assert not p.assignments()
 
 
 def test_same_input_same_decisions() -> None:
     m = machines.load("server")
 
     def run() -> list[tuple[str, frozenset[int] | None]]:
-        e = Engine(m, Options())
+        p = Policy(m, Options())
         out = []
-        for i in range(12):
-            kind = (CpuKind.EXCLUSIVE, CpuKind.SHARED, CpuKind.MIXED)[i % 3]
-            r = req(f"c{i}", kind, exclusive=(i % 3 != 1) * (1 + i % 4), shared=(i % 3) * 300)
-            d = e.place(r)
+        for i in range(12):  # exclusive, shared, then 1300m or 1600m: exclusive plus shared
+            milli = ((1 + i % 4) * 1000, 300, 1000 + (i % 3) * 300)[i % 3]
+            d = p.create(*pod_and_container(milli, cid=f"c{i}"))
             out.append((d.pool, d.placement.cpus))
         return out
 
@@ -333,36 +355,40 @@ def test_same_input_same_decisions() -> None:
 
 
 def test_updates_only_for_containers_whose_cpuset_changed() -> None:
-    e = Engine(machines.load("server"), Options())
-    e.place(req("s0", shared=100))  # NUMA node #2 (most free)
-    e.place(req("s1", shared=100))  # NUMA node #0
-    e.place(req("s2", shared=100, memory_tiers=frozenset({DRAM})))  # socket #1 side
-    where = {cid: e.pools[g.pool].name for cid, g in e.grants.items()}
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    p = Policy(machines.load("server"), Options())
+    for cid in ("s0", "s1", "s2"):
+        p.create(*burstable(cid, 100))
+    where = {cid: a.pool for cid, a in p.assignments().items()}
+    d = p.create(*guaranteed("x", 2))
     changed = {u.container_id for u in d.updates}
-    assert changed == {cid for cid, pool in where.items() if pool == d.pool}
-    assert e.place(req("y", shared=100)).updates == ()
-    assert e.release("y") == ()
-    back = e.release("x")
+    assert changed and changed == {cid for cid, pool in where.items() if pool == d.pool}
+    assert p.create(*burstable("y", 100)).updates == ()
+    assert p.release("y") == ()
+    back = p.release("x")
     assert {u.container_id for u in back} == changed
-    assert e.release("x") == ()
+    assert p.release("x") == ()
 
 
 def test_resize_in_place_keeps_cpus_and_failure_changes_nothing() -> None:
-    e = Engine(machines.load("4-socket"), Options())
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=4))
-    grown = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=6))
+    p = Policy(machines.load("4-socket"), Options())
+    pod, ctr = guaranteed("x", 4)
+    d = p.create(pod, ctr)
+
+    def resize(cpus: int) -> Decision:
+        return p.resize(pod, ctr, guaranteed("x", cpus)[1].resources)
+
+    grown = resize(6)
     assert d.exclusive <= grown.exclusive and grown.pool == d.pool
     assert grown.reason.startswith("resized in place")
-    shrunk = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=2))
+    shrunk = resize(2)
     assert shrunk.exclusive <= grown.exclusive
-    moved = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
+    moved = resize(40)
     assert moved.pool == "root" and moved.reason.startswith("moved")
-    before = (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.exclusive_cpus)
+    before = (p.assignments(), p.pools())
     with pytest.raises(PolicyError):
-        e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=400))
-    assert (dict(e.grants), [e.shared_cpus(p.index) for p in e.pools], e.exclusive_cpus) == before
-    same = e.resize(req("x", CpuKind.EXCLUSIVE, exclusive=40))
+        resize(400)
+    assert (p.assignments(), p.pools()) == before
+    same = resize(40)
     assert same.exclusive == moved.exclusive and same.updates == ()
 
 
@@ -406,20 +432,20 @@ def test_cold_start_starts_on_pmem_and_adds_dram_later() -> None:
 def test_available_cpus_bound_every_placement() -> None:
     m = machines.load("4-socket")
     allowed = frozenset(range(0, 144, 2))
-    e = Engine(m, Options(available_resources=CpuAmount(cpus=allowed)))
-    d = e.place(req("x", CpuKind.EXCLUSIVE, exclusive=3))
-    s = e.place(req("s", shared=100))
+    p = Policy(m, Options(available_resources=CpuAmount(cpus=allowed)))
+    d = p.create(*guaranteed("x", 3))
+    s = p.create(*burstable("s", 100))
     assert d.exclusive <= allowed
     assert s.placement.cpus is not None and s.placement.cpus <= allowed
-    assert cpuset.format(e.pools[0].cpus) == cpuset.format(allowed)
+    assert cpuset.format(p.pools()[0].cpus) == cpuset.format(allowed)
 
 
 def test_reference_worked_example_three_cpus_on_server() -> None:
     # reference section 2.6: 750m reserved on CPU 0; NUMA node #2 has the most sliceable CPUs
     # (with the reference's default tiers, DRAM and PMEM)
-    e = Engine(machines.load("server"), Options())
-    assert e.reserved_cpus == {0}
-    d = e.place(req("g", CpuKind.EXCLUSIVE, exclusive=3, memory_tiers=frozenset({DRAM, PMEM})))
+    p = Policy(machines.load("server"), Options())
+    assert p.pools()[0].reserved == {0}
+    d = p.create(*guaranteed("g", 3, annotations={f"memory-type.{D}": "dram,pmem"}))
     assert d.pool == "NUMA node #2"
     assert d.placement.mems == {2, 5}
     assert d.memory_tiers == {DRAM, PMEM}

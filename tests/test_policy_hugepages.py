@@ -23,12 +23,14 @@ from nri_topology.policy.types import (
     Degradation,
     PodInfo,
     PolicyError,
+    QoS,
     Resources,
 )
 from nri_topology.testing.invariants import check
 from nri_topology.topology.model import Machine
 from tests import machines
 from tests.test_policy_engine import req
+from tests.test_request import pod_and_container
 
 M2, G1 = 2048, 1 << 20  # page sizes in kB
 MIB, GIB = 1 << 20, 1 << 30
@@ -36,6 +38,7 @@ OPTS = Options(reserved_resources=CpuAmount(milli=0))
 REFUSE = replace(OPTS, on_unfit="refuse")
 # node -> page size kB -> pages; node 2 has none at all
 PAGES = {0: {M2: 4, G1: 1}, 1: {M2: 8}, 2: {}, 3: {G1: 2}}
+SINGLE_NUMA = {"numa-policy.resource-policy.nri.io": "single-numa-node"}
 
 
 def with_pages(m: Machine, pages: dict[int, dict[int, int]]) -> Machine:
@@ -138,29 +141,45 @@ def test_memory_held_outside_leaves_the_nodes_capacity(machine: Machine) -> None
 # --- the engine -----------------------------------------------------------------------------
 
 
+def ask(
+    cid: str, milli: int, pages: tuple[tuple[int, int], ...] = (), **kw: object
+) -> tuple[PodInfo, ContainerInfo]:
+    """A Guaranteed container (Burstable with `qos=`) of `milli` CPU whose cgroup allows
+    `pages` ((page size kB, bytes), ...) of hugepages: an integer CPU count is exclusive."""
+    pod, ctr = pod_and_container(milli, memory=GIB, cid=cid, **kw)  # type: ignore[arg-type]
+    return pod, replace(ctr, resources=replace(ctr.resources, hugepages=pages))
+
+
+def booked(p: Policy) -> dict[tuple[int, int], int]:
+    """Pages booked per (node, page size), from the nodes' capacity as the scheduler sees it."""
+    return {
+        (c.node, size): total - free
+        for c in p.node_capacity()
+        for size, (total, free) in c.hugepages.items()
+        if total != free
+    }
+
+
 @pytest.mark.parametrize(
-    ("kind", "asked", "nodes", "layout"),
+    ("milli", "asked", "nodes", "layout"),
     [
         # the CPUs' node when it holds them: 16 MiB of 2 MiB pages are 8, only node 1 has 8
-        (CpuKind.EXCLUSIVE, ((M2, 16 * MIB),), {1}, ((1, M2, 8),)),
-        (CpuKind.EXCLUSIVE, ((G1, 2 * GIB),), {3}, ((3, G1, 2),)),
-        (CpuKind.EXCLUSIVE, ((M2, 4 * MIB), (G1, GIB)), {0}, ((0, M2, 2), (0, G1, 1))),
+        (2000, ((M2, 16 * MIB),), {1}, ((1, M2, 8),)),
+        (2000, ((G1, 2 * GIB),), {3}, ((3, G1, 2),)),
+        (2000, ((M2, 4 * MIB), (G1, GIB)), {0}, ((0, M2, 2), (0, G1, 1))),
         # a shared container too: its pool's nodes
-        (CpuKind.SHARED, ((G1, 2 * GIB),), {3}, ((3, G1, 2),)),
+        (500, ((G1, 2 * GIB),), {3}, ((3, G1, 2),)),
     ],
 )
 def test_hugepages_go_to_the_pool_holding_them(
     machine: Machine,
-    kind: CpuKind,
+    milli: int,
     asked: tuple[tuple[int, int], ...],
     nodes: set[int],
     layout: tuple[tuple[int, int, int], ...],
 ) -> None:
-    e = Engine(machine, OPTS)
-    exclusive = 2 if kind is CpuKind.EXCLUSIVE else 0
-    d = e.place(
-        req("a", kind, exclusive=exclusive, shared=0 if exclusive else 500, hugepages=asked)
-    )
+    d = Policy(machine, OPTS).create(*ask("a", milli, asked))
+    assert d.kind is (CpuKind.EXCLUSIVE if milli == 2000 else CpuKind.SHARED)
     assert d.hugepages == layout
     assert d.placement.mems == frozenset(nodes)
     assert node_of(machine, d.placement.cpus) == nodes
@@ -170,17 +189,17 @@ def test_hugepages_go_to_the_pool_holding_them(
 def test_nodes_full_of_them_send_the_next_container_elsewhere_and_release_gives_back(
     machine: Machine,
 ) -> None:
-    e = Engine(machine, OPTS)
-    a = e.place(req("a", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((G1, 2 * GIB),)))
+    p = Policy(machine, OPTS)
+    a = p.create(*ask("a", 1000, ((G1, 2 * GIB),)))
     assert a.hugepages == ((3, G1, 2),)
-    b = e.place(req("b", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((G1, GIB),)))
+    b = p.create(*ask("b", 1000, ((G1, GIB),)))
     assert b.hugepages == ((0, G1, 1),) and node_of(machine, b.placement.cpus) == {0}
     with pytest.raises(PolicyError, match=r"1 pages of hugepages-1Gi asked, 0 free"):
-        e.place(req("c", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((G1, GIB),)))
-    assert "c" not in e.grants and e.accounts().hugepages == {(3, G1): 2, (0, G1): 1}
-    e.release("a")
-    assert e.accounts().hugepages == {(0, G1): 1}
-    c = e.place(req("c", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((G1, GIB),)))
+        p.create(*ask("c", 1000, ((G1, GIB),)))
+    assert "c" not in p.assignments() and booked(p) == {(3, G1): 2, (0, G1): 1}
+    p.release("a")
+    assert booked(p) == {(0, G1): 1}
+    c = p.create(*ask("c", 1000, ((G1, GIB),)))
     assert c.hugepages == ((3, G1, 1),)
 
 
@@ -190,53 +209,51 @@ def test_beyond_every_node_they_go_to_a_wider_pool_and_strict_ones_are_refused(
     """No node holds 12 pages of 2 MiB: the socket of nodes 0 and 1 does, its CPUs' node filled
     first, as memory widens up the tree; no node holds 3 pages of 1 GiB, only the whole machine.
     A single-numa-node container is refused, saying why."""
-    e = Engine(machine, OPTS)
-    d = e.place(req("a", CpuKind.EXCLUSIVE, exclusive=2, hugepages=((M2, 24 * MIB),)))
+    p = Policy(machine, OPTS)
+    d = p.create(*ask("a", 2000, ((M2, 24 * MIB),)))
     (cpu_node,) = node_of(machine, d.placement.cpus)
     assert d.pool == "socket #0" and d.placement.mems == {0, 1}
     assert d.hugepages == ((0, M2, 4), (1, M2, 8)) and cpu_node in (0, 1)
-    d = e.place(req("b", CpuKind.EXCLUSIVE, exclusive=2, hugepages=((G1, 3 * GIB),)))
+    d = p.create(*ask("b", 2000, ((G1, 3 * GIB),)))
     assert d.hugepages == ((0, G1, 1), (3, G1, 2)) and {0, 3} <= d.placement.mems
     assert not d.degraded
 
-    e = Engine(machine, OPTS)
-    strict = req("s", CpuKind.EXCLUSIVE, exclusive=2, single_numa=True, hugepages=((M2, 24 * MIB),))
+    p = Policy(machine, OPTS)
+    strict = ask("s", 2000, ((M2, 24 * MIB),), annotations=SINGLE_NUMA)
     with pytest.raises(PolicyError, match="grant failed: hugepages: 12 pages of hugepages-2Mi"):
-        e.place(strict)
-    assert e.accounts().hugepages == {}
+        p.create(*strict)
+    assert booked(p) == {}
 
 
 def test_beyond_the_pools_that_can_hold_the_cpus_they_widen_degraded(machine: Machine) -> None:
     """Only node 2's CPUs are left for exclusive use and it has no hugepages: a container that
     may degrade gets them from the closest nodes holding them, a refusing one is refused."""
     opts = replace(OPTS, available_resources=CpuAmount(cpus=frozenset(range(8, 12))))
-    e = Engine(machine, opts)
-    d = e.place(req("a", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((G1, GIB),)))
+    d = Policy(machine, opts).create(*ask("a", 1000, ((G1, GIB),)))
     assert node_of(machine, d.placement.cpus) == {2}
     assert d.hugepages == ((3, G1, 1),) and d.placement.mems == {2, 3}
     assert Degradation.HUGEPAGES_REMOTE in d.degraded and "beyond the pool" in d.reason
     with pytest.raises(PolicyError, match="hugepages"):
-        Engine(machine, replace(opts, on_unfit="refuse")).place(
-            req("a", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((G1, GIB),))
-        )
+        Policy(machine, replace(opts, on_unfit="refuse")).create(*ask("a", 1000, ((G1, GIB),)))
 
 
 def test_more_than_the_machine_holds_is_refused_as_the_kubelet_would(machine: Machine) -> None:
-    e = Engine(machine, OPTS)
+    p = Policy(machine, OPTS)
     with pytest.raises(PolicyError, match=r"13 pages of hugepages-2Mi asked, 12 free"):
-        e.place(req("a", CpuKind.SHARED, shared=100, hugepages=((M2, 26 * MIB),)))
-    assert e.grants == {} and e.accounts().hugepages == {}
+        p.create(*ask("a", 100, ((M2, 26 * MIB),), qos=QoS.BURSTABLE))
+    assert p.assignments() == {} and booked(p) == {}
 
 
 def test_resize_rebooks_and_a_failed_resize_keeps_the_old_pages(machine: Machine) -> None:
-    e = Engine(machine, OPTS)
-    e.place(req("a", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((M2, 4 * MIB),)))
-    before = e.accounts().hugepages
+    p = Policy(machine, OPTS)
+    pod, ctr = ask("a", 1000, ((M2, 4 * MIB),))
+    p.create(pod, ctr)
+    before = booked(p)
     with pytest.raises(PolicyError):
-        e.resize(req("a", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((M2, 40 * MIB),)))
-    assert e.accounts().hugepages == before
-    d = e.resize(req("a", CpuKind.EXCLUSIVE, exclusive=1, hugepages=((M2, 16 * MIB),)))
-    assert d.hugepages == ((1, M2, 8),) and e.accounts().hugepages == {(1, M2): 8}
+        p.resize(pod, ctr, ask("a", 1000, ((M2, 40 * MIB),))[1].resources)
+    assert booked(p) == before
+    d = p.resize(pod, ctr, ask("a", 1000, ((M2, 16 * MIB),))[1].resources)
+    assert d.hugepages == ((1, M2, 8),) and booked(p) == {(1, M2): 8}
 
 
 def test_adopted_container_keeps_its_nodes_and_what_does_not_fit_is_noted(
@@ -348,26 +365,25 @@ def test_never_more_booked_than_a_node_holds(
     ops: list[tuple[bool, int, CpuKind, bool, list[tuple[int, int]]]],
     refuse: bool,
 ) -> None:
-    e = Engine(machine, REFUSE if refuse else OPTS)
-    for place, n, kind, single, ask in ops:
+    p = Policy(machine, REFUSE if refuse else OPTS)
+    for place, n, kind, single, pages_asked in ops:
         cid = f"c{n}"
         if not place:
-            e.release(cid)
-        elif cid not in e.grants:
-            asked = hugepages.want((size, count * size * 1024) for size, count in ask)
-            before = e.accounts().hugepages
-            r = req(
-                cid,
-                kind,
-                exclusive=1 if kind is CpuKind.EXCLUSIVE else 0,
-                shared=0 if kind is CpuKind.EXCLUSIVE else 100,
-                single_numa=single,
-                hugepages=asked,
+            p.release(cid)
+        elif cid not in p.assignments():
+            # one cgroup limit per page size
+            limits = tuple({size: count * size * 1024 for size, count in pages_asked}.items())
+            asked = hugepages.want(limits)
+            before = booked(p)
+            milli, qos = (
+                (1000, QoS.GUARANTEED) if kind is CpuKind.EXCLUSIVE else (100, QoS.BURSTABLE)
             )
             try:
-                d = e.place(r)
+                d = p.create(
+                    *ask(cid, milli, limits, qos=qos, annotations=SINGLE_NUMA if single else None)
+                )
             except PolicyError:
-                assert e.accounts().hugepages == before  # a refusal changes nothing
+                assert booked(p) == before  # a refusal changes nothing
                 continue
             # all of it booked, on the container's memory nodes
             for size, amount in asked:
@@ -376,17 +392,17 @@ def test_never_more_booked_than_a_node_holds(
             assert hugepages.nodes_of(d.hugepages) <= (d.placement.mems or frozenset())
             if single:
                 assert hugepages.nodes_of(d.hugepages) <= node_of(machine, d.placement.cpus)
-        booked = e.accounts().hugepages
-        for (node, size), count in booked.items():
+        now = booked(p)
+        for (node, size), count in now.items():
             assert 0 < count <= machine.nodes[node].hugepages[size]
         total: dict[tuple[int, int], int] = {}
-        for g in e.grants.values():
-            for node, size, count in g.hugepages:
+        for a in p.assignments().values():
+            for node, size, count in a.hugepages:
                 total[node, size] = total.get((node, size), 0) + count
-        assert total == booked
-    for cid in list(e.grants):
-        e.release(cid)
-    assert e.accounts().hugepages == {}
+        assert total == now
+    for cid in list(p.assignments()):
+        p.release(cid)
+    assert booked(p) == {}
 
 
 def test_a_restart_books_the_same_pages_from_what_the_runtime_reports(machine: Machine) -> None:

@@ -517,3 +517,30 @@ def test_hidden_hyperthreads_are_adopted_as_whole_cores_without_saved_state() ->
     report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()))
     assert report.adopted == ("c0",) and report.updates == ()
     assert fresh.assignments()["c0"].exclusive == held.exclusive
+
+
+@pytest.mark.parametrize("saved", [True, False])
+def test_a_restart_keeps_the_reservation_beside_a_fractional_guaranteed_container(
+    saved: bool,
+) -> None:
+    """Under full_pcpus_only a 1500m Guaranteed container gets no exclusive CPU: it shares
+    node 0, CPU 0 included, with the 750m reservation. Restored, it holds no exclusive CPU, so
+    the reservation stays on CPU 0 rather than moving to a CPU left free on another node."""
+    m = load_bundled("server")[1]
+    options = Options(full_pcpus_only=True, strict_reserved_cpus=True)
+    policy = Policy(m, options)
+    rt = Runtime()
+    for n in (1, 2, 3):  # 24 exclusive CPUs on each other node, two left free there
+        rt.create(policy, *workload(10 + n, "g", 24000))
+    rt.create(policy, *workload(1, "g", 1500))
+    assert policy.assignments()["c1"].kind is CpuKind.SHARED
+    assert policy.assignments()["c1"].pool == "NUMA node #0"
+    assert 0 in rt.cpus("c1") and reserved(policy) == {0}
+    snapshot = json.loads(json.dumps(policy.snapshot())) if saved else None
+    fresh = Policy(m, options)
+    report = fresh.restore(list(rt.pods.values()), list(rt.ctrs.values()), snapshot)
+    assert sorted(report.adopted) == ["c1", "c11", "c12", "c13"] and report.updates == ()
+    assert reserved(fresh) == {0}
+    assert placements(fresh) == placements(policy)
+    if saved:
+        assert fresh.snapshot() == policy.snapshot()

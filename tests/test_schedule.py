@@ -228,3 +228,20 @@ def test_every_container_ends_on_its_latest_placement_each_update_sent_once_per_
         sent += len(batch)
     assert applied == latest
     assert sent <= len(changes)
+
+
+def test_re_pins_wait_for_the_granted_container_to_start_or_for_start_wait() -> None:
+    s = held(2, cpus(0, 1, 2, 3))
+    s.change([Update("c0", cpus(0, 1, 2)), Update("c1", cpus(0, 1, 2))], 0.0)
+    s.grant("g", frozenset({3}), 0.0)
+    s.starting("g", 0.0)
+    assert s.next_batch(0.1) == {}  # its start would compete with their runc updates
+    assert s.wakeup(0.1) == pytest.approx(PACING.start_wait_s - 0.1)
+    assert s.started("g") and not s.started("g")
+    assert s.next_batch(0.1) == {"c0": cpus(0, 1, 2), "c1": cpus(0, 1, 2)}
+    # a start that never comes holds them back no longer than start_wait_s
+    s.done(0.2)
+    s.change([Update("c0", cpus(0, 1))], 0.3)
+    s.starting("h", 0.3)
+    assert s.next_batch(0.3) == {}
+    assert s.next_batch(0.3 + PACING.start_wait_s) == {"c0": cpus(0, 1)}

@@ -35,6 +35,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "re-read on SIGHUP and when its content changes",
     )
     parser.add_argument("--socket", metavar="PATH", help="the runtime's NRI socket")
+    parser.add_argument(
+        "--cri-socket", metavar="PATH", help="the runtime's CRI socket, for re-pins"
+    )
     parser.add_argument("--plugin-name", metavar="NAME", help="NRI plugin name (external plugins)")
     parser.add_argument(
         "--plugin-index", metavar="NN", help="NRI plugin index, two digits (external plugins)"
@@ -70,6 +73,7 @@ def overrides_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Overri
 
     return Overrides(
         socket=args.socket,
+        cri_socket=args.cri_socket,
         plugin_name=args.plugin_name,
         plugin_index=args.plugin_index,
         sysfs=args.sysfs or environ.get("NRI_TOPOLOGY_SYSFS") or None,

@@ -327,17 +327,27 @@ class RestartsSection(_Section):
 
 
 class UpdatesSection(_Section):
-    """When other containers' re-pins reach the runtime (docs/architecture.md, "Update
+    """When and how other containers' re-pins reach the runtime (docs/architecture.md, "Update
     schedule"): after the reply in small paced batches, or all in the reply."""
 
     # true: every re-pin in the reply, applied before the new container is created: no
     # exclusivity window, but its creation (and the runtime's other events) wait for all of them.
-    # auto: after the reply where the runtime's NRI adaptation serves UpdateContainers apart from
-    # its events (v0.12.1 and later), in the reply elsewhere. false: after the reply everywhere.
+    # auto: after the reply wherever the transport is safe, in the reply elsewhere. false: after
+    # the reply everywhere, through NRI UpdateContainers even where it may deadlock.
     in_reply: StrictBool | Literal["auto"] = "auto"
+    # How updates sent apart from a reply travel. cri: UpdateContainerResources on the runtime's
+    # CRI socket, cpusets only, as the kubelet's CPU manager sends them (safe on every runtime).
+    # nri: NRI UpdateContainers, safe only where the runtime's NRI is v0.12.1 or later. auto: NRI
+    # where v0.12.1 or later, else the CRI when its socket answers at Configure, else the reply.
+    transport: Literal["auto", "cri", "nri"] = "auto"
+    # The runtime's CRI socket; default by the runtime's name in Configure (containerd:
+    # /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock).
+    cri_socket: Annotated[str, Field(min_length=1)] | None = None
     batch: Annotated[StrictInt, Field(ge=1, le=64)] = 3  # re-pins per UpdateContainers
     gap_seconds: Annotated[float, Field(ge=0, le=1)] = 0.01  # pause between two batches
     grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant
+    # re-pins wait (at most this long) for a container just granted exclusive CPUs to start
+    start_wait_seconds: Annotated[float, Field(ge=0, le=10)] = 1.0
 
 
 class Config(_Section):

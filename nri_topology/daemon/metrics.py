@@ -56,7 +56,9 @@ ERROR_REASONS = (
 )
 RELOAD_RESULTS = ("applied", "rejected")
 # What became of other containers' re-pins sent after the reply (docs/architecture.md).
-REPIN_OUTCOMES = ("sent", "retried", "given_up", "dropped")
+REPIN_OUTCOMES = ("sent", "retried", "given_up", "dropped", "held_for_reply", "rode_reply")
+# How updates apart from a reply travel (plugin.Transport).
+TRANSPORTS = ("cri", "nri", "reply")
 # Why placements of containers the runtime no longer reports were released.
 ORPHAN_REASONS = ("pod_stopped", "pod_removed", "not_reported")
 # From a window closed at once to the kubelet's reconcile period.
@@ -334,12 +336,28 @@ class Metrics:
         self.repins = Counter(
             f"{PREFIX}_repins",
             "Re-pins of other containers sent after the reply, by outcome (sent; retried: the "
-            "cgroup did not hold it; given_up: left to the periodic check; dropped: gone).",
+            "cgroup did not hold it; given_up: left to the periodic check; dropped: gone; "
+            "held_for_reply: an update with no safe transport, waiting for a reply; rode_reply: "
+            "such an update carried by a reply).",
             ["outcome"],
             registry=self.registry,
         )
         for outcome in REPIN_OUTCOMES:
             self.repins.labels(outcome)
+        self.update_transport = Gauge(
+            f"{PREFIX}_update_transport",
+            "1 for the transport updates apart from a reply take (cri: the runtime's CRI "
+            "UpdateContainerResources; nri: NRI UpdateContainers; reply: none is safe, they "
+            "wait for the next reply), chosen at Configure.",
+            ["transport"],
+            registry=self.registry,
+        )
+        self.own_repins = Counter(
+            f"{PREFIX}_own_repins_answered",
+            "UpdateContainer requests the runtime relayed for a re-pin the plugin sent through "
+            "the CRI, answered with the container's current cpusets (no resize).",
+            registry=self.registry,
+        )
         self.orphans = Counter(
             f"{PREFIX}_orphaned_placements_released",
             "Placements of containers the runtime no longer reports, released, by how they were "
@@ -386,6 +404,11 @@ class Metrics:
         self._latencies: dict[str, Histogram] = {
             operation: self.decision_latency.labels(operation) for operation in OPERATIONS
         }
+
+    def transport(self, chosen: str) -> None:
+        """Marks the transport chosen at Configure, one of `TRANSPORTS`."""
+        for name in TRANSPORTS:
+            self.update_transport.labels(name).set(1 if name == chosen else 0)
 
     def request(self, method: str) -> None:
         """Counts one NRI request of `method`."""

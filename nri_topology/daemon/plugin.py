@@ -2,14 +2,18 @@
 
 Rules it keeps (docs/protocol.md §6):
 * every policy call runs under one lock, so decisions are strictly serialized;
-* changes to other containers (re-pins) follow the reply where the runtime's NRI allows:
-  `schedule.Schedule` sends them as small paced UpdateContainers batches from a task of its own,
-  never awaited by a handler and never while holding the lock, because the runtime holds its own
-  lock while it waits for our reply (docs/architecture.md, "Update schedule"); elsewhere, or with
-  `updates.in_reply`, they travel in the reply of the event that caused them. Changes with no
-  event to ride on (cold-start expiry, a pod resized in place: the reply to UpdatePodSandbox
-  carries no updates) go out through UpdateContainers from a task of their own. Updates of other
-  containers never fail the event's own container (`ignore_failure`);
+* changes to other containers (re-pins) follow the reply where a safe transport exists:
+  `schedule.Schedule` sends them in small paced batches from a task of its own, never awaited by
+  a handler and never while holding the lock, because the runtime holds its own lock while it
+  waits for our reply (docs/architecture.md, "Update schedule"). The transport, chosen at
+  Configure: the runtime's CRI (UpdateContainerResources, cpusets only, as the kubelet's CPU
+  manager re-pins; the runtime relays it to us as an UpdateContainer, which we answer with the
+  container's current cpusets), else NRI UpdateContainers where the runtime's NRI serves them
+  apart from its events (v0.12.1 and later), else none: re-pins travel in the reply of the event
+  that caused them, and changes with no event to ride on (cold-start expiry, drift repair, a pod
+  resized in place) wait for the next reply that can carry updates. With `updates.in_reply`
+  re-pins travel in the reply whatever the transport. Updates of other containers never fail the
+  event's own container (`ignore_failure`);
 * placements left when a pod's sandbox stops or is removed, and those of containers missing from
   the runtime's Synchronize, are released and counted;
 * after every change the state is checkpointed, off the request path: `CheckpointWriter` takes
@@ -38,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from nri_topology.cri.client import CriClient, CriError, default_socket
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.drift import compare
@@ -66,6 +71,7 @@ from nri_topology.policy.types import (
     Verdict,
     qualified_name,
 )
+from nri_topology.topology import cpuset
 
 if TYPE_CHECKING:
     from nri_topology.daemon.hints import HintFinder
@@ -76,6 +82,26 @@ _KEYS_LISTED = 8  # unknown annotation keys named in one warning
 _TRACE_PARTS_MAX = 8192  # distinct sort keys (and verdicts) shared among kept traces
 
 _SHOWN = 10  # per-container details in one warning line, at most
+# A CRI that does not answer at Configure (a runtime starts the plugins it launches before its
+# CRI serves) is asked again this often, this many times.
+_CRI_ASK_EVERY_S = 2.0
+_CRI_ASKS = 60
+
+# What a re-pin through the CRI leaves at zero: the runtime relays it to us with these unset.
+_NOT_IN_A_REPIN = ("shares", "quota", "period")
+
+
+def _cpusets_only(res: api_pb2.LinuxResources) -> bool:
+    """Whether an UpdateContainer's resources carry cpusets and nothing that a resize sets
+    (CPU shares, quota, period, memory limit); hugepage limits and unified settings the runtime
+    may fill in from the container's own are not looked at."""
+    cpu = res.cpu
+    if not cpu.cpus and not cpu.mems:
+        return False
+    if any(getattr(cpu, name).value for name in _NOT_IN_A_REPIN):
+        return False
+    return not res.memory.limit.value
+
 
 # Containers in these states hold resources; stopped and unknown ones do not.
 _LIVE_STATES = (
@@ -109,8 +135,18 @@ class Settings:
     restart_hold_s: float = 330.0
     pacing: Pacing | None = PACED  # re-pins after the reply; None: in the reply
     # Pace re-pins even where the runtime's NRI adaptation may deadlock on UpdateContainers
-    # (older than v0.12.1); otherwise they travel in the reply there.
+    # (older than v0.12.1) and no CRI answers; otherwise they travel in the reply there.
     pace_old_runtimes: bool = False
+    transport: str = "auto"  # updates apart from a reply: auto, cri, nri (`Transport`)
+    cri_socket: str | None = None  # None: the runtime's default, by its name in Configure
+
+
+class Transport:
+    """How updates travel apart from a reply; chosen at Configure."""
+
+    CRI = "cri"  # UpdateContainerResources on the runtime's CRI socket
+    NRI = "nri"  # NRI UpdateContainers
+    REPLY = "reply"  # none safe: they wait for the next reply that can carry them
 
 
 def _is_ns(value: Any) -> bool:
@@ -187,6 +223,14 @@ class TopologyPlugin(Plugin):
         self._background: set[asyncio.Task[None]] = set()
         self.schedule = Schedule(settings.pacing or PACED)
         self.paced = False  # re-pins after the reply: decided at Configure, for this runtime
+        self.transport = Transport.REPLY  # decided at Configure
+        self.cri: CriClient | None = None
+        # Re-pins sent through the CRI whose answer is awaited, by container: the runtime relays
+        # each to us as an UpdateContainer (`_own_repin`).
+        self._awaiting: dict[str, int] = {}
+        # Updates with no safe transport, waiting for the next reply that can carry them.
+        self._riding: dict[str, Placement] = {}
+        self._cri_asking: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._windows: dict[str, float] = {}  # closed before their decision was kept
@@ -229,23 +273,82 @@ class TopologyPlugin(Plugin):
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
         self.metrics.request("Configure")
-        safe = runtime_serves_updates_apart(req)
-        self.paced = self.settings.pacing is not None and (safe or self.settings.pace_old_runtimes)
-        if self.settings.pacing is not None and not safe:
-            _log.warning(
-                "the runtime's NRI adaptation may deadlock on UpdateContainers (older than "
-                "v0.12.1)"
-                + (
-                    ": pacing re-pins all the same, as configured"
-                    if self.paced
-                    else ": re-pins of other containers travel in the replies"
-                ),
-                runtime=f"{req.runtime_name} {req.runtime_version}",
-                nri_version=req.NRI_version or None,
-            )
         if req.config.strip() and self._runtime_config is not None:
             await self._runtime_config(req.config)
+        await self._choose_transport(req)
         return None
+
+    async def _choose_transport(self, req: api_pb2.ConfigureRequest) -> None:
+        """The transport for updates apart from a reply, and whether re-pins are paced."""
+        s = self.settings
+        runtime = f"{req.runtime_name} {req.runtime_version}"
+        socket = s.cri_socket or default_socket(req.runtime_name)
+        safe = runtime_serves_updates_apart(req)
+        # Where the NRI serves UpdateContainers apart from its events, auto takes it: each
+        # re-pin through the CRI costs the runtime two more relays to its plugins, which on a
+        # busy node lengthens the new container's start more than a batch under the NRI lock.
+        ask_cri = s.transport == Transport.CRI or (s.transport == "auto" and not safe)
+        answered = ""
+        if ask_cri and socket is not None:
+            if self.cri is None or self.cri.socket != socket:
+                if self.cri is not None:
+                    await self.cri.close()
+                self.cri = CriClient(socket)
+            if s.transport == Transport.CRI:
+                answered = "(not asked)"
+            elif Path(socket).exists():
+                try:
+                    answered = await self.cri.version()
+                except CriError as exc:
+                    _log.warning("the runtime's CRI does not answer", error=str(exc))
+        if answered:
+            transport = Transport.CRI
+        elif s.transport == Transport.CRI:
+            transport = Transport.CRI  # configured, with no socket known: cannot be
+        elif safe or (s.pace_old_runtimes and s.pacing is not None):
+            transport = Transport.NRI
+        else:
+            transport = Transport.REPLY
+        if transport == Transport.CRI and socket is None:
+            _log.error(
+                "updates.transport is cri, but the CRI socket of this runtime is not known: "
+                "set updates.cri_socket; updates wait for replies meanwhile",
+                runtime=runtime,
+            )
+            transport = Transport.REPLY
+        self.transport = transport
+        self.paced = s.pacing is not None and transport != Transport.REPLY
+        self.metrics.transport(transport)
+        if self._cri_asking is not None:
+            self._cri_asking.cancel()
+            self._cri_asking = None
+        if s.transport == "auto" and self.cri is not None and not answered and not safe:
+            self._cri_asking = asyncio.ensure_future(self._ask_cri_later())
+        if transport == Transport.NRI and not safe:
+            _log.warning(
+                "the runtime's NRI adaptation may deadlock on UpdateContainers (older than "
+                "v0.12.1) and its CRI does not answer: pacing re-pins through NRI all the same, "
+                "as configured",
+                runtime=runtime,
+                nri_version=req.NRI_version or None,
+            )
+        elif transport == Transport.REPLY:
+            _log.warning(
+                "no safe transport for updates apart from a reply (NRI older than v0.12.1, and "
+                "no CRI socket answers): re-pins travel in the replies, other updates wait for "
+                "the next one",
+                runtime=runtime,
+                nri_version=req.NRI_version or None,
+                cri_socket=socket,
+            )
+        _log.info(
+            "updates apart from a reply",
+            transport=transport,
+            paced=self.paced,
+            runtime=runtime,
+            cri_socket=socket if transport == Transport.CRI else None,
+            cri=answered or None,
+        )
 
     async def synchronize(
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
@@ -282,6 +385,7 @@ class TopologyPlugin(Plugin):
             self._end_holds(list(self._holds))  # the policy holds nothing after a restore
             held = self.policy.assignments().items()  # as the reply sets them
             self.schedule.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held)
+            self._riding.clear()  # the reply sets every container's placement anew
             self._windows.clear()
             self._commit()
             placed = self._placement_docs() if self.files is not None else {}
@@ -374,8 +478,7 @@ class TopologyPlugin(Plugin):
             self.files.updated(u for u in decision.updates if u.container_id != holder)
         updates = {u.container_id: u for u in decision.updates}
         updates[holder] = Update(holder, decision.placement)
-        ordered = [updates[cid] for cid in sorted(updates)]
-        self._send_later(convert.updates(ordered, ignore_failure=True), "pod resize")
+        self._send_later([updates[cid] for cid in sorted(updates)], "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self.metrics.request("RemovePodSandbox")
@@ -437,7 +540,7 @@ class TopologyPlugin(Plugin):
                 for c in gone:
                     self.decisions.pop(c, None)
             self._commit()
-            in_reply = self._schedule_decision(decision)
+            in_reply = self._with_riders(self._schedule_decision(decision), info.id)
         self._log_decision(decision, "created")
         env = {}
         if self.settings.expose_env:
@@ -463,6 +566,8 @@ class TopologyPlugin(Plugin):
 
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self.metrics.request("PostStartContainer")
+        if self.schedule.started(ctr.id):
+            self._wake()
         if self.verifier is not None and self._placed(ctr.id):
             self.verifier.track(ctr.id, ctr.linux.cgroups_path)
             self._spawn(self._verify([ctr.id], "post_start"))
@@ -474,6 +579,8 @@ class TopologyPlugin(Plugin):
         resources: api_pb2.LinuxResources,
     ) -> Updates:
         self.metrics.request("UpdateContainer")
+        if ctr.id in self._awaiting and _cpusets_only(resources):
+            return self._own_repin(ctr.id)
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
@@ -487,7 +594,7 @@ class TopologyPlugin(Plugin):
                 lambda: self.policy.resize(pod_info, info, info.resources),
             )
             self._commit()
-            in_reply = self._schedule_decision(decision)
+            in_reply = self._with_riders(self._schedule_decision(decision), info.id)
         self._log_decision(decision, "resized")
         if self.files is not None:
             self.files.replaced(decision)
@@ -497,13 +604,52 @@ class TopologyPlugin(Plugin):
         others = [u for u in in_reply if u.container_id != info.id]
         return [*convert.updates(others, ignore_failure=True), own]
 
+    async def _ask_cri_later(self) -> None:
+        """Ask a CRI that did not answer at Configure again for a while; once it answers,
+        updates apart from a reply go through it, re-pins after the reply."""
+        for _ in range(_CRI_ASKS):
+            await asyncio.sleep(_CRI_ASK_EVERY_S)
+            cri = self.cri
+            if cri is None:
+                return
+            try:
+                answered = await cri.version()
+            except CriError:
+                continue
+            async with self._lock:
+                if not self.paced:  # replies applied everything but what waits for one
+                    held = self.policy.placements()
+                    self.schedule.reset(held.items())
+                riding, self._riding = self._riding, {}
+                self.transport = Transport.CRI
+                self.paced = self.settings.pacing is not None
+            self.metrics.transport(Transport.CRI)
+            _log.info(
+                "the runtime's CRI answers now: updates apart from a reply go through it",
+                cri=answered,
+                cri_socket=cri.socket,
+                paced=self.paced,
+            )
+            self._send_later([Update(cid, p) for cid, p in riding.items()], "cri_ready")
+            return
+
+    def _own_repin(self, container_id: str) -> Updates:
+        """The runtime relays our own CRI re-pin: answer with the container's current cpusets
+        (newer than those sent, when the policy moved it since), nothing else. No lock and no
+        wait: the runtime holds its NRI lock until we answer, and our CRI call waits for it."""
+        self.metrics.own_repins.inc()
+        now = self.policy.placements([container_id]).get(container_id)
+        if now is None:  # released meanwhile: the runtime applies what was sent
+            return []
+        return [convert.container_update(container_id, Placement(now.cpus, now.mems))]
+
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self.metrics.request("StopContainer")
         if self.settings.restart_hold_s > 0 and await self._hold(pod.id, ctr.id):
-            return []
+            return convert.updates(self._with_riders((), ctr.id), ignore_failure=True)
         updates = await self._release(ctr.id, "stopped")
         if not self.paced:
-            return convert.updates(updates, ignore_failure=True)
+            return convert.updates(self._with_riders(updates, ctr.id), ignore_failure=True)
         self._defer(updates, "release")
         return []
 
@@ -564,6 +710,12 @@ class TopologyPlugin(Plugin):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.hints is not None:
             await self.hints.close()
+        if self._cri_asking is not None:
+            self._cri_asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._cri_asking
+        if self.cri is not None:
+            await self.cri.close()
         if self.files is not None:
             await self.files.flush()
         await self.flush()
@@ -743,6 +895,7 @@ class TopologyPlugin(Plugin):
             updates = ()
         self._observe("release", started)
         self.decisions.pop(container_id, None)
+        self._riding.pop(container_id, None)
         self._windows.pop(container_id, None)
         self._closed(self.schedule.forget(container_id, self._clock()))
         self._timers.cancel(container_id)
@@ -843,7 +996,7 @@ class TopologyPlugin(Plugin):
         if self.files is not None:
             self.files.updated(updates)
         if updates:  # the container's own memory, not a re-pin of others: at once
-            await self._send(convert.updates(updates), "cold_start")
+            await self._send(updates, "cold_start")
 
     async def _placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
         """Current placements (cpus, mems) of `ids` (all when None), read under the lock."""
@@ -886,17 +1039,19 @@ class TopologyPlugin(Plugin):
         closed = sched.grant(cid, decision.exclusive, now)
         if closed is not None:
             self._closed((closed,))
+        elif decision.exclusive:
+            sched.starting(cid, now)
         if others:
             self._wake()
         return ()
 
     def _defer(self, updates: Sequence[Update], why: str) -> None:
         """Re-pins with no reply to ride on (or after one): through the schedule, or in in-reply
-        mode in one UpdateContainers of their own."""
+        mode at once through the transport."""
         if not updates:
             return
         if not self.paced:
-            self._send_later(convert.updates(updates, ignore_failure=True), why)
+            self._send_later(updates, why)
             return
         self.schedule.change(updates, self._clock())
         self._wake()
@@ -925,22 +1080,28 @@ class TopologyPlugin(Plugin):
                 await asyncio.wait_for(self._kick.wait(), wait)
 
     async def _send_batch(self, batch: dict[str, Placement]) -> None:
-        """One UpdateContainers of re-pins; then what landed, what to retry, what is gone."""
-        updates = [convert.container_update(c, p, ignore_failure=True) for c, p in batch.items()]
+        """One batch of re-pins (one UpdateContainers, or concurrent CRI calls); then what
+        landed, what to retry, what is gone."""
         started = self._clock()
-        try:
-            if self.stub is None:
-                raise NotConnectedError("no runtime connection")
-            await self.stub.update_containers(updates)
-        except NotConnectedError as exc:
-            # Synchronize on reconnect reports what each container holds and repairs the rest.
-            self.metrics.error("update_not_connected")
-            _log.warning("re-pins not delivered; reconnecting repairs them", error=str(exc))
-            self.schedule.lost(self._clock())
-            return
-        except StubError as exc:  # each update ignores failure; the cgroups tell what landed
-            self.metrics.error("update_failed")
-            _log.warning("runtime refused re-pins", error=str(exc))
+        if self.transport == Transport.CRI:
+            await self._through_cri(batch, "re-pin")
+        else:
+            updates = [
+                convert.container_update(c, p, ignore_failure=True) for c, p in batch.items()
+            ]
+            try:
+                if self.stub is None:
+                    raise NotConnectedError("no runtime connection")
+                await self.stub.update_containers(updates)
+            except NotConnectedError as exc:
+                # Synchronize on reconnect reports what each container holds and repairs the rest.
+                self.metrics.error("update_not_connected")
+                _log.warning("re-pins not delivered; reconnecting repairs them", error=str(exc))
+                self.schedule.lost(self._clock())
+                return
+            except StubError as exc:  # each update ignores failure; the cgroups tell what landed
+                self.metrics.error("update_failed")
+                _log.warning("runtime refused re-pins", error=str(exc))
         self.metrics.update_batch.observe(self._clock() - started)
         retry, drop = await self._landed(batch)
         done = self.schedule.done(self._clock(), retry, drop)
@@ -985,15 +1146,69 @@ class TopologyPlugin(Plugin):
             else:
                 self.decisions[c.owner] = replace(known, window_s=c.seconds)
 
-    def _send_later(self, updates: Updates, why: str) -> None:
+    async def _through_cri(self, placements: Mapping[str, Placement], why: str) -> None:
+        """One UpdateContainerResources per container, all at once; failures are logged and
+        counted (a container that exited meanwhile fails), not raised."""
+        cri = self.cri
+        assert cri is not None
+        awaiting = self._awaiting
+
+        async def one(cid: str, p: Placement) -> None:
+            cpus = cpuset.text(p.cpus) if p.cpus else ""
+            mems = cpuset.text(p.mems) if p.mems else ""
+            if not cpus and not mems:
+                return
+            awaiting[cid] = awaiting.get(cid, 0) + 1
+            try:
+                await cri.update_cpusets(cid, cpus, mems)
+            except CriError as exc:
+                self.metrics.error("update_failed")
+                _log.info("CRI update failed", why=why, container_id=cid, error=str(exc))
+            finally:
+                left = awaiting.pop(cid) - 1
+                if left:
+                    awaiting[cid] = left
+
+        await asyncio.gather(*(one(cid, p) for cid, p in placements.items()))
+
+    def _with_riders(self, updates: Iterable[Update], own: str) -> tuple[Update, ...]:
+        """`updates` for a reply, after the updates waiting for one (none but with no safe
+        transport); not the event's own container's, which its reply sets anew."""
+        if not self._riding:
+            return tuple(updates)
+        riding, self._riding = self._riding, {}
+        riding.pop(own, None)
+        self.metrics.repins.labels("rode_reply").inc(len(riding))
+        return (*(Update(cid, p) for cid, p in riding.items()), *updates)
+
+    def _send_later(self, updates: Sequence[Update], why: str) -> None:
         self._spawn(self._send(updates, why))
 
-    async def _send(self, updates: Updates, why: str) -> None:
-        """UpdateContainers from a task of its own; failures are logged and counted, not raised."""
+    async def _send(self, updates: Sequence[Update], why: str) -> None:
+        """Updates apart from any reply, through the transport, from a task of its own; failures
+        are logged and counted, not raised. With no safe transport they wait for the next reply
+        that can carry updates (`_with_riders`): an NRI UpdateContainers could deadlock."""
+        if not updates:
+            return
+        if self.transport == Transport.REPLY:
+            for u in updates:
+                self._riding[u.container_id] = u.placement
+            self.metrics.repins.labels("held_for_reply").inc(len(updates))
+            return
+        if self.transport == Transport.CRI:
+            sem = asyncio.Semaphore(self.schedule.pacing.batch)
+            latest = {u.container_id: u.placement for u in updates}
+
+            async def limited(cid: str, p: Placement) -> None:
+                async with sem:
+                    await self._through_cri({cid: p}, why)
+
+            await asyncio.gather(*(limited(cid, p) for cid, p in latest.items()))
+            return
         if self.stub is None:
             return
         try:
-            await self.stub.update_containers(updates)
+            await self.stub.update_containers(convert.updates(updates, ignore_failure=True))
         except NotConnectedError as exc:
             # Synchronize on reconnect compares the runtime's view with ours and repairs it.
             self.metrics.error("update_not_connected")

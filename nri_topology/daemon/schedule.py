@@ -13,6 +13,9 @@ and asks it which batch to send and when to ask again. Its rules:
   (growth, after a release) waits `grow_delay_s`, for a grant that takes them back;
 * one batch in flight at a time, at most `batch` updates, and `gap_s` between two, so the
   runtime's other events get its lock between two batches;
+* none while a container that was just granted exclusive CPUs starts (until it has started, or
+  `start_wait_s`): each re-pin costs the runtime a `runc update`, which would compete with that
+  start, and the container runs on its CPUs only once started;
 * after a batch the plugin says which containers to retry (still live, cgroup not as sent) and
   which to drop (gone); retries are bounded, the periodic cgroup check repairs the rest;
 * an exclusivity window per exclusive grant: open from the reply until no container that may
@@ -36,6 +39,7 @@ class Pacing:
     grow_delay_s: float = 0.5  # growth waits this long for a grant that may take it back
     retries: int = 2  # sends of a re-pin that did not land, after the first
     retry_delay_s: float = 0.2
+    start_wait_s: float = 1.0  # re-pins wait this long at most for a granted container's start
 
 
 PACED = Pacing()
@@ -94,6 +98,7 @@ class Schedule:
     _in_flight: dict[str, _Pending] = field(default_factory=dict)
     _windows: dict[str, _Window] = field(default_factory=dict)  # by owner
     _ready_at: float = 0.0
+    _starting: dict[str, float] = field(default_factory=dict)  # owner -> waited for until
 
     # --- what the plugin tells ---------------------------------------------------------------
 
@@ -102,6 +107,7 @@ class Schedule:
         self._held = dict(held)
         self._pending.clear()
         self._windows.clear()
+        self._starting.clear()
 
     def holds(self, container_id: str, placement: Placement) -> None:
         """A container got `placement` without us (created with it, or in a reply)."""
@@ -135,8 +141,18 @@ class Schedule:
         self._windows[owner] = _Window(cpus, now, waiting)
         return None
 
+    def starting(self, owner: str, now: float) -> None:
+        """`owner`, just granted exclusive CPUs, is about to start: re-pins wait for it."""
+        if self.pacing.start_wait_s > 0:
+            self._starting[owner] = now + self.pacing.start_wait_s
+
+    def started(self, owner: str) -> bool:
+        """`owner` has started (or will not): re-pins may go. Whether they waited for it."""
+        return self._starting.pop(owner, None) is not None
+
     def forget(self, container_id: str, now: float) -> tuple[Closed, ...]:
         """The container is gone: nothing to send to it; its own window is void."""
+        self._starting.pop(container_id, None)
         self._held.pop(container_id, None)
         self._pending.pop(container_id, None)
         self._windows.pop(container_id, None)
@@ -153,7 +169,7 @@ class Schedule:
 
     def next_batch(self, now: float) -> dict[str, Placement]:
         """The updates to send now (empty: none due, or a batch is still in flight)."""
-        if self._in_flight or now < self._ready_at or not self._pending:
+        if self._in_flight or now < self._ready_at or not self._pending or self._waits(now):
             return {}
         due = sorted((p.due, cid) for cid, p in self._pending.items() if p.due <= now)
         batch = {}
@@ -169,6 +185,8 @@ class Schedule:
         if self._in_flight or not self._pending:
             return None
         first = min(p.due for p in self._pending.values())
+        if self._waits(now):
+            first = max(first, max(self._starting.values()))
         return max(0.0, max(first, self._ready_at) - now)
 
     def done(self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()) -> Done:
@@ -205,6 +223,12 @@ class Schedule:
         self._ready_at = now
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _waits(self, now: float) -> bool:
+        """Whether a granted container's start still holds the re-pins back."""
+        if self._starting:
+            self._starting = {o: until for o, until in self._starting.items() if until > now}
+        return bool(self._starting)
 
     def _settled(self, cid: str, placement: Placement, now: float) -> list[Closed]:
         """Close the windows that waited only for `cid`, now holding none of their CPUs."""

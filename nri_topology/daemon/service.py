@@ -71,6 +71,7 @@ class Overrides:
     """Command-line values that win over the configuration file (None = use the file's)."""
 
     socket: str | None = None
+    cri_socket: str | None = None
     plugin_name: str | None = None
     plugin_index: str | None = None
     sysfs: str | None = None
@@ -97,6 +98,7 @@ def effective(config: Config, o: Overrides) -> Config:
     updates = {
         "nri": given(socket=o.socket, plugin_name=o.plugin_name, plugin_index=o.plugin_index),
         "topology": given(sysfs_root=o.sysfs),
+        "updates": given(cri_socket=o.cri_socket),
         "state": given(path=o.state),
         "metrics": metrics,
         "logging": given(format=o.log_format, level=o.log_level),
@@ -116,6 +118,8 @@ def settings_of(config: Config) -> Settings:
         restart_hold_s=config.restarts.hold_seconds,
         pacing=pacing_of(config),
         pace_old_runtimes=config.updates.in_reply is False,
+        transport=config.updates.transport,
+        cri_socket=config.updates.cri_socket,
     )
 
 
@@ -124,7 +128,12 @@ def pacing_of(config: Config) -> Pacing | None:
     u = config.updates
     if u.in_reply is True:
         return None
-    return Pacing(batch=u.batch, gap_s=u.gap_seconds, grow_delay_s=u.grow_delay_seconds)
+    return Pacing(
+        batch=u.batch,
+        gap_s=u.gap_seconds,
+        grow_delay_s=u.grow_delay_seconds,
+        start_wait_s=u.start_wait_seconds,
+    )
 
 
 def hint_finder(config: Config) -> HintFinder | None:

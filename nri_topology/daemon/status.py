@@ -103,6 +103,7 @@ class StatusPages:
                 "schema": STATUS_SCHEMA,
                 "version": __version__,
                 "registered": ready,
+                "updates": self._updates(),
                 **({"kubelet": dict(self._kubelet())} if self._kubelet is not None else {}),
                 "machine": render_json.machine(self._machine, self._node),
                 **render_json.node(node),
@@ -120,10 +121,16 @@ class StatusPages:
             f"nri-topology {__version__} on {self._node}, {state}",
             render_text.describe_machine(self._machine, self._node),
             *_kubelet_lines(self._kubelet() if self._kubelet is not None else {}),
+            _updates_line(self._updates()),
             "",
         ]
         text = "\n".join(lines) + render_text.pool_tree(node, heading="Pools:")
         return HTTPStatus.OK, _TEXT, text.encode()
+
+    def _updates(self) -> dict[str, Any]:
+        p = self._plugin
+        cri = p.cri.socket if p.cri is not None and p.transport == "cri" else None
+        return {"transport": p.transport, "paced": p.paced, "cri_socket": cri}
 
     def explain(self, target: str, fmt: str) -> Page:
         parts = target.split("/")
@@ -155,6 +162,17 @@ class StatusPages:
             return HTTPStatus.OK, _JSON, _dump(doc)
         text = "\n".join(line for a, cid, e in entries for line in _explained_text(a, cid, e))
         return HTTPStatus.OK, _TEXT, (text + "\n").encode()
+
+
+def _updates_line(doc: Mapping[str, Any]) -> str:
+    """How re-pins of other containers reach the runtime."""
+    how = {
+        "cri": f"through the runtime's CRI ({doc['cri_socket']})",
+        "nri": "through NRI UpdateContainers",
+        "reply": "in replies (no safe transport)",
+    }[doc["transport"]]
+    when = "after the reply, paced" if doc["paced"] else "in the reply"
+    return f"Re-pins: {when}; other updates {how}"
 
 
 def _kubelet_lines(doc: Mapping[str, Any]) -> list[str]:

@@ -18,17 +18,15 @@ from pathlib import Path
 
 import structlog
 
-from nri_topology.daemon import convert
 from nri_topology.daemon.drift import Applied, Drift, cgroup_dir, compare, parse_list
-from nri_topology.nri import api_pb2
-from nri_topology.policy.types import Placement
+from nri_topology.policy.types import Placement, Update
 from nri_topology.topology import cpuset
 
 _log = structlog.get_logger("nri_topology.verify")
 
 # container id -> its decided placement, for the ids asked (all when None)
 Expected = Callable[[Iterable[str] | None], Awaitable[Mapping[str, Placement]]]
-Send = Callable[[list[api_pb2.ContainerUpdate], str], Awaitable[None]]
+Send = Callable[[list[Update], str], Awaitable[None]]
 
 
 def cgroup_root(sysfs_root: Path) -> Path:
@@ -110,11 +108,7 @@ class Verifier:
                 check=why,
                 **_fields(d),
             )
-            updates.append(
-                convert.container_update(
-                    d.container_id, wanted[d.container_id], ignore_failure=True
-                )
-            )
+            updates.append(Update(d.container_id, wanted[d.container_id]))
         if updates:
             await self._send(updates, f"drift_{why}")
         return drifts

@@ -63,6 +63,13 @@ def values_schema() -> dict[str, Any]:
                     },
                     ("socketDir", "socketName"),
                 ),
+                "cri": _object(
+                    {
+                        "socketDir": _ABSOLUTE_PATH,
+                        "socketName": {"type": "string", "pattern": "^[^/]+$"},
+                    },
+                    ("socketDir", "socketName"),
+                ),
                 "stateDir": _ABSOLUTE_PATH,
                 # passed as --log-format and --log-level, whose spellings are exact
                 "logFormat": {"enum": [f.value for f in LogFormat]},

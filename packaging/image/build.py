@@ -38,6 +38,7 @@ VENV = "opt/nri-topology/venv"
 PACKAGES = (
     "libc6",
     "libgcc-s1",
+    "libstdc++6",  # grpcio's extension (the runtime's CRI, the kubelet's PodResources)
     "zlib1g",
     "libexpat1",
     "libffi8",

@@ -29,10 +29,10 @@ from pathlib import Path
 
 import grpc
 
+from nri_topology.cri import api_pb2 as cri
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.types import QoS
-from nri_topology.testing import cri_pb2 as cri
 from nri_topology.testing import ociimage
 from nri_topology.topology.cpuset import parse as parse_cpus
 
@@ -547,6 +547,7 @@ class Run:
             "--metrics-port", str(self.plugin_port),
             "--log-format", "json",
             "--log-level", "debug",
+            "--cri-socket", str(self.sock),
         ]  # fmt: skip
 
     def start_plugin(self, extra: list[str] | None = None, wait: bool = True) -> None:
@@ -577,7 +578,8 @@ class Run:
         (only the log file differs): the run's settings must then come from `conf_d`."""
         launcher = (REPO / "packaging/nri/90-nri-topology").read_text()
         launcher = launcher.replace("/opt/nri-topology/venv/bin/python", sys.executable)
-        args = " ".join(self.plugin_args()[2:8])  # state, metrics port, log format (no socket)
+        # state, metrics port, log format, the CRI socket (not the NRI socket: fd 3)
+        args = " ".join([*self.plugin_args()[2:8], "--cri-socket", str(self.sock)])
         if conf_d is not None:
             args = ""
         launcher = launcher.replace(
@@ -813,6 +815,22 @@ class Run:
         """The container's real cpuset, read from its cgroup."""
         cid = container if isinstance(container, str) else container.id
         return read_cpuset(self.pid(cid))
+
+    def settled(self, timeout: float = 15) -> None:
+        """Wait until every placed container's cgroup holds the plugin's placement: re-pins of
+        other containers follow the reply, so right after a pod starts they may be on their way."""
+
+        def applied() -> bool:
+            _, text = self.plugin_http("/status?format=json")
+            placed = {c["container_id"]: c["cpus"] for c in json.loads(text)["containers"]}
+            live = [c.id for pod in self.pods.values() for c in pod.containers]
+            return all(
+                parse_cpus(self.cpuset(cid).cpus) == parse_cpus(placed[cid])
+                for cid in live
+                if placed.get(cid)
+            )
+
+        wait_for("re-pins applied", applied, timeout)
 
     def cpus(self, container: Container | str) -> str:
         """The container's cgroup cpuset.cpus, checked against where its process may run."""

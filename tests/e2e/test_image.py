@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from nri_topology.testing import cri_pb2 as cri
+from nri_topology.cri import api_pb2 as cri
 from tests.e2e.conftest import _unavailable
 from tests.e2e.harness import REPO, Pod, Run, container_labels, online_cpus, parse_cpus, wait_for
 
@@ -53,6 +53,7 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
     assert container["image"] == image, "the DaemonSet and the build must name the same image"
     host = {
         "/var/run/nri": run.dir,  # the runtime's NRI socket is <run>/nri.sock
+        "/run/containerd": run.dir,  # its CRI socket is <run>/containerd.sock (CRI-O: crio.sock)
         "/sys": Path("/sys"),
         "/var/lib/nri-topology": run.dir / "host-state",
     }
@@ -125,11 +126,17 @@ def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None
     run.import_archive(archive, info["image"])
     print(f"image imported in {time.monotonic() - started:.1f}s")
     plugin = run_as_daemonset(run, info["image"])
-    wait_for("plugin in the image ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
+    try:
+        wait_for("plugin in the image ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
+    except TimeoutError:
+        for log in (run.dir / "logs").rglob("plugin.log"):
+            print(log.read_text()[-3000:])
+        raise
     be = run.run_pod("be", "besteffort")
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpus(g.containers[0]))
     assert len(exclusive) == 1
+    run.settled()  # the re-pin of `be` follows the reply
     assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive
     # The state lives on the host, where the next plugin pod finds it.
     state = run.dir / "host-state" / "state.json"

@@ -36,6 +36,7 @@ def mixed_pods(run: Run) -> None:
 def test_plugin_stop_moves_nothing(run: Run, sig: int) -> None:
     run.start_plugin()
     mixed_pods(run)
+    run.settled()
     before = snapshot(run)
     run.stop_plugin(sig)
     time.sleep(1)
@@ -50,6 +51,7 @@ def test_plugin_stop_moves_nothing(run: Run, sig: int) -> None:
 def test_lost_checkpoint_moves_nothing(run: Run) -> None:
     run.start_plugin()
     mixed_pods(run)
+    run.settled()
     before = snapshot(run)
     run.stop_plugin(signal.SIGKILL)
     run.state.unlink()
@@ -67,6 +69,7 @@ def test_lost_checkpoint_moves_nothing(run: Run) -> None:
 def test_containerd_restart_reconnects_and_resyncs(run: Run) -> None:
     run.start_plugin()
     mixed_pods(run)
+    run.settled()
     before = snapshot(run)
     plugin_pid = run.plugin.pid if run.plugin else 0
     run.stop_containerd()
@@ -120,6 +123,7 @@ def test_config_reload_moves_containers_with_unsolicited_updates(run: Run) -> No
 def test_invalid_reload_is_refused_and_changes_nothing(run: Run) -> None:
     run.start_plugin()
     mixed_pods(run)
+    run.settled()
     before = snapshot(run)
     run.plugin_config.write_text("policy:\n  pin_cpu: perhaps\n")
     assert run.plugin is not None
@@ -184,6 +188,7 @@ def test_preinstalled_plugin_launched_by_containerd(run: Run) -> None:
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpus(g.containers[0]))
     assert len(exclusive) == 1
+    run.settled()  # the re-pin of `be` follows the reply
     assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive
     run.remove_pod(g)
     wait_for("grown back", lambda: parse_cpus(run.cpus(be.containers[0])) == online_cpus(), 10)
@@ -197,6 +202,7 @@ def test_preinstalled_plugin_relaunched_keeps_placements(
     if run.has(Quirk.NO_SYNC_ON_RELAUNCH):
         request.applymarker(pytest.mark.xfail(strict=True, reason=Quirk.NO_SYNC_ON_RELAUNCH.value))
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
+    run.settled()
     before = snapshot(run)
     run.stop_containerd()
     wait_for("launched plugin exits with its runtime", lambda: run.launched_plugin_pid() is None)
@@ -242,4 +248,5 @@ def test_stalled_plugin_times_out_and_pods_still_start(make_run) -> None:
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpus(g.containers[0]))
     assert len(exclusive) == 1
+    run.settled()  # the re-pin of `be` follows the reply
     assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive

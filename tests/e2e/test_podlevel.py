@@ -10,9 +10,9 @@ from __future__ import annotations
 import grpc
 import pytest
 
+from nri_topology.cri import api_pb2 as cri
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
-from nri_topology.testing import cri_pb2 as cri
 from tests.e2e.harness import Pod, Run, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]

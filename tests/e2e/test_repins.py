@@ -1,8 +1,12 @@
-"""Re-pins on a real containerd 1.7: its NRI (older than v0.12.1) may deadlock on a plugin's
-UpdateContainers that meets an event, so by default (`updates.in_reply: auto`) the re-pins of
-other containers travel in the reply, each ignoring failure: no exclusivity window, and a shared
-container that has just exited fails nobody's creation. (Paced re-pins after the reply are
-tested through the daemon against the test runtime, tests/test_daemon_schedule.py.)"""
+"""Re-pins on the real runtimes. By default they go through the runtime's CRI after the reply
+(UpdateContainerResources with only the cpusets, as the kubelet's CPU manager sends them): the
+runtime relays each to the plugin as an NRI UpdateContainer, which the plugin recognises as its
+own and answers with the container's cpusets, and applies it outside its NRI lock. That is safe
+where the runtime's NRI (older than v0.12.1: containerd 1.7, 2.1, CRI-O 1.36) could deadlock on
+UpdateContainers. Without a transport that is safe, re-pins travel in the reply, each ignoring
+failure: no exclusivity window, and a shared container that has just exited fails nobody's
+creation. (The schedule's rules are tested through the daemon, tests/test_daemon_schedule.py and
+tests/test_daemon_cri.py.)"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import signal
 
 import pytest
 
+from nri_topology.nri.versions import parse_version
 from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(900)]
@@ -37,10 +42,64 @@ def _holding(run: Run, pods: list, exclusive: set[int]) -> list[str]:
     return [p.name for p in pods if parse_cpus(run.cpuset(p.containers[0]).cpus) & exclusive]
 
 
-def test_on_an_old_nri_re_pins_travel_in_the_reply_and_leave_no_window(
+def _safe_nri(run: Run) -> bool:
+    """Whether the runtime embeds NRI v0.12.1 or later (containerd from 2.4), where `auto`
+    takes NRI UpdateContainers."""
+    version = parse_version(run.tools.version) or (0, 0, 0)
+    return run.tools.kind == "containerd" and version >= (2, 4, 0)
+
+
+def test_auto_takes_nri_where_it_is_safe_and_the_cri_elsewhere(run: Run) -> None:
+    run.start_plugin()
+    want = "nri" if _safe_nri(run) else "cri"
+    assert run.metric("nri_topology_update_transport", transport=want) == 1
+
+
+def test_re_pins_go_through_the_cri_after_the_reply(run: Run, cpus: set[int]) -> None:
+    run.write_plugin_config("updates:\n  transport: cri\n")
+    run.start_plugin()
+    assert run.metric("nri_topology_update_transport", transport="cri") == 1
+    shared = _shared(run)
+    g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
+    exclusive = parse_cpus(run.cpuset(g.containers[0]).cpus)
+    assert len(exclusive) == 1
+    wait_for("shared containers re-pinned", lambda: not _holding(run, shared, exclusive), 10)
+    # Sent after the reply (a window opened and closed), each through the CRI, and each relayed
+    # back to the plugin as an UpdateContainer that it answered without a resize.
+    wait_for(
+        "the window closed", lambda: run.metric("nri_topology_exclusive_window_seconds_count"), 10
+    )
+    assert run.metric("nri_topology_exclusive_window_seconds_sum") > 0
+    assert run.metric("nri_topology_repins_total", outcome="sent") == SHARED
+    assert run.metric("nri_topology_own_repins_answered_total") == SHARED
+    assert run.metric("nri_topology_decision_duration_seconds_count", operation="resize") == 0
+    assert run.metric("nri_topology_errors_total", reason="update_failed") == 0
+    assert run.metric("nri_topology_update_batch_seconds_count") > 0
+    # decided == applied: every container's cgroup holds its placement
+    _, text = run.plugin_http("/status?format=json")
+    status = json.loads(text)
+    assert status["updates"]["transport"] == "cri"
+    placed = {c["container_id"]: parse_cpus(c["cpus"]) for c in status["containers"]}
+    for pod in (*shared, g):
+        ctr = pod.containers[0]
+        assert parse_cpus(run.cpuset(ctr).cpus) == placed[ctr.id]
+    run.remove_pod(g)
+    wait_for(
+        "shared cpusets grown back",
+        lambda: all(parse_cpus(run.cpuset(p.containers[0]).cpus) == cpus for p in shared),
+        10,
+    )
+    assert run.metric("nri_topology_cgroup_drift_total", check="post_start") == 0
+
+
+def test_with_no_safe_transport_re_pins_travel_in_the_reply_and_leave_no_window(
     run: Run, cpus: set[int]
 ) -> None:
+    run.write_plugin_config("updates:\n  transport: nri\n")
     run.start_plugin()
+    if run.metric("nri_topology_update_transport", transport="nri") == 1:
+        pytest.skip("this runtime's NRI serves UpdateContainers apart from its events")
+    assert run.metric("nri_topology_update_transport", transport="reply") == 1
     shared = _shared(run)
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpuset(g.containers[0]).cpus)
@@ -52,14 +111,18 @@ def test_on_an_old_nri_re_pins_travel_in_the_reply_and_leave_no_window(
     _, text = run.plugin_http("/explain?container=e2e/g/c0&format=json")
     (explained,) = json.loads(text)["containers"]
     assert explained["decision"]["exclusive_window_seconds"] == 0
-    warned = [e for e in run.plugin_events() if "may deadlock on UpdateContainers" in e["event"]]
+    warned = [e for e in run.plugin_events() if "no safe transport" in e["event"]]
     assert len(warned) == 1
-    run.remove_pod(g)
+    run.remove_pod(g)  # the CPU given back has no reply to ride: it waits for the next one
     wait_for(
-        "shared cpusets grown back",
-        lambda: all(parse_cpus(run.cpuset(p.containers[0]).cpus) == cpus for p in shared),
+        "the re-pins held for a reply",
+        lambda: run.metric("nri_topology_repins_total", outcome="held_for_reply") >= SHARED,
         10,
     )
+    assert all(parse_cpus(run.cpuset(p.containers[0]).cpus) != cpus for p in shared)
+    shared.append(run.run_pod("next", "besteffort"))
+    assert all(parse_cpus(run.cpuset(p.containers[0]).cpus) == cpus for p in shared)
+    assert run.metric("nri_topology_repins_total", outcome="rode_reply") == SHARED
 
 
 def test_a_killed_shared_container_fails_no_creation(run: Run, cpus: set[int]) -> None:

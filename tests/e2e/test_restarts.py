@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from nri_topology.testing import cri_pb2 as cri
+from nri_topology.cri import api_pb2 as cri
 from tests.e2e.harness import Run, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
@@ -33,6 +33,7 @@ def test_next_attempt_keeps_the_cpus_and_moves_nobody(run: Run) -> None:
     pod = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=64 << 20)
     first = pod.containers[0]
     held = run.cpus(first)
+    run.settled()  # the shared containers' re-pins follow the reply
     others = {c.id: run.cpus(c) for p in shared for c in p.containers}
     assert all(held not in cpus.split(",") for cpus in others.values())
 

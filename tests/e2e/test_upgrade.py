@@ -74,6 +74,7 @@ def test_surge_upgrade_moves_nothing_and_fails_no_pod_start(run: Run) -> None:
     run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 8)
     run.run_pod("bu", "burstable", cpu_milli=200)
     run.run_pod("be", "besteffort")
+    run.settled()
     before = snapshot(run)
 
     new = Instance(run)

@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
+from nri_topology.cri import api_pb2 as cri
 from nri_topology.policy.types import QoS
-from nri_topology.testing import cri_pb2 as cri
 from nri_topology.topology.cpuset import parse as parse_cpus
 from tests.e2e.harness import (
     IMAGE,
