@@ -1089,19 +1089,9 @@ class TopologyPlugin(Plugin):
             updates = [
                 convert.container_update(c, p, ignore_failure=True) for c, p in batch.items()
             ]
-            try:
-                if self.stub is None:
-                    raise NotConnectedError("no runtime connection")
-                await self.stub.update_containers(updates)
-            except NotConnectedError as exc:
-                # Synchronize on reconnect reports what each container holds and repairs the rest.
-                self.metrics.error("update_not_connected")
-                _log.warning("re-pins not delivered; reconnecting repairs them", error=str(exc))
+            if not await self._through_nri(updates, "re-pin"):
                 self.schedule.lost(self._clock())
                 return
-            except StubError as exc:  # each update ignores failure; the cgroups tell what landed
-                self.metrics.error("update_failed")
-                _log.warning("runtime refused re-pins", error=str(exc))
         self.metrics.update_batch.observe(self._clock() - started)
         retry, drop = await self._landed(batch)
         done = self.schedule.done(self._clock(), retry, drop)
@@ -1146,28 +1136,50 @@ class TopologyPlugin(Plugin):
             else:
                 self.decisions[c.owner] = replace(known, window_s=c.seconds)
 
+    async def _through_nri(self, updates: Updates, why: str) -> bool:
+        """One UpdateContainers; False when it may not have reached the runtime (no connection:
+        Synchronize on reconnect reports what each container holds and repairs the rest). A
+        refusal is logged and counted, not raised: each update ignores failure, and the cgroups
+        tell what landed."""
+        try:
+            if self.stub is None:
+                raise NotConnectedError("no runtime connection")
+            await self.stub.update_containers(updates)
+        except NotConnectedError as exc:
+            self.metrics.error("update_not_connected")
+            _log.warning(
+                "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
+            )
+            return False
+        except StubError as exc:
+            self.metrics.error("update_failed")
+            _log.warning("runtime refused updates", why=why, error=str(exc))
+        return True
+
     async def _through_cri(self, placements: Mapping[str, Placement], why: str) -> None:
-        """One UpdateContainerResources per container, all at once; failures are logged and
-        counted (a container that exited meanwhile fails), not raised."""
+        """One UpdateContainerResources per container, at most `batch` at once; failures are
+        logged and counted (a container that exited meanwhile fails), not raised."""
         cri = self.cri
         assert cri is not None
         awaiting = self._awaiting
+        sem = asyncio.Semaphore(self.schedule.pacing.batch)
 
         async def one(cid: str, p: Placement) -> None:
             cpus = cpuset.text(p.cpus) if p.cpus else ""
             mems = cpuset.text(p.mems) if p.mems else ""
             if not cpus and not mems:
                 return
-            awaiting[cid] = awaiting.get(cid, 0) + 1
-            try:
-                await cri.update_cpusets(cid, cpus, mems)
-            except CriError as exc:
-                self.metrics.error("update_failed")
-                _log.info("CRI update failed", why=why, container_id=cid, error=str(exc))
-            finally:
-                left = awaiting.pop(cid) - 1
-                if left:
-                    awaiting[cid] = left
+            async with sem:
+                awaiting[cid] = awaiting.get(cid, 0) + 1
+                try:
+                    await cri.update_cpusets(cid, cpus, mems)
+                except CriError as exc:
+                    self.metrics.error("update_failed")
+                    _log.info("CRI update failed", why=why, container_id=cid, error=str(exc))
+                finally:
+                    left = awaiting.pop(cid) - 1
+                    if left:
+                        awaiting[cid] = left
 
         await asyncio.gather(*(one(cid, p) for cid, p in placements.items()))
 
@@ -1196,28 +1208,9 @@ class TopologyPlugin(Plugin):
             self.metrics.repins.labels("held_for_reply").inc(len(updates))
             return
         if self.transport == Transport.CRI:
-            sem = asyncio.Semaphore(self.schedule.pacing.batch)
-            latest = {u.container_id: u.placement for u in updates}
-
-            async def limited(cid: str, p: Placement) -> None:
-                async with sem:
-                    await self._through_cri({cid: p}, why)
-
-            await asyncio.gather(*(limited(cid, p) for cid, p in latest.items()))
-            return
-        if self.stub is None:
-            return
-        try:
-            await self.stub.update_containers(convert.updates(updates, ignore_failure=True))
-        except NotConnectedError as exc:
-            # Synchronize on reconnect compares the runtime's view with ours and repairs it.
-            self.metrics.error("update_not_connected")
-            _log.warning(
-                "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
-            )
-        except StubError as exc:
-            self.metrics.error("update_failed")
-            _log.warning("runtime refused updates", why=why, error=str(exc))
+            await self._through_cri({u.container_id: u.placement for u in updates}, why)
+        elif self.stub is not None:
+            await self._through_nri(convert.updates(updates, ignore_failure=True), why)
 
     def _explain_adopted(self, adopted: Sequence[str]) -> None:
         """Containers kept as found have no decision of this run: `explain` shows what they hold,
