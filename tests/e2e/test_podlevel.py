@@ -72,7 +72,8 @@ def test_a_pod_resized_in_place_places_its_container_again(run: Run) -> None:
         if exc.code() is not grpc.StatusCode.UNIMPLEMENTED:
             raise
         pytest.skip(f"{run.tools.runtime} {run.tools.version} has no UpdatePodSandboxResources")
-    # one whole CPU for the pod: its container holds it alone, sent through UpdateContainers
+    # one whole CPU for the pod: its container holds it alone, sent apart from the event's reply
+    # through the transport (UpdateContainers on containerd 2.4, the CRI on 2.3 and CRI-O)
     wait_for(
         "the container placed again",
         lambda: run.checkpoint().get(container.id, {}).get("kind") == "exclusive",

@@ -2,7 +2,7 @@
 (UpdateContainerResources with only the cpusets, as the kubelet's CPU manager sends them): the
 runtime relays each to the plugin as an NRI UpdateContainer, which the plugin recognises as its
 own and answers with the container's cpusets, and applies it outside its NRI lock. That is safe
-where the runtime's NRI (older than v0.12.1: containerd 1.7, 2.1, CRI-O 1.36) could deadlock on
+where the runtime's NRI (older than v0.12.1: containerd 1.7 to 2.3, CRI-O 1.36) could deadlock on
 UpdateContainers. Without a transport that is safe, re-pins travel in the reply, each ignoring
 failure: no exclusivity window, and a shared container that has just exited fails nobody's
 creation. (The schedule's rules are tested through the daemon, tests/test_daemon_schedule.py and
@@ -53,6 +53,16 @@ def test_auto_takes_nri_where_it_is_safe_and_the_cri_elsewhere(run: Run) -> None
     run.start_plugin()
     want = "nri" if _safe_nri(run) else "cri"
     assert run.metric("nri_topology_update_transport", transport=want) == 1
+    _, text = run.plugin_http("/status?format=json")
+    assert json.loads(text)["updates"]["transport"] == want
+    # Chosen by the NRI version the runtime reports in Configure, which the log gives: none
+    # before NRI v0.12.0, v0.12.0 on containerd 2.3 (still the CRI), v0.12.1 on 2.4.
+    events = run.plugin_events()
+    (configured,) = [e for e in events if e["event"] == "configured by the NRI runtime"]
+    reported = parse_version(configured["nri_version"] or "")
+    assert (reported is not None and reported >= (0, 12, 1)) == (want == "nri"), configured
+    (chosen,) = [e for e in events if e["event"] == "updates apart from a reply"]
+    assert chosen["transport"] == want, chosen
 
 
 def test_re_pins_go_through_the_cri_after_the_reply(run: Run, cpus: set[int]) -> None:
