@@ -1,4 +1,4 @@
-"""Shrinks written into the containers' cgroups first, through the daemon with the real policy
+"""Re-pins written into the containers' cgroups first, through the daemon with the real policy
 over real unix sockets and real files standing for the cgroups.
 
 The 20-CPU desktop: BestEffort containers share the pool, each with a cgroup directory holding
@@ -63,9 +63,9 @@ def _cgroup(root: Path, i: int) -> Path:
     return d
 
 
-def _plugin(root: Path, cgroup_first: bool = True) -> TopologyPlugin:
+def _plugin(root: Path, cgroup_first: bool = True, pacing: Pacing = PACING) -> TopologyPlugin:
     settings = Settings(
-        pacing=PACING, cgroup_root=root, verify_interval_s=0, cgroup_first=cgroup_first
+        pacing=pacing, cgroup_root=root, verify_interval_s=0, cgroup_first=cgroup_first
     )
     return TopologyPlugin(Policy(DESKTOP, Options()), settings=settings)
 
@@ -124,6 +124,30 @@ async def test_the_cgroups_give_up_the_granted_cpu_before_the_runtime_is_asked(
         )
         assert _sample(plugin, "nri_topology_repins_total", outcome="sent") == SHARED
         assert _sample(plugin, "nri_topology_repins_total", outcome="retried") == 0
+
+
+async def test_a_grant_released_before_the_runtime_applied_it_costs_the_runtime_nothing(
+    tmp_path: Path,
+) -> None:
+    """Written into the cgroups, then given back (the pod removed before it started): the
+    cgroups hold their full sets again and the runtime, whose record never changed, is not
+    asked for a single re-pin."""
+    plugin = _plugin(tmp_path, pacing=Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2))
+    async with connected(plugin) as (peer, _):
+        dirs = await _shared(peer, tmp_path)
+        await plugin.settle()
+        g, ctr = _pod(100, ""), _container(100, cpus=1, qos="")
+        await peer.run_pod_sandbox(g)
+        await peer.create_container(g, ctr)
+        await _until(lambda: plugin.decisions["c100"].window_s is not None)
+        assert all(_on(d) != cpuset.parse(ALL) for d in dirs)
+        await peer.stop_container(g, ctr)
+        await peer.remove_container(g, ctr)
+        await _until(lambda: all(_on(d) == cpuset.parse(ALL) for d in dirs))
+        await plugin.settle()
+        assert peer.unsolicited_updates == []
+        assert _sample(plugin, "nri_topology_repins_total", outcome="sent") == 0
+        assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="written") == 2 * SHARED
 
 
 async def test_without_cgroup_first_the_window_waits_for_the_runtime(tmp_path: Path) -> None:

@@ -247,7 +247,7 @@ def test_re_pins_wait_for_the_granted_container_to_start_or_for_start_wait() -> 
     assert s.next_batch(0.3 + PACING.start_wait_s) == {"c0": cpus(0, 1)}
 
 
-# --- shrinks written into the cgroups first (the plugin writes what `to_write` hands out)
+# --- re-pins written into the cgroups first (the plugin writes what `to_write` hands out)
 
 
 def test_a_shrink_is_written_at_once_and_closes_the_window_before_any_batch() -> None:
@@ -267,11 +267,13 @@ def test_a_shrink_is_written_at_once_and_closes_the_window_before_any_batch() ->
     assert s.open_windows() == 0
 
 
-def test_growth_is_never_written_first() -> None:
+def test_growth_is_written_at_once_and_reaches_the_runtime_after_the_delay() -> None:
     s = held(1, cpus(0, 1))
     s.change([Update("c0", cpus(0, 1, 2))], 0.0)
-    assert s.to_write() == {}
-    assert drain(s, 0.0) == [{"c0": cpus(0, 1, 2)}]
+    assert s.to_write() == {"c0": cpus(0, 1, 2)}
+    s.written({"c0": cpus(0, 1, 2)}, (), 0.001)
+    assert s.next_batch(0.1) == {}
+    assert drain(s, 0.1) == [{"c0": cpus(0, 1, 2)}]
 
 
 def test_a_container_being_written_is_not_sent_until_the_write_is_told() -> None:
@@ -280,8 +282,8 @@ def test_a_container_being_written_is_not_sent_until_the_write_is_told() -> None
     assert s.to_write() == {"c0": cpus(0, 1)}
     assert s.next_batch(0.0) == {} and s.wakeup(0.0) is None
     s.written({"c0": cpus(0, 1)}, (), 0.001)
-    assert s.wakeup(0.001) == 0.0
-    assert s.next_batch(0.001) == {"c0": cpus(0, 1)}
+    assert s.wakeup(0.001) == PACING.grow_delay_s
+    assert s.next_batch(0.001 + PACING.grow_delay_s) == {"c0": cpus(0, 1)}
 
 
 def test_a_container_in_flight_is_written_only_after_the_runtime_answered() -> None:
@@ -308,15 +310,35 @@ def test_a_failed_write_leaves_the_window_to_the_runtime() -> None:
     assert s.done(0.02).closed == (Closed("g", pytest.approx(0.02)),)
 
 
-def test_a_written_container_given_its_cpus_back_is_re_pinned_by_the_runtime() -> None:
-    """Written (0, 1), still (0, 1, 2) in the runtime's record: growing back to that record must
-    still reach the cgroup."""
+def test_a_written_shrink_given_back_before_the_runtime_applied_it_needs_no_runtime_call() -> None:
+    """Written (0, 1), still (0, 1, 2) in the runtime's record: growing back to that record is
+    written too, and the runtime is not asked at all."""
     s = held(1, cpus(0, 1, 2))
     s.change([Update("c0", cpus(0, 1))], 0.0)
     s.written(s.to_write(), (), 0.001)
     s.change([Update("c0", cpus(0, 1, 2))], 0.002)
-    assert s.to_write() == {}
-    assert drain(s, 0.002) == [{"c0": cpus(0, 1, 2)}]
+    assert s.to_write() == {"c0": cpus(0, 1, 2)}
+    s.written({"c0": cpus(0, 1, 2)}, (), 0.003)
+    assert s.wakeup(0.003) is None and drain(s, 0.003) == []
+
+
+def test_a_written_shrink_reaches_the_runtime_after_the_grow_delay() -> None:
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    s.written(s.to_write(), (), 0.001)
+    assert s.next_batch(0.1) == {}
+    assert s.wakeup(0.1) == pytest.approx(PACING.grow_delay_s - 0.099)
+    assert s.next_batch(0.001 + PACING.grow_delay_s) == {"c0": cpus(0, 1)}
+
+
+def test_an_update_leaving_the_memory_nodes_unset_is_held_by_a_record_that_has_them() -> None:
+    """Re-pins set only the CPUs; the record from the container's creation has both."""
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", Placement(frozenset({0, 1}), None))], 0.0)
+    s.written(s.to_write(), (), 0.001)
+    s.change([Update("c0", Placement(frozenset({0, 1, 2}), None))], 0.002)
+    s.written(s.to_write(), (), 0.003)
+    assert drain(s, 0.003) == []
 
 
 def test_a_write_told_after_the_container_is_forgotten_is_ignored() -> None:

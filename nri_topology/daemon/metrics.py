@@ -348,7 +348,7 @@ class Metrics:
             self.repins.labels(outcome)
         self.cgroup_writes = Counter(
             f"{PREFIX}_cgroup_writes",
-            "Shrinks written to other containers' cgroups ahead of the runtime, by outcome "
+            "Re-pins written to other containers' cgroups ahead of the runtime, by outcome "
             "(written; gone: no cgroup, the container exited or is not created yet; refused: "
             "the kernel refused the write). Those not written wait for the runtime.",
             ["outcome"],

@@ -139,7 +139,7 @@ class Settings:
     pace_old_runtimes: bool = False
     transport: str = "auto"  # updates apart from a reply: auto, cri, nri (`Transport`)
     cri_socket: str | None = None  # None: the runtime's default, by its name in Configure
-    # Paced shrinks are written into the containers' cgroups at once, ahead of the runtime.
+    # Paced re-pins are written into the containers' cgroups at once, ahead of the runtime.
     cgroup_first: bool = True
 
 
@@ -236,7 +236,7 @@ class TopologyPlugin(Plugin):
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._windows: dict[str, float] = {}  # closed before their decision was kept
-        self._cgroups_read_only = False  # found at the first write: shrinks wait for the runtime
+        self._cgroups_read_only = False  # found at the first write: re-pins wait for the runtime
         self._writer: CheckpointWriter | None = None
         self.verifier: Verifier | None = None
         if settings.cgroup_root is not None:
@@ -1062,7 +1062,7 @@ class TopologyPlugin(Plugin):
         self._wake()
 
     def writes_cgroups(self) -> bool:
-        """Whether paced shrinks go into the containers' cgroups ahead of the runtime."""
+        """Whether paced re-pins go into the containers' cgroups ahead of the runtime."""
         return (
             self.paced
             and self.settings.cgroup_first
@@ -1071,7 +1071,7 @@ class TopologyPlugin(Plugin):
         )
 
     def _write_ahead(self) -> None:
-        """Shrinks pending in the schedule go into the containers' cgroups now: the runtime
+        """Re-pins pending in the schedule go into the containers' cgroups now: the runtime
         applies them later, paced, but no container keeps running on CPUs taken from it."""
         if not self.writes_cgroups():
             return
@@ -1099,7 +1099,7 @@ class TopologyPlugin(Plugin):
             self._cgroups_read_only = True
             _log.warning(
                 "containers' cgroups cannot be written here (mount them read-write, or set "
-                "updates.cgroup_first to false): shrinks wait for the runtime",
+                "updates.cgroup_first to false): re-pins wait for the runtime",
                 cgroup_root=str(self.verifier.root),
             )
         self._wake()

@@ -18,11 +18,13 @@ and asks it which batch to send and when to ask again. Its rules:
   start, and the container runs on its CPUs only once started;
 * after a batch the plugin says which containers to retry (still live, cgroup not as sent) and
   which to drop (gone); retries are bounded, the periodic cgroup check repairs the rest;
-* with cgroup writes on, a pending shrink is written to the container's cgroup at once
-  (`to_write`), not waiting for a start, a batch or a gap; the runtime still applies it later
-  through the transport, which keeps its own record of the container's resources. A container
-  with a re-pin in flight is written only once that batch is acknowledged, so the runtime
-  never applies an older placement over a newer written one;
+* with cgroup writes on, every pending placement is written to the container's cgroup at once
+  (`to_write`), not waiting for a start, a delay, a batch or a gap; the runtime still applies
+  it later through the transport, which keeps its own record of the container's resources,
+  after `grow_delay_s` (no longer urgent, and moot if the placement returns to that record
+  meanwhile: a shrink undone by a release needs no runtime call at all). A container with a
+  re-pin in flight is written only once that batch is acknowledged, so the runtime never
+  applies an older placement over a newer written one;
 * an exclusivity window per exclusive grant: open from the reply until no container that may
   still hold the granted CPUs waits for its re-pin, in its cgroup (written) or through the
   runtime.
@@ -133,7 +135,7 @@ class Schedule:
             flying = self._in_flight.get(cid)
             base = flying.placement if flying is not None else self._held.get(cid)
             runs_on = self._runs_on(cid)
-            if base == placement and (flying is not None or runs_on == placement):
+            if _covers(base, placement) and (flying is not None or _covers(runs_on, placement)):
                 self._pending.pop(cid, None)  # grew and shrank back (or the reverse) unsent
                 continue
             urgent = shrinks(base, placement) or shrinks(runs_on, placement)
@@ -183,15 +185,17 @@ class Schedule:
         return len(self._windows)
 
     def to_write(self) -> dict[str, Placement]:
-        """Pending shrinks to write to the containers' cgroups now: not in flight (the runtime
-        could apply the older placement after the write), not written or being written."""
-        out = {}
-        for cid, entry in self._pending.items():
-            if entry.unwritable or cid in self._in_flight or cid in self._writing:
-                continue
-            runs_on = self._runs_on(cid)
-            if runs_on != entry.placement and shrinks(runs_on, entry.placement):
-                out[cid] = entry.placement
+        """Pending placements to write to the containers' cgroups now, whatever they are due:
+        not in flight (the runtime could apply the older placement after the write), not
+        written or being written, not refused before."""
+        out = {
+            cid: entry.placement
+            for cid, entry in self._pending.items()
+            if not entry.unwritable
+            and cid not in self._in_flight
+            and cid not in self._writing
+            and not _covers(self._runs_on(cid), entry.placement)
+        }
         self._writing.update(out)
         return out
 
@@ -209,7 +213,15 @@ class Schedule:
         for cid, placement in placements.items():
             if cid not in self._held and cid not in self._pending:
                 continue  # forgotten meanwhile
-            self._written[cid] = placement
+            entry = self._pending.get(cid)
+            if _covers(self._held.get(cid), placement):
+                self._written.pop(cid, None)  # back to the runtime's record: nothing to send
+                if entry is not None and entry.placement == placement:
+                    del self._pending[cid]
+            else:
+                self._written[cid] = _merged(self._runs_on(cid), placement)
+                if entry is not None:  # no longer urgent: a later change may make it moot
+                    entry.due = max(entry.due, now + self.pacing.grow_delay_s)
             closed += self._settled(cid, placement, now)
         return tuple(closed)
 
@@ -264,7 +276,7 @@ class Schedule:
                 due = now + self.pacing.retry_delay_s
                 self._pending[cid] = _Pending(entry.placement, due, entry.attempts + 1)
             else:
-                self._held[cid] = entry.placement
+                self._held[cid] = _merged(self._held.get(cid), entry.placement)
                 self._written.pop(cid, None)
                 closed += self._settled(cid, entry.placement, now)
         return Done(tuple(closed), tuple(retried), tuple(given_up), tuple(dropped))
@@ -311,6 +323,30 @@ class Schedule:
             return []
         del self._windows[owner]
         return [Closed(owner, now - w.opened)]
+
+
+def _covers(held: Placement | None, wanted: Placement) -> bool:
+    """Whether a container holding `held` holds `wanted` already (fields `wanted` leaves unset
+    are left as they are)."""
+    if held is None:
+        return False
+    pairs = (
+        (held.cpus, wanted.cpus),
+        (held.mems, wanted.mems),
+        (held.cpu_shares, wanted.cpu_shares),
+    )
+    return all(w is None or w == h for h, w in pairs)
+
+
+def _merged(held: Placement | None, new: Placement) -> Placement:
+    """What a container holds once `new` is applied over `held`."""
+    if held is None:
+        return new
+    return Placement(
+        new.cpus if new.cpus is not None else held.cpus,
+        new.mems if new.mems is not None else held.mems,
+        new.cpu_shares if new.cpu_shares is not None else held.cpu_shares,
+    )
 
 
 def _may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:

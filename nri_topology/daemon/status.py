@@ -178,7 +178,7 @@ def _updates_line(doc: Mapping[str, Any]) -> str:
     }[doc["transport"]]
     when = "after the reply, paced" if doc["paced"] else "in the reply"
     if doc["paced"] and doc.get("cgroup_first"):
-        when += ", shrinks written to the cgroups first"
+        when += ", written to the cgroups first"
     return f"Re-pins: {when}; other updates {how}"
 
 
