@@ -1,7 +1,7 @@
 """A Guaranteed pod's start and removal beside shared containers, on a real containerd (root).
 
     .venv/bin/python benchmarks/repins.py [--shared 0,30,100] [--rounds 3] [--samples 2]
-                                          [--modes M1,M2] [--json out.json]
+                                          [--modes M1,M2] [--hold S] [--json out.json]
                                           [--runtime containerd-1.7|containerd-2]
 
 For each count of BestEffort (shared) containers live, one containerd from tests/e2e (fetched as
@@ -10,8 +10,9 @@ modes alternate, `--rounds` times, `--samples` pods each: no plugin connected; t
 every re-pin in the reply (`updates.in_reply: true`, the old behaviour); the plugin as configured
 by default (re-pins after the reply through the runtime's CRI, whose socket the harness gives it).
 `--modes` may add the plugin with re-pins after the reply through NRI UpdateContainers forced
-(`after reply`: `transport: nri`, `in_reply: false`), which can deadlock an older NRI. Each
-sample:
+(`after reply`: `transport: nri`, `in_reply: false`), which can deadlock an older NRI, and the
+default without shrinks written into the cgroups first (`runtime only`:
+`cgroup_first: false`). Each sample:
 
 * a Guaranteed 1-CPU pod's sandbox, then its container created and started, as a kubelet does
   (timed: create+start);
@@ -19,11 +20,13 @@ sample:
   its CreateContainer; minus the median of the same without the plugin, the time it waited);
 * the shared containers' cgroups are read until none holds the new exclusive CPUs (the
   exclusivity window, from the end of the Guaranteed CreateContainer);
-* the pod stopped and removed (timed: removal), then all shared cgroups awaited back on their
-  full sets before the next sample;
+* `--hold` seconds later (0: at once), the pod stopped and removed (timed: removal), then all
+  shared cgroups awaited back on their full sets before the next sample;
 * the `runc update` runs that started before the Guaranteed CreateContainer returned (those its
-  reply carried), during its create+start and the window, and during the removal (and until the
-  next sample): the runc updates per event.
+  reply carried), during its create+start, the window and the hold, and during the removal (and
+  until the next sample): the runc updates per event. With re-pins written into the cgroups
+  first, the runtime's re-pins follow `grow_delay_seconds` later; a pod removed before then
+  leaves the runtime none to do, so `--hold 2` shows what a pod that stays costs it.
 
 Printed per count and mode: medians and p90 in milliseconds, and the machine's load average.
 """
@@ -55,6 +58,8 @@ MODES = {
     "after reply": "updates:\n  in_reply: false\n  transport: nri\n",
     # The default with wider batches: more concurrent CRI re-pins, a shorter window.
     "batch 8": "updates:\n  batch: 8\n",
+    # The default without writing shrinks into the cgroups first: the runtime's re-pins alone.
+    "runtime only": "updates:\n  cgroup_first: false\n",
 }
 DEFAULT_MODES = "without plugin,in reply,default"
 GIB = 1 << 30
@@ -120,7 +125,9 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * (len(ordered) - 1) + 0.5))]
 
 
-def sample(run: harness.Run, shared: Shared, probe: harness.Pod, i: int, log: Path) -> dict:
+def sample(
+    run: harness.Run, shared: Shared, probe: harness.Pod, i: int, log: Path, hold_s: float
+) -> dict:
     assert run.cri is not None
     online = harness.online_cpus()
     pod = run.run_pod(f"g{i}", "guaranteed", containers=0)
@@ -154,6 +161,7 @@ def sample(run: harness.Run, shared: Shared, probe: harness.Pod, i: int, log: Pa
     create_ms = (time.perf_counter() - started) * 1000
     watcher.join()
     prober.join()
+    time.sleep(hold_s)
     t1 = time.time()
     started = time.perf_counter()
     run.remove_pod(pod)
@@ -193,7 +201,7 @@ def measure(tools: harness.Tools, base: Path, image: Path, log: Path, n: int, ar
             for mode, config in modes.items():
                 switch(run, config)
                 for _ in range(args.samples):
-                    results[mode].append(sample(run, shared, probe, i, log))
+                    results[mode].append(sample(run, shared, probe, i, log, args.hold))
                     i += 1
         switch(run, None)
     return results
@@ -224,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--samples", type=int, default=2, help="pods per mode and round")
     parser.add_argument("--modes", default=DEFAULT_MODES, help="of: " + "; ".join(MODES))
+    parser.add_argument(
+        "--hold", type=float, default=0.0, help="seconds the pod runs before its removal"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument(
         "--runtime", default="containerd-1.7", choices=("containerd-1.7", "containerd-2")

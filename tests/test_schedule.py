@@ -245,3 +245,168 @@ def test_re_pins_wait_for_the_granted_container_to_start_or_for_start_wait() -> 
     s.starting("h", 0.3)
     assert s.next_batch(0.3) == {}
     assert s.next_batch(0.3 + PACING.start_wait_s) == {"c0": cpus(0, 1)}
+
+
+# --- re-pins written into the cgroups first (the plugin writes what `to_write` hands out)
+
+
+def test_a_shrink_is_written_at_once_and_closes_the_window_before_any_batch() -> None:
+    s = held(3, cpus(0, 1, 2, 3))
+    s.holds("g", cpus(3))
+    s.change([Update(f"c{i}", cpus(0, 1, 2)) for i in range(3)], 0.0)
+    assert s.grant("g", frozenset({3}), 0.0) is None
+    s.starting("g", 0.0)
+    assert s.to_write() == {f"c{i}": cpus(0, 1, 2) for i in range(3)}
+    assert s.to_write() == {}  # handed out once
+    assert s.written({f"c{i}": cpus(0, 1, 2) for i in range(3)}, (), 0.004) == (
+        Closed("g", pytest.approx(0.004)),
+    )
+    assert s.next_batch(0.1) == {}  # the runtime's record still follows, after the start
+    assert s.started("g")
+    assert drain(s, 0.1) == [{f"c{i}": cpus(0, 1, 2) for i in range(3)}]
+    assert s.open_windows() == 0
+
+
+def test_growth_is_written_at_once_and_reaches_the_runtime_after_the_delay() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0, 1, 2))], 0.0)
+    assert s.to_write() == {"c0": cpus(0, 1, 2)}
+    s.written({"c0": cpus(0, 1, 2)}, (), 0.001)
+    assert s.next_batch(0.1) == {}
+    assert drain(s, 0.1) == [{"c0": cpus(0, 1, 2)}]
+
+
+def test_a_container_being_written_is_not_sent_until_the_write_is_told() -> None:
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    assert s.to_write() == {"c0": cpus(0, 1)}
+    assert s.next_batch(0.0) == {} and s.wakeup(0.0) is None
+    s.written({"c0": cpus(0, 1)}, (), 0.001)
+    assert s.wakeup(0.001) == PACING.grow_delay_s
+    assert s.next_batch(0.001 + PACING.grow_delay_s) == {"c0": cpus(0, 1)}
+
+
+def test_a_container_in_flight_is_written_only_after_the_runtime_answered() -> None:
+    """The runtime could otherwise apply the older placement over the newer written one."""
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    assert s.next_batch(0.0) == {"c0": cpus(0, 1)}  # (its write failed, or writes are off)
+    s.change([Update("c0", cpus(0))], 0.001)
+    s.grant("g", frozenset({1}), 0.001)
+    assert s.to_write() == {}
+    assert s.done(0.01).closed == ()
+    assert s.to_write() == {"c0": cpus(0)}
+    assert s.written({"c0": cpus(0)}, (), 0.011) == (Closed("g", pytest.approx(0.01)),)
+
+
+def test_a_failed_write_leaves_the_window_to_the_runtime() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0))], 0.0)
+    s.grant("g", frozenset({1}), 0.0)
+    s.to_write()
+    assert s.written({}, ("c0",), 0.001) == ()
+    assert s.to_write() == {}  # not written again: the runtime re-pins it
+    assert s.next_batch(0.001) == {"c0": cpus(0)}
+    assert s.done(0.02).closed == (Closed("g", pytest.approx(0.02)),)
+
+
+def test_a_written_shrink_given_back_before_the_runtime_applied_it_needs_no_runtime_call() -> None:
+    """Written (0, 1), still (0, 1, 2) in the runtime's record: growing back to that record is
+    written too, and the runtime is not asked at all."""
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    s.written(s.to_write(), (), 0.001)
+    s.change([Update("c0", cpus(0, 1, 2))], 0.002)
+    assert s.to_write() == {"c0": cpus(0, 1, 2)}
+    s.written({"c0": cpus(0, 1, 2)}, (), 0.003)
+    assert s.wakeup(0.003) is None and drain(s, 0.003) == []
+
+
+def test_a_written_shrink_reaches_the_runtime_after_the_grow_delay() -> None:
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    s.written(s.to_write(), (), 0.001)
+    assert s.next_batch(0.1) == {}
+    assert s.wakeup(0.1) == pytest.approx(PACING.grow_delay_s - 0.099)
+    assert s.next_batch(0.001 + PACING.grow_delay_s) == {"c0": cpus(0, 1)}
+
+
+def test_an_update_leaving_the_memory_nodes_unset_is_held_by_a_record_that_has_them() -> None:
+    """Re-pins set only the CPUs; the record from the container's creation has both."""
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", Placement(frozenset({0, 1}), None))], 0.0)
+    s.written(s.to_write(), (), 0.001)
+    s.change([Update("c0", Placement(frozenset({0, 1, 2}), None))], 0.002)
+    s.written(s.to_write(), (), 0.003)
+    assert drain(s, 0.003) == []
+
+
+def test_a_write_told_after_the_container_is_forgotten_is_ignored() -> None:
+    s = held(1, cpus(0, 1))
+    s.change([Update("c0", cpus(0))], 0.0)
+    s.to_write()
+    s.forget("c0", 0.001)
+    assert s.written({"c0": cpus(0)}, (), 0.002) == ()
+    assert s.wakeup(0.002) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["c0", "c1", "c2"]),
+            st.frozensets(st.integers(0, 4), min_size=1),
+            st.floats(0, 0.3),
+            st.sampled_from(["write", "fail", "batch", "none"]),
+        ),
+        max_size=40,
+    )
+)
+def test_with_writes_every_cgroup_and_the_runtimes_record_end_on_the_latest_placement(
+    steps: list[tuple[str, frozenset[int], float, str]],
+) -> None:
+    """Writes and batches interleaved as they may be: the cgroups (written by us, or by the
+    runtime applying a batch) and the runtime's record both end on each container's latest
+    placement; no write is handed out for a container in flight or being written."""
+    start = cpus(0, 1, 2, 3, 4)
+    s = held(3, start)
+    cgroup = {f"c{i}": start for i in range(3)}
+    record = dict(cgroup)
+    latest = dict(cgroup)
+    now = 0.0
+    flying: dict[str, Placement] = {}
+    for cid, ids, step, action in steps:
+        now += step
+        latest[cid] = Placement(ids, frozenset({0}))
+        s.change([Update(cid, latest[cid])], now)
+        if action in ("write", "fail"):
+            handed = s.to_write()
+            assert not set(handed) & set(flying)
+            if action == "write":
+                cgroup.update(handed)
+                s.written(handed, (), now)
+            else:
+                s.written({}, list(handed), now)
+        if action == "batch" and not flying and (batch := s.next_batch(now)):
+            flying = batch
+        elif flying:
+            cgroup.update(flying)
+            record.update(flying)
+            flying = {}
+            s.done(now)
+    if flying:
+        cgroup.update(flying)
+        record.update(flying)
+        s.done(now)
+    while True:
+        handed = s.to_write()
+        cgroup.update(handed)
+        s.written(handed, (), now)
+        batches = drain(s, now)
+        for batch in batches:
+            cgroup.update(batch)
+            record.update(batch)
+        if not handed and not batches:
+            break
+    assert cgroup == latest
+    assert record == latest

@@ -348,6 +348,12 @@ class UpdatesSection(_Section):
     grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant
     # re-pins wait (at most this long) for a container just granted exclusive CPUs to start
     start_wait_seconds: Annotated[float, Field(ge=0, le=10)] = 1.0
+    # Paced re-pins are written into the containers' cgroups (cpuset files under
+    # topology.sysfs_root) at once, then applied by the runtime grow_delay_seconds later: the
+    # exclusivity window closes in milliseconds, not after every runtime re-pin.
+    # Needs the cgroup files writable (the DaemonSet mounts them read-write); false: only the
+    # runtime writes them.
+    cgroup_first: StrictBool = True
 
 
 class Config(_Section):

@@ -57,6 +57,7 @@ ERROR_REASONS = (
 RELOAD_RESULTS = ("applied", "rejected")
 # What became of other containers' re-pins sent after the reply (docs/architecture.md).
 REPIN_OUTCOMES = ("sent", "retried", "given_up", "dropped", "held_for_reply", "rode_reply")
+CGROUP_WRITE_OUTCOMES = ("written", "gone", "refused")
 # How updates apart from a reply travel (plugin.Transport).
 TRANSPORTS = ("cri", "nri", "reply")
 # Why placements of containers the runtime no longer reports were released.
@@ -322,8 +323,9 @@ class Metrics:
             self.annotation_refusals.labels(limit)
         self.exclusive_window = Histogram(
             f"{PREFIX}_exclusive_window_seconds",
-            "Time from the reply granting exclusive CPUs until no other container was waiting "
-            "for the re-pin that takes them away (0: nobody held them, or re-pins in the reply).",
+            "Time from the reply granting exclusive CPUs until no other container's cgroup held "
+            "them: written there, or re-pinned by the runtime (0: nobody held them, or re-pins "
+            "in the reply).",
             buckets=WINDOW_BUCKETS,
             registry=self.registry,
         )
@@ -344,6 +346,16 @@ class Metrics:
         )
         for outcome in REPIN_OUTCOMES:
             self.repins.labels(outcome)
+        self.cgroup_writes = Counter(
+            f"{PREFIX}_cgroup_writes",
+            "Re-pins written to other containers' cgroups ahead of the runtime, by outcome "
+            "(written; gone: no cgroup, the container exited or is not created yet; refused: "
+            "the kernel refused the write). Those not written wait for the runtime.",
+            ["outcome"],
+            registry=self.registry,
+        )
+        for outcome in CGROUP_WRITE_OUTCOMES:
+            self.cgroup_writes.labels(outcome)
         self.update_transport = Gauge(
             f"{PREFIX}_update_transport",
             "1 for the transport updates apart from a reply take (cri: the runtime's CRI "

@@ -48,7 +48,7 @@ from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.drift import compare
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.daemon.schedule import PACED, Closed, Pacing, Schedule
-from nri_topology.daemon.verify import Verifier
+from nri_topology.daemon.verify import Verifier, Written
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
@@ -139,6 +139,8 @@ class Settings:
     pace_old_runtimes: bool = False
     transport: str = "auto"  # updates apart from a reply: auto, cri, nri (`Transport`)
     cri_socket: str | None = None  # None: the runtime's default, by its name in Configure
+    # Paced re-pins are written into the containers' cgroups at once, ahead of the runtime.
+    cgroup_first: bool = True
 
 
 class Transport:
@@ -234,6 +236,7 @@ class TopologyPlugin(Plugin):
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._windows: dict[str, float] = {}  # closed before their decision was kept
+        self._cgroups_read_only = False  # found at the first write: re-pins wait for the runtime
         self._writer: CheckpointWriter | None = None
         self.verifier: Verifier | None = None
         if settings.cgroup_root is not None:
@@ -1042,6 +1045,7 @@ class TopologyPlugin(Plugin):
         elif decision.exclusive:
             sched.starting(cid, now)
         if others:
+            self._write_ahead()
             self._wake()
         return ()
 
@@ -1054,6 +1058,50 @@ class TopologyPlugin(Plugin):
             self._send_later(updates, why)
             return
         self.schedule.change(updates, self._clock())
+        self._write_ahead()
+        self._wake()
+
+    def writes_cgroups(self) -> bool:
+        """Whether paced re-pins go into the containers' cgroups ahead of the runtime."""
+        return (
+            self.paced
+            and self.settings.cgroup_first
+            and self.verifier is not None
+            and not self._cgroups_read_only
+        )
+
+    def _write_ahead(self) -> None:
+        """Re-pins pending in the schedule go into the containers' cgroups now: the runtime
+        applies them later, paced, but no container keeps running on CPUs taken from it."""
+        if not self.writes_cgroups():
+            return
+        batch = self.schedule.to_write()
+        if batch:
+            self._spawn(self._write(batch))
+
+    async def _write(self, batch: dict[str, Placement]) -> None:
+        """Write `batch` (handed out by the schedule) and tell the schedule what is written."""
+        assert self.verifier is not None
+        try:
+            results = await self.verifier.write(batch)
+        except Exception as exc:  # the schedule must hear back, or these wait forever
+            _log.error("writing cgroups failed", error=str(exc))
+            results = dict.fromkeys(batch, Written.REFUSED)
+        ok = {cid: batch[cid] for cid, r in results.items() if r is Written.WRITTEN}
+        failed = [cid for cid in batch if cid not in ok]
+        self._closed(self.schedule.written(ok, failed, self._clock()))
+        writes = self.metrics.cgroup_writes
+        for outcome in Written:
+            n = sum(1 for r in results.values() if r is outcome)
+            if n:
+                writes.labels("refused" if outcome is Written.READ_ONLY else outcome.value).inc(n)
+        if Written.READ_ONLY in results.values() and not self._cgroups_read_only:
+            self._cgroups_read_only = True
+            _log.warning(
+                "containers' cgroups cannot be written here (mount them read-write, or set "
+                "updates.cgroup_first to false): re-pins wait for the runtime",
+                cgroup_root=str(self.verifier.root),
+            )
         self._wake()
 
     def _wake(self) -> None:
@@ -1095,6 +1143,7 @@ class TopologyPlugin(Plugin):
         self.metrics.update_batch.observe(self._clock() - started)
         retry, drop = await self._landed(batch)
         done = self.schedule.done(self._clock(), retry, drop)
+        self._write_ahead()  # shrinks that came while these were in flight
         repins = self.metrics.repins
         repins.labels("sent").inc(len(batch))
         for outcome, ids in (

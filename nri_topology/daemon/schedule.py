@@ -18,13 +18,21 @@ and asks it which batch to send and when to ask again. Its rules:
   start, and the container runs on its CPUs only once started;
 * after a batch the plugin says which containers to retry (still live, cgroup not as sent) and
   which to drop (gone); retries are bounded, the periodic cgroup check repairs the rest;
+* with cgroup writes on, every pending placement is written to the container's cgroup at once
+  (`to_write`), not waiting for a start, a delay, a batch or a gap; the runtime still applies
+  it later through the transport, which keeps its own record of the container's resources,
+  after `grow_delay_s` (no longer urgent, and moot if the placement returns to that record
+  meanwhile: a shrink undone by a release needs no runtime call at all). A container with a
+  re-pin in flight is written only once that batch is acknowledged, so the runtime never
+  applies an older placement over a newer written one;
 * an exclusivity window per exclusive grant: open from the reply until no container that may
-  still hold the granted CPUs is waiting for its re-pin.
+  still hold the granted CPUs waits for its re-pin, in its cgroup (written) or through the
+  runtime.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from nri_topology.policy.types import Placement, Update
@@ -51,6 +59,7 @@ class _Pending:
     placement: Placement
     due: float
     attempts: int = 0
+    unwritable: bool = False  # its write failed: the runtime applies it
 
 
 @dataclass(slots=True)
@@ -94,6 +103,9 @@ class Schedule:
 
     pacing: Pacing = PACED
     _held: dict[str, Placement] = field(default_factory=dict)  # as acknowledged or created
+    # written to the container's cgroup, not yet acknowledged by the runtime
+    _written: dict[str, Placement] = field(default_factory=dict)
+    _writing: set[str] = field(default_factory=set)  # handed out by `to_write`, not yet told
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _in_flight: dict[str, _Pending] = field(default_factory=dict)
     _windows: dict[str, _Window] = field(default_factory=dict)  # by owner
@@ -105,6 +117,7 @@ class Schedule:
     def reset(self, held: Iterable[tuple[str, Placement]]) -> None:
         """Start over from what the runtime reported (Synchronize); nothing pending."""
         self._held = dict(held)
+        self._written.clear()
         self._pending.clear()
         self._windows.clear()
         self._starting.clear()
@@ -112,6 +125,7 @@ class Schedule:
     def holds(self, container_id: str, placement: Placement) -> None:
         """A container got `placement` without us (created with it, or in a reply)."""
         self._held[container_id] = placement
+        self._written.pop(container_id, None)
         self._pending.pop(container_id, None)
 
     def change(self, updates: Iterable[Update], now: float) -> None:
@@ -120,10 +134,12 @@ class Schedule:
             cid, placement = u.container_id, u.placement
             flying = self._in_flight.get(cid)
             base = flying.placement if flying is not None else self._held.get(cid)
-            if base == placement:
+            runs_on = self._runs_on(cid)
+            if _covers(base, placement) and (flying is not None or _covers(runs_on, placement)):
                 self._pending.pop(cid, None)  # grew and shrank back (or the reverse) unsent
                 continue
-            due = now if shrinks(base, placement) else now + self.pacing.grow_delay_s
+            urgent = shrinks(base, placement) or shrinks(runs_on, placement)
+            due = now if urgent else now + self.pacing.grow_delay_s
             old = self._pending.get(cid)
             if old is not None:
                 due = min(due, old.due)
@@ -134,7 +150,7 @@ class Schedule:
         waiting = {
             cid
             for cid in (*self._pending, *self._in_flight)
-            if cid != owner and _may_hold(self._held.get(cid), cpus)
+            if cid != owner and _may_hold(self._runs_on(cid), cpus)
         }
         if not waiting:
             return Closed(owner, 0.0) if cpus else None
@@ -154,6 +170,7 @@ class Schedule:
         """The container is gone: nothing to send to it; its own window is void."""
         self._starting.pop(container_id, None)
         self._held.pop(container_id, None)
+        self._written.pop(container_id, None)
         self._pending.pop(container_id, None)
         self._windows.pop(container_id, None)
         return self._leave(container_id, now)
@@ -167,11 +184,56 @@ class Schedule:
     def open_windows(self) -> int:
         return len(self._windows)
 
+    def to_write(self) -> dict[str, Placement]:
+        """Pending placements to write to the containers' cgroups now, whatever they are due:
+        not in flight (the runtime could apply the older placement after the write), not
+        written or being written, not refused before."""
+        out = {
+            cid: entry.placement
+            for cid, entry in self._pending.items()
+            if not entry.unwritable
+            and cid not in self._in_flight
+            and cid not in self._writing
+            and not _covers(self._runs_on(cid), entry.placement)
+        }
+        self._writing.update(out)
+        return out
+
+    def written(
+        self, placements: Mapping[str, Placement], failed: Collection[str], now: float
+    ) -> tuple[Closed, ...]:
+        """What `to_write` handed out: `placements` are in the cgroups now, `failed` are not
+        (they wait for the runtime). Closes the windows that waited only for them."""
+        self._writing.difference_update(placements)
+        self._writing.difference_update(failed)
+        for cid in failed:
+            if (entry := self._pending.get(cid)) is not None:
+                entry.unwritable = True
+        closed: list[Closed] = []
+        for cid, placement in placements.items():
+            if cid not in self._held and cid not in self._pending:
+                continue  # forgotten meanwhile
+            entry = self._pending.get(cid)
+            if _covers(self._held.get(cid), placement):
+                self._written.pop(cid, None)  # back to the runtime's record: nothing to send
+                if entry is not None and entry.placement == placement:
+                    del self._pending[cid]
+            else:
+                self._written[cid] = _merged(self._runs_on(cid), placement)
+                if entry is not None:  # no longer urgent: a later change may make it moot
+                    entry.due = max(entry.due, now + self.pacing.grow_delay_s)
+            closed += self._settled(cid, placement, now)
+        return tuple(closed)
+
     def next_batch(self, now: float) -> dict[str, Placement]:
         """The updates to send now (empty: none due, or a batch is still in flight)."""
         if self._in_flight or now < self._ready_at or not self._pending or self._waits(now):
             return {}
-        due = sorted((p.due, cid) for cid, p in self._pending.items() if p.due <= now)
+        due = sorted(
+            (p.due, cid)
+            for cid, p in self._pending.items()
+            if p.due <= now and cid not in self._writing
+        )
         batch = {}
         for _, cid in due[: self.pacing.batch]:
             entry = self._pending.pop(cid)
@@ -181,10 +243,11 @@ class Schedule:
 
     def wakeup(self, now: float) -> float | None:
         """Seconds until `next_batch` has something; None while nothing is pending or a batch
-        is in flight (`change` and `done` are the next moments to ask)."""
-        if self._in_flight or not self._pending:
-            return None
-        first = min(p.due for p in self._pending.values())
+        is in flight (`change`, `done` and `written` are the next moments to ask)."""
+        dues = [p.due for cid, p in self._pending.items() if cid not in self._writing]
+        if self._in_flight or not dues:
+            return None  # (or all being written: `written` is the next moment to ask)
+        first = min(dues)
         if self._waits(now):
             first = max(first, max(self._starting.values()))
         return max(0.0, max(first, self._ready_at) - now)
@@ -199,6 +262,7 @@ class Schedule:
             if cid in drop:
                 dropped.append(cid)
                 self._held.pop(cid, None)
+                self._written.pop(cid, None)
                 self._pending.pop(cid, None)
                 closed += self._leave(cid, now)
             elif cid in retry:
@@ -212,7 +276,8 @@ class Schedule:
                 due = now + self.pacing.retry_delay_s
                 self._pending[cid] = _Pending(entry.placement, due, entry.attempts + 1)
             else:
-                self._held[cid] = entry.placement
+                self._held[cid] = _merged(self._held.get(cid), entry.placement)
+                self._written.pop(cid, None)
                 closed += self._settled(cid, entry.placement, now)
         return Done(tuple(closed), tuple(retried), tuple(given_up), tuple(dropped))
 
@@ -223,6 +288,11 @@ class Schedule:
         self._ready_at = now
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _runs_on(self, cid: str) -> Placement | None:
+        """What the container's cgroup holds: written by us, else as the runtime applied it."""
+        written = self._written.get(cid)
+        return written if written is not None else self._held.get(cid)
 
     def _waits(self, now: float) -> bool:
         """Whether a granted container's start still holds the re-pins back."""
@@ -253,6 +323,30 @@ class Schedule:
             return []
         del self._windows[owner]
         return [Closed(owner, now - w.opened)]
+
+
+def _covers(held: Placement | None, wanted: Placement) -> bool:
+    """Whether a container holding `held` holds `wanted` already (fields `wanted` leaves unset
+    are left as they are)."""
+    if held is None:
+        return False
+    pairs = (
+        (held.cpus, wanted.cpus),
+        (held.mems, wanted.mems),
+        (held.cpu_shares, wanted.cpu_shares),
+    )
+    return all(w is None or w == h for h, w in pairs)
+
+
+def _merged(held: Placement | None, new: Placement) -> Placement:
+    """What a container holds once `new` is applied over `held`."""
+    if held is None:
+        return new
+    return Placement(
+        new.cpus if new.cpus is not None else held.cpus,
+        new.mems if new.mems is not None else held.mems,
+        new.cpu_shares if new.cpu_shares is not None else held.cpu_shares,
+    )
 
 
 def _may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:

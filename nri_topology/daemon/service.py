@@ -120,6 +120,7 @@ def settings_of(config: Config) -> Settings:
         pace_old_runtimes=config.updates.in_reply is False,
         transport=config.updates.transport,
         cri_socket=config.updates.cri_socket,
+        cgroup_first=config.updates.cgroup_first,
     )
 
 

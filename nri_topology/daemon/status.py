@@ -130,7 +130,12 @@ class StatusPages:
     def _updates(self) -> dict[str, Any]:
         p = self._plugin
         cri = p.cri.socket if p.cri is not None and p.transport == "cri" else None
-        return {"transport": p.transport, "paced": p.paced, "cri_socket": cri}
+        return {
+            "transport": p.transport,
+            "paced": p.paced,
+            "cri_socket": cri,
+            "cgroup_first": p.writes_cgroups(),
+        }
 
     def explain(self, target: str, fmt: str) -> Page:
         parts = target.split("/")
@@ -172,6 +177,8 @@ def _updates_line(doc: Mapping[str, Any]) -> str:
         "reply": "in replies (no safe transport)",
     }[doc["transport"]]
     when = "after the reply, paced" if doc["paced"] else "in the reply"
+    if doc["paced"] and doc.get("cgroup_first"):
+        when += ", written to the cgroups first"
     return f"Re-pins: {when}; other updates {how}"
 
 

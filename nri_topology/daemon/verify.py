@@ -1,4 +1,5 @@
-"""Checking containers' real cgroups against their placements, and repairing drift.
+"""Checking containers' real cgroups against their placements, and repairing drift; writing
+shrinks into them ahead of the runtime.
 
 After a container starts (an update that reached it between creation and start may be only in
 its spec) and every `interval_s` seconds, each checked container's cpuset.cpus and cpuset.mems
@@ -13,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
+import errno
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -51,8 +54,37 @@ def read_applied(root: Path, cgroups_path: str) -> Applied | None:
     return Applied(cpus, mems)
 
 
+class Written(enum.Enum):
+    """How writing a placement to a container's cgroup went."""
+
+    WRITTEN = "written"
+    GONE = "gone"  # no cgroup: exited, or not created yet
+    REFUSED = "refused"  # the kernel refused it: the runtime applies it later
+    READ_ONLY = "read_only"  # the cgroup files cannot be written here at all
+
+
+def write_placement(root: Path, cgroups_path: str, placement: Placement) -> Written:
+    """Write a placement's cpusets into the container's cgroup, as the runtime would."""
+    rel = cgroup_dir(cgroups_path)
+    d = root / rel if rel is not None else None
+    if d is None or not d.is_dir():
+        return Written.GONE
+    try:
+        for name, value in (("cpuset.cpus", placement.cpus), ("cpuset.mems", placement.mems)):
+            if value is not None:
+                (d / name).write_text(cpuset.text(value))
+    except FileNotFoundError:
+        return Written.GONE if not d.is_dir() else Written.REFUSED
+    except OSError as exc:
+        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+            return Written.READ_ONLY
+        return Written.REFUSED
+    return Written.WRITTEN
+
+
 class Verifier:
-    """Knows each container's cgroups path; checks them on request and on a timer."""
+    """Knows each container's cgroups path; checks them on request and on a timer, and writes
+    shrinks into them ahead of the runtime (`write`)."""
 
     def __init__(
         self,
@@ -126,6 +158,18 @@ class Verifier:
             return {cid: a for cid, a in found.items() if a is not None}
 
         return await asyncio.to_thread(read)
+
+    async def write(self, placements: Mapping[str, Placement]) -> dict[str, Written]:
+        """Write each placement into its container's cgroup, in a worker thread."""
+        root, paths = self.root, dict(self._paths)
+
+        def write() -> dict[str, Written]:
+            return {
+                cid: write_placement(root, paths[cid], p) if cid in paths else Written.GONE
+                for cid, p in placements.items()
+            }
+
+        return await asyncio.to_thread(write)
 
     def start(self) -> None:
         """Start the periodic check (once; interval 0 turns it off)."""

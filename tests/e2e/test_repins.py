@@ -16,6 +16,7 @@ import signal
 
 import pytest
 
+from nri_topology.cri import api_pb2 as cri
 from nri_topology.nri.versions import parse_version
 from tests.e2e.harness import Run, online_cpus, parse_cpus, wait_for
 
@@ -80,7 +81,11 @@ def test_re_pins_go_through_the_cri_after_the_reply(run: Run, cpus: set[int]) ->
         "the window closed", lambda: run.metric("nri_topology_exclusive_window_seconds_count"), 10
     )
     assert run.metric("nri_topology_exclusive_window_seconds_sum") > 0
-    assert run.metric("nri_topology_repins_total", outcome="sent") == SHARED
+    wait_for(
+        "the runtime's re-pins sent",
+        lambda: run.metric("nri_topology_repins_total", outcome="sent") == SHARED,
+        10,
+    )
     assert run.metric("nri_topology_own_repins_answered_total") == SHARED
     assert run.metric("nri_topology_decision_duration_seconds_count", operation="resize") == 0
     assert run.metric("nri_topology_errors_total", reason="update_failed") == 0
@@ -150,3 +155,48 @@ def test_a_killed_shared_container_fails_no_creation(run: Run, cpus: set[int]) -
         lambda: all(parse_cpus(run.cpuset(p.containers[0]).cpus) == cpus for p in live),
         10,
     )
+
+
+def _spec_cpus(run: Run, container_id: str) -> set[int]:
+    """The cpuset in the runtime's own record of the container (its OCI spec)."""
+    assert run.cri is not None
+    status = run.cri.runtime(
+        "ContainerStatus", cri.ContainerStatusRequest(container_id=container_id, verbose=True)
+    )
+    spec = json.loads(status.info["info"])["runtimeSpec"]
+    return parse_cpus(spec["linux"]["resources"]["cpu"]["cpus"])
+
+
+def test_shrinks_reach_the_cgroups_before_the_runtime_re_pins_them(
+    run: Run, cpus: set[int]
+) -> None:
+    """With cgroups first (the default) the shared containers' cgroups give up the granted CPU
+    right after the reply, while the runtime's re-pins still wait for the container's start
+    (held back here by not starting it); they follow once it starts, so the runtime's own record
+    of each shared container agrees with its cgroup."""
+    run.write_plugin_config("updates:\n  transport: cri\n  start_wait_seconds: 10\n")
+    run.start_plugin()
+    shared = _shared(run)
+    g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4, start=False)
+    ctr = g.containers[0]
+    _, text = run.plugin_http("/status?format=json")
+    placed = {c["container_id"]: c["cpus"] for c in json.loads(text)["containers"]}
+    exclusive = parse_cpus(placed[ctr.id])
+    assert len(exclusive) == 1
+    wait_for("shared cgroups written", lambda: not _holding(run, shared, exclusive), 5)
+    assert run.metric("nri_topology_cgroup_writes_total", outcome="written") == SHARED
+    assert run.metric("nri_topology_exclusive_window_seconds_count") == 1
+    assert run.metric("nri_topology_repins_total", outcome="sent") == 0  # waiting for the start
+    assert all(_spec_cpus(run, p.containers[0].id) == cpus for p in shared)
+    run.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=ctr.id))
+    wait_for(
+        "the runtime's re-pins sent",
+        lambda: run.metric("nri_topology_repins_total", outcome="sent") == SHARED,
+        10,
+    )
+    run.settled()
+    for p in shared:
+        cid = p.containers[0].id
+        assert _spec_cpus(run, cid) == parse_cpus(run.cpuset(cid).cpus) == cpus - exclusive
+    assert run.metric("nri_topology_repins_total", outcome="retried") == 0
+    assert run.metric("nri_topology_cgroup_drift_total", check="post_start") == 0
