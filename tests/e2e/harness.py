@@ -32,6 +32,7 @@ import grpc
 from nri_topology.cri import api_pb2 as cri
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
+from nri_topology.nri.versions import parse_version
 from nri_topology.policy.types import QoS
 from nri_topology.testing import ociimage
 from nri_topology.topology.cpuset import parse as parse_cpus
@@ -60,13 +61,16 @@ class Quirk(enum.Enum):
     """A way a runtime differs from the others that a test sees; the value says how."""
 
     NO_SYNC_ON_RELAUNCH = (
-        "containerd 1.7 sends no Synchronize to the plugins it launches, so a relaunched plugin "
-        "does not learn the running containers"
+        "containerd before 1.7.26 (NRI older than v0.7.0) sends no Synchronize to the plugins it "
+        "launches, so a relaunched plugin does not learn the running containers"
     )
 
 
 def quirks(runtime: str, version: str) -> frozenset[Quirk]:
-    if runtime.startswith("containerd") and version.startswith("1.7"):
+    """By the release part of the version the runtime reports: `1.7.24~ds1` (Debian's) and
+    `v1.7.25` (an upstream build) alike."""
+    release = parse_version(version)
+    if runtime.startswith("containerd") and release is not None and release < (1, 7, 26):
         return frozenset({Quirk.NO_SYNC_ON_RELAUNCH})
     return frozenset()
 
