@@ -461,8 +461,8 @@ class TopologyPlugin(Plugin):
     ) -> None:
         """A pod resized in place (KEP-1287 with pod-level resources): the container holding the
         pod's budget (`podlevel`) is placed again with the new one (the policy keeps the pod's
-        new data for all its containers); what changes for it and for others goes out through
-        UpdateContainers, as this event's reply carries no updates."""
+        new data for all its containers); what changes for it and for others goes through the
+        update schedule like any re-pin, as this event's reply carries no updates."""
         self._event("UpdatePodSandbox")
         # the new resources beside the pod; without them the pod's own say what it has now
         pod_info = convert.pod_info(pod, resources if resources.ByteSize() else None)
@@ -486,7 +486,7 @@ class TopologyPlugin(Plugin):
             self.files.updated(u for u in decision.updates if u.container_id != holder)
         updates = {u.container_id: u for u in decision.updates}
         updates[holder] = Update(holder, decision.placement)
-        self._send_later([updates[cid] for cid in sorted(updates)], "pod resize")
+        self._defer([updates[cid] for cid in sorted(updates)], "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self._event("RemovePodSandbox")
