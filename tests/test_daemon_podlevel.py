@@ -5,6 +5,7 @@ subscribed to only where the runtime knows the event) re-places it through Updat
 from __future__ import annotations
 
 import asyncio
+import math
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,41 @@ def test_pod_resources_place_the_container_and_a_pod_resize_moves_it(machine: Ma
     assert len(cpuset.parse(before)) == 2  # two exclusive CPUs from the pod's resources
     assert len(cpuset.parse(after)) == 3
     assert kept == cpuset.parse(after)  # a refused resize keeps what it held
+
+
+def test_a_pod_resize_sends_its_re_pins_through_the_schedule(machine: Machine) -> None:
+    """The resized container and the shared containers that give it a CPU are re-pinned as any
+    other change: coalesced, in the schedule's batches."""
+
+    async def scenario() -> tuple[float, float, list[str]]:
+        plugin = TopologyPlugin(Policy(machine, Options(reserved_resources=CpuAmount(milli=0))))
+        async with connected(plugin, RuntimePeer(request_timeout=2.0)) as (peer, stub):
+            plugin.stub = stub
+            for i in range(4):
+                shared = api_pb2.PodSandbox(id=f"s{i}", name=f"s{i}", namespace="ns", uid=f"v{i}")
+                shared.linux.cgroup_parent = f"/kubepods/besteffort/podv{i}"
+                await peer.run_pod_sandbox(shared)
+                c = api_pb2.Container(id=f"sc{i}", pod_sandbox_id=shared.id, name="app")
+                c.linux.resources.cpu.shares.value = 2
+                await peer.create_container(shared, c)
+            pod, ctr = pod_level(2)
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, ctr)
+            await plugin.settle()
+            peer.unsolicited_updates.clear()
+            sample = plugin.metrics.registry.get_sample_value
+            sent_before = sample("nri_topology_repins_total", {"outcome": "sent"}) or 0.0
+            batches_before = sample("nri_topology_update_batch_seconds_count") or 0.0
+            await peer.update_pod_sandbox(pod, resources=resources(3))
+            await plugin.settle()
+            sent = (sample("nri_topology_repins_total", {"outcome": "sent"}) or 0.0) - sent_before
+            batches = (sample("nri_topology_update_batch_seconds_count") or 0.0) - batches_before
+            return sent, batches, sorted(u.container_id for u in peer.unsolicited_updates)
+
+    sent, batches, updated = asyncio.run(scenario())
+    assert "c1" in updated and len(updated) >= 3  # it, and the shared containers of its pool
+    assert sent == len(updated)
+    assert batches >= math.ceil(sent / 3)  # the schedule's batches of three at most
 
 
 @pytest.mark.parametrize(("nri", "subscribed"), [("v0.12.2", True), ("v0.9.0", False)])

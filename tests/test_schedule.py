@@ -263,7 +263,8 @@ def test_a_shrink_is_written_at_once_and_closes_the_window_before_any_batch() ->
     )
     assert s.next_batch(0.1) == {}  # the runtime's record still follows, after the start
     assert s.started("g")
-    assert drain(s, 0.1) == [{f"c{i}": cpus(0, 1, 2) for i in range(3)}]
+    # the runtime's record follows, one container at a time (its cgroup holds it already)
+    assert drain(s, 0.1) == [{f"c{i}": cpus(0, 1, 2)} for i in range(3)]
     assert s.open_windows() == 0
 
 
@@ -339,6 +340,31 @@ def test_an_update_leaving_the_memory_nodes_unset_is_held_by_a_record_that_has_t
     s.change([Update("c0", Placement(frozenset({0, 1, 2}), None))], 0.002)
     s.written(s.to_write(), (), 0.003)
     assert drain(s, 0.003) == []
+
+
+def test_a_written_re_pin_reaches_the_runtime_in_a_quiet_moment_or_after_quiet_max() -> None:
+    s = held(2, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1)), Update("c1", cpus(0, 1))], 0.0)
+    s.written(s.to_write(), (), 0.0)
+    due = PACING.grow_delay_s
+    s.event(due - 0.01)  # pods' events come: the runtime serves them first
+    assert s.next_batch(due) == {}
+    assert s.wakeup(due) == pytest.approx(PACING.quiet_s - 0.01)
+    assert s.next_batch(due - 0.01 + PACING.quiet_s) == {"c0": cpus(0, 1)}  # one at a time
+    s.done(due + PACING.quiet_s)
+    now = due + PACING.quiet_s
+    while now < due + PACING.quiet_max_s:  # events without end: bounded all the same
+        s.event(now)
+        assert s.next_batch(now) == {}
+        now += 0.05
+    assert s.next_batch(due + PACING.quiet_max_s) == {"c1": cpus(0, 1)}
+
+
+def test_re_pins_the_cgroups_lack_go_in_batches_whatever_the_events() -> None:
+    s = held(4, cpus(0, 1, 2))
+    s.change([Update(f"c{i}", cpus(0, 1)) for i in range(4)], 0.0)
+    s.event(0.0)
+    assert len(s.next_batch(0.0)) == PACING.batch
 
 
 def test_a_write_told_after_the_container_is_forgotten_is_ignored() -> None:

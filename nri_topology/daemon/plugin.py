@@ -274,6 +274,11 @@ class TopologyPlugin(Plugin):
 
     # --- NRI handlers -------------------------------------------------------------------------
 
+    def _event(self, name: str) -> None:
+        """A runtime event for a pod: counted, and the runtime's record re-pins give way to it."""
+        self.metrics.request(name)
+        self.schedule.event(self._clock())
+
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
         self.metrics.request("Configure")
         if req.config.strip() and self._runtime_config is not None:
@@ -440,12 +445,12 @@ class TopologyPlugin(Plugin):
         return convert.updates(report.updates, ignore_failure=True)
 
     async def run_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
-        self.metrics.request("RunPodSandbox")
+        self._event("RunPodSandbox")
         if self.hints is not None:
             self.hints.pod_started(convert.pod_info(pod))
 
     async def stop_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
-        self.metrics.request("StopPodSandbox")
+        self._event("StopPodSandbox")
         await self._release_pod(pod.id, "pod_stopped")
 
     async def update_pod_sandbox(
@@ -456,9 +461,9 @@ class TopologyPlugin(Plugin):
     ) -> None:
         """A pod resized in place (KEP-1287 with pod-level resources): the container holding the
         pod's budget (`podlevel`) is placed again with the new one (the policy keeps the pod's
-        new data for all its containers); what changes for it and for others goes out through
-        UpdateContainers, as this event's reply carries no updates."""
-        self.metrics.request("UpdatePodSandbox")
+        new data for all its containers); what changes for it and for others goes through the
+        update schedule like any re-pin, as this event's reply carries no updates."""
+        self._event("UpdatePodSandbox")
         # the new resources beside the pod; without them the pod's own say what it has now
         pod_info = convert.pod_info(pod, resources if resources.ByteSize() else None)
         async with self._lock:
@@ -481,10 +486,10 @@ class TopologyPlugin(Plugin):
             self.files.updated(u for u in decision.updates if u.container_id != holder)
         updates = {u.container_id: u for u in decision.updates}
         updates[holder] = Update(holder, decision.placement)
-        self._send_later([updates[cid] for cid in sorted(updates)], "pod resize")
+        self._defer([updates[cid] for cid in sorted(updates)], "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
-        self.metrics.request("RemovePodSandbox")
+        self._event("RemovePodSandbox")
         if self.hints is not None:
             self.hints.pod_removed(pod.id)
         self._keys_reported.pop(pod.id, None)
@@ -519,7 +524,7 @@ class TopologyPlugin(Plugin):
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
-        self.metrics.request("CreateContainer")
+        self._event("CreateContainer")
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
         if self.hints is not None:  # before the lock: other events go on while it looks
             refs = convert.device_refs(ctr)
@@ -558,7 +563,7 @@ class TopologyPlugin(Plugin):
         return adjust, convert.updates(in_reply, ignore_failure=True)
 
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
-        self.metrics.request("StartContainer")
+        self._event("StartContainer")
         async with self._lock:
             delay = self._timers.pending.pop(ctr.id, None)
             if delay is None:
@@ -568,7 +573,7 @@ class TopologyPlugin(Plugin):
             self._commit()
 
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
-        self.metrics.request("PostStartContainer")
+        self._event("PostStartContainer")
         if self.schedule.started(ctr.id):
             self._wake()
         if self.verifier is not None and self._placed(ctr.id):
@@ -584,6 +589,7 @@ class TopologyPlugin(Plugin):
         self.metrics.request("UpdateContainer")
         if ctr.id in self._awaiting and _cpusets_only(resources):
             return self._own_repin(ctr.id)
+        self.schedule.event(self._clock())
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
@@ -647,7 +653,7 @@ class TopologyPlugin(Plugin):
         return [convert.container_update(container_id, Placement(now.cpus, now.mems))]
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
-        self.metrics.request("StopContainer")
+        self._event("StopContainer")
         if self.settings.restart_hold_s > 0 and await self._hold(pod.id, ctr.id):
             return convert.updates(self._with_riders((), ctr.id), ignore_failure=True)
         updates = await self._release(ctr.id, "stopped")
@@ -657,7 +663,7 @@ class TopologyPlugin(Plugin):
         return []
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
-        self.metrics.request("RemoveContainer")
+        self._event("RemoveContainer")
         # Normally released at stop already; a removal without a stop must not leak resources.
         # Other containers' updates have no reply to ride on here, so they go out separately.
         updates = await self._release(ctr.id, "removed")

@@ -22,7 +22,9 @@ and asks it which batch to send and when to ask again. Its rules:
   (`to_write`), not waiting for a start, a delay, a batch or a gap; the runtime still applies
   it later through the transport, which keeps its own record of the container's resources,
   after `grow_delay_s` (no longer urgent, and moot if the placement returns to that record
-  meanwhile: a shrink undone by a release needs no runtime call at all). A container with a
+  meanwhile: a shrink undone by a release needs no runtime call at all), one container at a
+  time and only when no runtime event came for `quiet_s` (at most `quiet_max_s` late): that
+  bookkeeping never holds up a pod's event by more than one re-pin. A container with a
   re-pin in flight is written only once that batch is acknowledged, so the runtime never
   applies an older placement over a newer written one;
 * an exclusivity window per exclusive grant: open from the reply until no container that may
@@ -48,6 +50,10 @@ class Pacing:
     retries: int = 2  # sends of a re-pin that did not land, after the first
     retry_delay_s: float = 0.2
     start_wait_s: float = 1.0  # re-pins wait this long at most for a granted container's start
+    # Re-pins the cgroups hold already (written) only bring the runtime's record up to date: one
+    # at a time, once no runtime event came for `quiet_s`, or `quiet_max_s` after they fell due.
+    quiet_s: float = 0.1
+    quiet_max_s: float = 10.0
 
 
 PACED = Pacing()
@@ -111,6 +117,7 @@ class Schedule:
     _windows: dict[str, _Window] = field(default_factory=dict)  # by owner
     _ready_at: float = 0.0
     _starting: dict[str, float] = field(default_factory=dict)  # owner -> waited for until
+    _last_event: float = float("-inf")  # the runtime's last event for a pod
 
     # --- what the plugin tells ---------------------------------------------------------------
 
@@ -161,6 +168,10 @@ class Schedule:
         """`owner`, just granted exclusive CPUs, is about to start: re-pins wait for it."""
         if self.pacing.start_wait_s > 0:
             self._starting[owner] = now + self.pacing.start_wait_s
+
+    def event(self, now: float) -> None:
+        """The runtime handles an event for a pod: re-pins the cgroups hold wait for quiet."""
+        self._last_event = now
 
     def started(self, owner: str) -> bool:
         """`owner` has started (or will not): re-pins may go. Whether they waited for it."""
@@ -226,16 +237,15 @@ class Schedule:
         return tuple(closed)
 
     def next_batch(self, now: float) -> dict[str, Placement]:
-        """The updates to send now (empty: none due, or a batch is still in flight)."""
-        if self._in_flight or now < self._ready_at or not self._pending or self._waits(now):
+        """The updates to send now (empty: none due, or a batch is still in flight): up to
+        `batch` re-pins the cgroups do not hold yet, else one they hold."""
+        if self._in_flight or now < self._ready_at or not self._pending:
             return {}
-        due = sorted(
-            (p.due, cid)
-            for cid, p in self._pending.items()
-            if p.due <= now and cid not in self._writing
-        )
+        ready = sorted((t, cid) for cid, t in self._times(now).items() if t <= now)
+        urgent = [cid for _, cid in ready if not self._recorded(cid)]
+        chosen = urgent[: self.pacing.batch] if urgent else [cid for _, cid in ready[:1]]
         batch = {}
-        for _, cid in due[: self.pacing.batch]:
+        for cid in chosen:
             entry = self._pending.pop(cid)
             self._in_flight[cid] = entry
             batch[cid] = entry.placement
@@ -244,13 +254,10 @@ class Schedule:
     def wakeup(self, now: float) -> float | None:
         """Seconds until `next_batch` has something; None while nothing is pending or a batch
         is in flight (`change`, `done` and `written` are the next moments to ask)."""
-        dues = [p.due for cid, p in self._pending.items() if cid not in self._writing]
-        if self._in_flight or not dues:
+        times = self._times(now)
+        if self._in_flight or not times:
             return None  # (or all being written: `written` is the next moment to ask)
-        first = min(dues)
-        if self._waits(now):
-            first = max(first, max(self._starting.values()))
-        return max(0.0, max(first, self._ready_at) - now)
+        return max(0.0, max(min(times.values()), self._ready_at) - now)
 
     def done(self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()) -> Done:
         """The batch in flight was acknowledged; `retry` did not land, `drop` are gone."""
@@ -293,6 +300,25 @@ class Schedule:
         """What the container's cgroup holds: written by us, else as the runtime applied it."""
         written = self._written.get(cid)
         return written if written is not None else self._held.get(cid)
+
+    def _recorded(self, cid: str) -> bool:
+        """Whether the container's cgroup holds its pending placement already (written)."""
+        return _covers(self._written.get(cid), self._pending[cid].placement)
+
+    def _times(self, now: float) -> dict[str, float]:
+        """When each pending re-pin (not being written) may go: when due; a re-pin the cgroup
+        lacks not while a granted container starts; one it holds only in a quiet moment."""
+        start = max(self._starting.values()) if self._waits(now) else 0.0
+        quiet = self._last_event + self.pacing.quiet_s
+        out = {}
+        for cid, p in self._pending.items():
+            if cid in self._writing:
+                continue
+            if self._recorded(cid):
+                out[cid] = max(p.due, min(quiet, p.due + self.pacing.quiet_max_s))
+            else:
+                out[cid] = max(p.due, start)
+        return out
 
     def _waits(self, now: float) -> bool:
         """Whether a granted container's start still holds the re-pins back."""
