@@ -13,6 +13,7 @@ import grpc
 import grpc.aio
 
 from nri_topology.kubelet import podresources_pb2 as pb
+from nri_topology.testing.grpc_unix import serve_unix
 
 
 def pod_resources(
@@ -69,24 +70,14 @@ class Kubelet:
 @asynccontextmanager
 async def serve(socket: Path, kubelet: Kubelet) -> AsyncIterator[Kubelet]:
     """Serve `kubelet` on `socket` (service v1.PodResourcesLister) until the block ends."""
-    server = grpc.aio.server()
-    handlers = {
-        "List": grpc.unary_unary_rpc_method_handler(
-            kubelet.list,
-            request_deserializer=pb.ListPodResourcesRequest.FromString,
-            response_serializer=pb.ListPodResourcesResponse.SerializeToString,
-        ),
-        "Get": grpc.unary_unary_rpc_method_handler(
-            kubelet.get,
-            request_deserializer=pb.GetPodResourcesRequest.FromString,
-            response_serializer=pb.GetPodResourcesResponse.SerializeToString,
-        ),
-    }
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("v1.PodResourcesLister", handlers),)
+    server = await serve_unix(
+        str(socket),
+        "v1.PodResourcesLister",
+        {
+            "List": (kubelet.list, pb.ListPodResourcesRequest, pb.ListPodResourcesResponse),
+            "Get": (kubelet.get, pb.GetPodResourcesRequest, pb.GetPodResourcesResponse),
+        },
     )
-    server.add_insecure_port(f"unix://{socket}")
-    await server.start()
     try:
         yield kubelet
     finally:

@@ -16,6 +16,7 @@ from nri_topology.daemon.service import Daemon, Overrides
 from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
+from tests.pods import running_pair
 from tests.sockets import free_port
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -55,20 +56,7 @@ def _events(log: io.StringIO) -> list[dict]:
 
 
 def _pod(i: int, guaranteed: bool) -> tuple[api_pb2.PodSandbox, api_pb2.Container]:
-    pod = api_pb2.PodSandbox(id=f"p{i}", name=f"pod{i}", namespace="work", uid=f"u{i}")
-    pod.linux.cgroup_parent = f"/kubepods/{'' if guaranteed else 'burstable/'}podu{i}"
-    ctr = api_pb2.Container(
-        id=f"c{i}", pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_RUNNING
-    )
-    res = ctr.linux.resources
-    if guaranteed:
-        res.cpu.shares.value = 2048
-        res.cpu.quota.value = 200_000
-        res.cpu.period.value = 100_000
-        res.memory.limit.value = 64 << 20
-    else:
-        res.cpu.shares.value = 102
-    return pod, ctr
+    return running_pair(str(i), guaranteed)
 
 
 async def test_a_second_instance_stands_by_then_adopts_everything_unmoved(

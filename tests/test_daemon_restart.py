@@ -20,6 +20,7 @@ from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine
 from tests import machines
+from tests.pods import running_pair
 
 EXCLUSIVE = 40  # guaranteed pods with 2 whole CPUs each
 SHARED = 260  # burstable pods with 100m each
@@ -32,25 +33,10 @@ def machine(tmp_path_factory: pytest.TempPathFactory) -> Machine:
 
 
 def _workload() -> list[tuple[api_pb2.PodSandbox, api_pb2.Container]]:
-    out = []
-    for i in range(EXCLUSIVE + SHARED):
-        exclusive = i % 7 == 0 and i // 7 < EXCLUSIVE
-        qos = "" if exclusive else "burstable/"
-        pod = api_pb2.PodSandbox(id=f"p{i:03}", name=f"pod{i:03}", namespace="work", uid=f"u{i}")
-        pod.linux.cgroup_parent = f"/kubepods/{qos}podu{i}"
-        ctr = api_pb2.Container(
-            id=f"c{i:03}", pod_sandbox_id=pod.id, name="app", state=api_pb2.CONTAINER_RUNNING
-        )
-        res = ctr.linux.resources
-        if exclusive:
-            res.cpu.shares.value = 2048
-            res.cpu.quota.value = 200_000
-            res.cpu.period.value = 100_000
-            res.memory.limit.value = 64 << 20
-        else:
-            res.cpu.shares.value = 102
-        out.append((pod, ctr))
-    return out
+    return [
+        running_pair(f"{i:03}", i % 7 == 0 and i // 7 < EXCLUSIVE)
+        for i in range(EXCLUSIVE + SHARED)
+    ]
 
 
 def _plugin(machine: Machine, state: Path) -> TopologyPlugin:

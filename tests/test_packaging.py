@@ -369,7 +369,6 @@ HARDENING = {
     "ProtectKernelTunables": "yes",
     "ProtectKernelModules": "yes",
     "ProtectKernelLogs": "yes",
-    "ProtectControlGroups": "yes",
     "RestrictNamespaces": "yes",
     "RestrictRealtime": "yes",
     "RestrictSUIDSGID": "yes",
@@ -398,6 +397,9 @@ def test_systemd_unit_limits_and_what_the_plugin_needs() -> None:
     # to read, the loopback metrics endpoint
     assert service["StateDirectory"] == ["nri-topology"]
     assert "/run/nri" in service["ReadWritePaths"][0]
+    # the cgroup tree, where re-pins are written first (updates.cgroup_first)
+    assert "-/sys/fs/cgroup" in service["ReadWritePaths"][0].split()
+    assert "ProtectControlGroups" not in service
     assert set(service["RestrictAddressFamilies"][0].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}
     for absent in ("ProcSubset", "PrivateNetwork", "InaccessiblePaths", "User", "DynamicUser"):
         assert absent not in service

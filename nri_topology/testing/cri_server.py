@@ -18,6 +18,7 @@ import grpc.aio
 
 from nri_topology.cri import api_pb2 as cri
 from nri_topology.nri import api_pb2
+from nri_topology.testing.grpc_unix import serve_unix
 from nri_topology.testing.runtime import RuntimePeer
 
 
@@ -70,25 +71,18 @@ class CriServer:
         self._server: grpc.aio.Server | None = None
 
     async def listen(self, path: str) -> None:
-        server = grpc.aio.server()
-        handlers = {
-            "Version": grpc.unary_unary_rpc_method_handler(
-                self._version,
-                request_deserializer=cri.VersionRequest.FromString,
-                response_serializer=cri.VersionResponse.SerializeToString,
-            ),
-            "UpdateContainerResources": grpc.unary_unary_rpc_method_handler(
-                self._update,
-                request_deserializer=cri.UpdateContainerResourcesRequest.FromString,
-                response_serializer=cri.UpdateContainerResourcesResponse.SerializeToString,
-            ),
-        }
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("runtime.v1.RuntimeService", handlers),)
+        self._server = await serve_unix(
+            path,
+            "runtime.v1.RuntimeService",
+            {
+                "Version": (self._version, cri.VersionRequest, cri.VersionResponse),
+                "UpdateContainerResources": (
+                    self._update,
+                    cri.UpdateContainerResourcesRequest,
+                    cri.UpdateContainerResourcesResponse,
+                ),
+            },
         )
-        server.add_insecure_port(f"unix://{path}")
-        await server.start()
-        self._server = server
 
     async def close(self) -> None:
         if self._server is not None:

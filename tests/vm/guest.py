@@ -218,12 +218,28 @@ def check_topology() -> str:
     )
 
 
+def metric(name: str, **labels: str) -> float:
+    """One sample of the plugin's metrics endpoint (0 when absent)."""
+    with urllib.request.urlopen("http://127.0.0.1:8967/metrics", timeout=30) as r:
+        text = r.read().decode()
+    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+    for line in text.splitlines():
+        if line.startswith(want + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def check_placement(node: Node) -> str:
     node.run_pod("be", "besteffort")
     node.run_pod("bu", "burstable", 200)
     node.run_pod("g", "guaranteed", 1000, GIB // 4)
     cpus, _ = node.effective(node.containers["g"])
     assert len(cpus) == 1, f"guaranteed got {cpus}"
+    # the shared containers' scopes were written by the plugin (the unit lets it), then the
+    # runtime's record and systemd's properties followed
+    written = metric("nri_topology_cgroup_writes_total", outcome="written")
+    assert written >= 2, f"re-pins written into the cgroups: {written}"
+    assert journal_count("cgroups cannot be written here") == 0
     node.agree("cgroups and systemd agree with the plugin")
     return json.dumps({k: [sorted(c), sorted(m)] for k, (c, m) in node.snapshot().items()})
 
