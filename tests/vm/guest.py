@@ -229,19 +229,50 @@ def metric(name: str, **labels: str) -> float:
     return 0.0
 
 
+def numa_cpus() -> list[set[int]]:
+    """The CPUs of each NUMA node that has any."""
+    out = []
+    for d in sorted(Path("/sys/devices/system/node").glob("node[0-9]*")):
+        text = (d / "cpulist").read_text().strip()
+        if text:
+            out.append(parse_cpus(text))
+    return out
+
+
 def check_placement(node: Node) -> str:
     node.run_pod("be", "besteffort")
     node.run_pod("bu", "burstable", 200)
+    # shared containers on every NUMA node, so that the Guaranteed pod takes its CPU from some
+    fill = 0
+    while fill < 4 and any(
+        not any(cpus & n for cpus, _ in node.snapshot().values()) for n in numa_cpus()
+    ):
+        node.run_pod(f"fill{fill}", "besteffort")
+        fill += 1
+    node.agree("shared containers placed")
+    before = node.snapshot()
     node.run_pod("g", "guaranteed", 1000, GIB // 4)
     cpus, _ = node.effective(node.containers["g"])
     assert len(cpus) == 1, f"guaranteed got {cpus}"
-    # the shared containers' scopes were written by the plugin (the unit lets it), then the
-    # runtime's record and systemd's properties followed
+    # the shared containers that held its CPU had their scopes written by the plugin (the unit
+    # lets it), then the runtime's record and systemd's properties followed
+    holders = sorted(name for name, (held, _) in before.items() if held & cpus)
     written = metric("nri_topology_cgroup_writes_total", outcome="written")
-    assert written >= 2, f"re-pins written into the cgroups: {written}"
+    why = {
+        "holders": holders,
+        "written": written,
+        "refused": metric("nri_topology_cgroup_writes_total", outcome="refused"),
+        "transport": [
+            t
+            for t in ("cri", "nri", "reply")
+            if metric("nri_topology_update_transport", transport=t)
+        ],
+    }
+    assert holders and written >= len(holders), f"re-pins written into the cgroups: {why}"
     assert journal_count("cgroups cannot be written here") == 0
     node.agree("cgroups and systemd agree with the plugin")
-    return json.dumps({k: [sorted(c), sorted(m)] for k, (c, m) in node.snapshot().items()})
+    snapshot = {k: [sorted(c), sorted(m)] for k, (c, m) in node.snapshot().items()}
+    return json.dumps({"written_first": why, "placed": snapshot})
 
 
 def check_drift(node: Node) -> str:
