@@ -35,6 +35,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -1096,11 +1097,9 @@ class TopologyPlugin(Plugin):
         ok = {cid: batch[cid] for cid, r in results.items() if r is Written.WRITTEN}
         failed = [cid for cid in batch if cid not in ok]
         self._closed(self.schedule.written(ok, failed, self._clock()))
-        writes = self.metrics.cgroup_writes
-        for outcome in Written:
-            n = sum(1 for r in results.values() if r is outcome)
-            if n:
-                writes.labels("refused" if outcome is Written.READ_ONLY else outcome.value).inc(n)
+        for outcome, n in Counter(results.values()).items():
+            label = "refused" if outcome is Written.READ_ONLY else outcome.value
+            self.metrics.cgroup_writes.labels(label).inc(n)
         if Written.READ_ONLY in results.values() and not self._cgroups_read_only:
             self._cgroups_read_only = True
             _log.warning(

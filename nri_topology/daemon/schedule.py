@@ -241,9 +241,9 @@ class Schedule:
         `batch` re-pins the cgroups do not hold yet, else one they hold."""
         if self._in_flight or now < self._ready_at or not self._pending:
             return {}
-        ready = sorted((t, cid) for cid, t in self._times(now).items() if t <= now)
-        urgent = [cid for _, cid in ready if not self._recorded(cid)]
-        chosen = urgent[: self.pacing.batch] if urgent else [cid for _, cid in ready[:1]]
+        ready = sorted((t, cid, held) for cid, (t, held) in self._times(now).items() if t <= now)
+        urgent = [cid for _, cid, held in ready if not held]
+        chosen = urgent[: self.pacing.batch] if urgent else [cid for _, cid, _ in ready[:1]]
         batch = {}
         for cid in chosen:
             entry = self._pending.pop(cid)
@@ -254,10 +254,10 @@ class Schedule:
     def wakeup(self, now: float) -> float | None:
         """Seconds until `next_batch` has something; None while nothing is pending or a batch
         is in flight (`change`, `done` and `written` are the next moments to ask)."""
-        times = self._times(now)
+        times = [t for t, _ in self._times(now).values()]
         if self._in_flight or not times:
             return None  # (or all being written: `written` is the next moment to ask)
-        return max(0.0, max(min(times.values()), self._ready_at) - now)
+        return max(0.0, max(min(times), self._ready_at) - now)
 
     def done(self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()) -> Done:
         """The batch in flight was acknowledged; `retry` did not land, `drop` are gone."""
@@ -301,23 +301,20 @@ class Schedule:
         written = self._written.get(cid)
         return written if written is not None else self._held.get(cid)
 
-    def _recorded(self, cid: str) -> bool:
-        """Whether the container's cgroup holds its pending placement already (written)."""
-        return _covers(self._written.get(cid), self._pending[cid].placement)
-
-    def _times(self, now: float) -> dict[str, float]:
-        """When each pending re-pin (not being written) may go: when due; a re-pin the cgroup
-        lacks not while a granted container starts; one it holds only in a quiet moment."""
+    def _times(self, now: float) -> dict[str, tuple[float, bool]]:
+        """When each pending re-pin (not being written) may go, and whether the cgroup holds
+        it already (written): when due; one the cgroup lacks not while a granted container
+        starts; one it holds only in a quiet moment."""
         start = max(self._starting.values()) if self._waits(now) else 0.0
         quiet = self._last_event + self.pacing.quiet_s
         out = {}
         for cid, p in self._pending.items():
             if cid in self._writing:
                 continue
-            if self._recorded(cid):
-                out[cid] = max(p.due, min(quiet, p.due + self.pacing.quiet_max_s))
+            if _covers(self._written.get(cid), p.placement):
+                out[cid] = (max(p.due, min(quiet, p.due + self.pacing.quiet_max_s)), True)
             else:
-                out[cid] = max(p.due, start)
+                out[cid] = (max(p.due, start), False)
         return out
 
     def _waits(self, now: float) -> bool:
