@@ -27,6 +27,7 @@ from nri_topology.simulate import machine_spec
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology import cpuset
+from tests.pods import new_container, new_pod
 
 DESKTOP = machine_spec.load_bundled("desktop")[1]
 # The runtime's re-pins wait for the Guaranteed container's start, which these tests make late.
@@ -35,24 +36,8 @@ SHARED = 7
 ALL = "0-19"
 
 
-def _pod(i: int, qos: str) -> api_pb2.PodSandbox:
-    pod = api_pb2.PodSandbox(id=f"p{i}", name=f"pod{i}", namespace="work", uid=f"u{i}")
-    pod.linux.cgroup_parent = f"/kubepods/{qos}podu{i}"
-    return pod
-
-
 def _container(i: int, cpus: int = 0, qos: str = "besteffort/") -> api_pb2.Container:
-    ctr = api_pb2.Container(id=f"c{i}", pod_sandbox_id=f"p{i}", name="app")
-    ctr.linux.cgroups_path = f"/kubepods/{qos}podu{i}/c{i}"
-    res = ctr.linux.resources
-    if cpus:
-        res.cpu.shares.value = cpus * 1024
-        res.cpu.quota.value = cpus * 100_000
-        res.cpu.period.value = 100_000
-        res.memory.limit.value = 64 << 20
-    else:
-        res.cpu.shares.value = 2
-    return ctr
+    return new_container(i, cpus, f"/kubepods/{qos}podu{i}/c{i}")
 
 
 def _cgroup(root: Path, i: int) -> Path:
@@ -87,9 +72,18 @@ async def _shared(peer: RuntimePeer, root: Path) -> list[Path]:
     dirs = []
     for i in range(SHARED):
         dirs.append(_cgroup(root, i))
-        await peer.run_pod_sandbox(_pod(i, "besteffort/"))
-        await peer.create_container(_pod(i, "besteffort/"), _container(i))
+        await peer.run_pod_sandbox(new_pod(i, "besteffort/"))
+        await peer.create_container(new_pod(i, "besteffort/"), _container(i))
     return dirs
+
+
+async def _guaranteed(
+    peer: RuntimePeer,
+) -> tuple[api_pb2.PodSandbox, api_pb2.Container, api_pb2.CreateContainerResponse]:
+    """The 1-CPU Guaranteed pod, its container created (not started): the reply."""
+    g, ctr = new_pod(100, ""), _container(100, cpus=1, qos="")
+    await peer.run_pod_sandbox(g)
+    return g, ctr, await peer.create_container(g, ctr)
 
 
 def _on(d: Path) -> frozenset[int]:
@@ -103,9 +97,7 @@ async def test_the_cgroups_give_up_the_granted_cpu_before_the_runtime_is_asked(
     async with connected(plugin) as (peer, _):
         dirs = await _shared(peer, tmp_path)
         await plugin.settle()
-        g, ctr = _pod(100, ""), _container(100, cpus=1, qos="")
-        await peer.run_pod_sandbox(g)
-        reply = await peer.create_container(g, ctr)
+        g, ctr, reply = await _guaranteed(peer)
         exclusive = cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
         await _until(lambda: plugin.decisions["c100"].window_s is not None)
         assert all(not (_on(d) & exclusive) for d in dirs)
@@ -136,9 +128,7 @@ async def test_a_grant_released_before_the_runtime_applied_it_costs_the_runtime_
     async with connected(plugin) as (peer, _):
         dirs = await _shared(peer, tmp_path)
         await plugin.settle()
-        g, ctr = _pod(100, ""), _container(100, cpus=1, qos="")
-        await peer.run_pod_sandbox(g)
-        await peer.create_container(g, ctr)
+        g, ctr, _ = await _guaranteed(peer)
         await _until(lambda: plugin.decisions["c100"].window_s is not None)
         assert all(_on(d) != cpuset.parse(ALL) for d in dirs)
         await peer.stop_container(g, ctr)
@@ -155,9 +145,7 @@ async def test_without_cgroup_first_the_window_waits_for_the_runtime(tmp_path: P
     async with connected(plugin) as (peer, _):
         dirs = await _shared(peer, tmp_path)
         await plugin.settle()
-        g, ctr = _pod(100, ""), _container(100, cpus=1, qos="")
-        await peer.run_pod_sandbox(g)
-        await peer.create_container(g, ctr)
+        g, ctr, _ = await _guaranteed(peer)
         await asyncio.sleep(0.2)
         assert all(_on(d) == cpuset.parse(ALL) for d in dirs)
         assert plugin.decisions["c100"].window_s is None
@@ -174,9 +162,7 @@ async def test_a_cgroup_the_kernel_refuses_waits_for_the_runtime_alone(tmp_path:
         (dirs[0] / "cpuset.cpus").unlink()
         (dirs[0] / "cpuset.cpus").mkdir()  # any write fails (EISDIR), the directory is there
         await plugin.settle()
-        g, ctr = _pod(100, ""), _container(100, cpus=1, qos="")
-        await peer.run_pod_sandbox(g)
-        await peer.create_container(g, ctr)
+        g, ctr, _ = await _guaranteed(peer)
         await _until(
             lambda: (
                 _sample(plugin, "nri_topology_cgroup_writes_total", outcome="written") == SHARED - 1

@@ -25,7 +25,8 @@ from nri_topology.testing.cri_server import CriServer
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology import cpuset
-from tests.test_daemon_schedule import DESKTOP, SHARED, _container, _cpus, _pod, _sample, _shared
+from tests.pods import new_container, new_pod
+from tests.test_daemon_schedule import DESKTOP, SHARED, _cpus, _sample, _shared
 
 PACING = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2)
 
@@ -64,9 +65,9 @@ async def test_on_an_old_nri_re_pins_go_through_the_cri_after_the_reply() -> Non
         assert plugin.transport == Transport.CRI and plugin.paced
         await _shared(peer)
         await plugin.settle()
-        g = _pod(100, "")
+        g = new_pod(100, "")
         await peer.run_pod_sandbox(g)
-        reply = await peer.create_container(g, _container(100, cpus=1))
+        reply = await peer.create_container(g, new_container(100, cpus=1))
         assert list(reply.update) == []  # nothing for the runtime to apply before it returns
         exclusive = cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
         await asyncio.sleep(0.1)
@@ -106,13 +107,13 @@ async def test_an_update_that_is_not_our_re_pin_is_a_resize() -> None:
     """A kubelet's resize of a container whose re-pin is awaited still goes to the policy."""
     async with _with_cri(Settings(pacing=PACING), _old_runtime()) as (plugin, peer, _):
         await _shared(peer, 1)
-        g = _pod(100, "")
-        await peer.create_container(g, _container(100, cpus=1))
+        g = new_pod(100, "")
+        await peer.create_container(g, new_container(100, cpus=1))
         await plugin.settle()
         plugin._awaiting["c100"] = 1  # as if a re-pin of it were on its way
         answered = _sample(plugin, "nri_topology_own_repins_answered_total")
         res = api_pb2.LinuxResources()
-        res.CopyFrom(_container(100, cpus=2).linux.resources)
+        res.CopyFrom(new_container(100, cpus=2).linux.resources)
         reply = await peer.update_container(g, peer.containers["c100"], res)
         assert len(cpuset.parse(reply.update[-1].linux.resources.cpu.cpus)) == 2
         resized = _sample(
@@ -183,14 +184,14 @@ async def test_with_no_safe_transport_an_update_waits_for_the_next_reply() -> No
     async with _with_cri(settings, _old_runtime(), serve=False) as (plugin, peer, _):
         assert plugin.transport == Transport.REPLY
         await _shared(peer, 3)
-        g = _pod(100, "")
-        reply = await peer.create_container(g, _container(100, cpus=1))
+        g = new_pod(100, "")
+        reply = await peer.create_container(g, new_container(100, cpus=1))
         assert len(reply.update) == 3  # re-pins in the reply
         await peer.remove_container(g, peer.containers["c100"])
         await plugin.settle()
         assert peer.unsolicited_updates == []
         assert _sample(plugin, "nri_topology_repins_total", outcome="held_for_reply") == 3
-        nxt = await peer.create_container(_pod(50, "besteffort/"), _container(50))
+        nxt = await peer.create_container(new_pod(50, "besteffort/"), new_container(50))
         assert sorted(u.container_id for u in nxt.update) == ["c0", "c1", "c2"]
         assert _sample(plugin, "nri_topology_repins_total", outcome="rode_reply") == 3
         for cid, p in plugin.policy.placements().items():
@@ -207,8 +208,8 @@ async def test_a_cri_that_answers_only_later_is_taken_once_it_does(
     async with _with_cri(settings, _old_runtime(), serve=False) as (plugin, peer, server):
         assert plugin.transport == Transport.REPLY
         await _shared(peer, 3)
-        g = _pod(100, "")
-        await peer.create_container(g, _container(100, cpus=1))
+        g = new_pod(100, "")
+        await peer.create_container(g, new_container(100, cpus=1))
         await peer.remove_container(g, peer.containers["c100"])  # growth waits for a reply
         assert plugin.settings.cri_socket is not None
         await server.listen(plugin.settings.cri_socket)

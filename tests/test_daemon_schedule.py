@@ -25,29 +25,11 @@ from nri_topology.simulate import machine_spec
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.topology import cpuset
+from tests.pods import new_container, new_pod
 
 DESKTOP = machine_spec.load_bundled("desktop")[1]
 PACING = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2)
 SHARED = 7
-
-
-def _pod(i: int, qos: str) -> api_pb2.PodSandbox:
-    pod = api_pb2.PodSandbox(id=f"p{i}", name=f"pod{i}", namespace="work", uid=f"u{i}")
-    pod.linux.cgroup_parent = f"/kubepods/{qos}podu{i}"
-    return pod
-
-
-def _container(i: int, cpus: int = 0) -> api_pb2.Container:
-    ctr = api_pb2.Container(id=f"c{i}", pod_sandbox_id=f"p{i}", name="app")
-    res = ctr.linux.resources
-    if cpus:
-        res.cpu.shares.value = cpus * 1024
-        res.cpu.quota.value = cpus * 100_000
-        res.cpu.period.value = 100_000
-        res.memory.limit.value = 64 << 20
-    else:
-        res.cpu.shares.value = 2
-    return ctr
 
 
 def _plugin(pacing: Pacing | None = PACING) -> TopologyPlugin:
@@ -60,8 +42,8 @@ def _sample(plugin: TopologyPlugin, name: str, **labels: str) -> float:
 
 async def _shared(peer: RuntimePeer, n: int = SHARED) -> None:
     for i in range(n):
-        await peer.run_pod_sandbox(_pod(i, "besteffort/"))
-        await peer.create_container(_pod(i, "besteffort/"), _container(i))
+        await peer.run_pod_sandbox(new_pod(i, "besteffort/"))
+        await peer.create_container(new_pod(i, "besteffort/"), new_container(i))
 
 
 def _cpus(peer: RuntimePeer, cid: str) -> frozenset[int]:
@@ -74,9 +56,9 @@ async def test_a_guaranteed_reply_carries_only_its_own_adjustment_re_pins_follow
         await _shared(peer)
         await plugin.settle()
         peer.unsolicited_updates.clear()
-        g = _pod(100, "")
+        g = new_pod(100, "")
         await peer.run_pod_sandbox(g)
-        reply = await peer.create_container(g, _container(100, cpus=1))
+        reply = await peer.create_container(g, new_container(100, cpus=1))
         assert list(reply.update) == []
         exclusive = cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
         assert len(exclusive) == 1
@@ -97,8 +79,8 @@ async def test_in_reply_mode_keeps_every_re_pin_in_the_reply_and_no_window() -> 
     plugin = _plugin(None)
     async with connected(plugin) as (peer, _):
         await _shared(peer)
-        g = _pod(100, "")
-        reply = await peer.create_container(g, _container(100, cpus=1))
+        g = new_pod(100, "")
+        reply = await peer.create_container(g, new_container(100, cpus=1))
         assert sorted(u.container_id for u in reply.update) == [f"c{i}" for i in range(SHARED)]
         assert all(u.ignore_failure for u in reply.update)
         await plugin.settle()
@@ -115,8 +97,8 @@ async def test_a_failing_re_pin_of_another_container_fails_no_creation(
     peer = RuntimePeer(failing_containers=["c0"], reply_failures_fail=True)
     async with connected(plugin, peer):
         await _shared(peer, 3)
-        g = _pod(100, "")
-        await peer.create_container(g, _container(100, cpus=1))  # raises if the update failed
+        g = new_pod(100, "")
+        await peer.create_container(g, new_container(100, cpus=1))  # raises if the update failed
         await plugin.settle()
         assert "c100" in plugin.policy.assignments()
         assert _sample(plugin, "nri_topology_errors_total", reason="update_failed") == 0
@@ -127,15 +109,15 @@ async def test_a_release_then_a_grant_of_the_same_cpu_re_pins_nobody_twice() -> 
     plugin = _plugin(Pacing(batch=3, gap_s=0.005, grow_delay_s=60))
     async with connected(plugin) as (peer, _):
         await _shared(peer)
-        first = _pod(100, "")
-        await peer.create_container(first, _container(100, cpus=1))
+        first = new_pod(100, "")
+        await peer.create_container(first, new_container(100, cpus=1))
         await plugin.settle()
         granted = _cpus(peer, "c100")
         peer.unsolicited_updates.clear()
         await peer.stop_container(first, peer.containers["c100"])  # growth: waits
         await peer.remove_container(first, peer.containers["c100"])
-        second = _pod(101, "")
-        reply = await peer.create_container(second, _container(101, cpus=1))
+        second = new_pod(101, "")
+        reply = await peer.create_container(second, new_container(101, cpus=1))
         assert cpuset.parse(reply.adjust.linux.resources.cpu.cpus) == granted
         await plugin.settle()
         assert peer.unsolicited_updates == []  # the shared set grew and shrank back unsent
@@ -146,11 +128,11 @@ async def test_removing_a_pod_releases_what_its_containers_still_hold() -> None:
     leaves a placement; the pod's removal frees it."""
     plugin = _plugin()
     async with connected(plugin) as (peer, _):
-        g = _pod(100, "")
+        g = new_pod(100, "")
         await peer.run_pod_sandbox(g)
-        await peer.create_container(g, _container(100, cpus=19))
+        await peer.create_container(g, new_container(100, cpus=19))
         with pytest.raises(PluginError):  # no room left for another 19 CPUs
-            await peer.create_container(_pod(101, ""), _container(101, cpus=19))
+            await peer.create_container(new_pod(101, ""), new_container(101, cpus=19))
         await peer.stop_pod_sandbox(g)  # no StopContainer nor RemoveContainer came
         assert "c100" not in plugin.policy.assignments()
         assert (
@@ -162,7 +144,7 @@ async def test_removing_a_pod_releases_what_its_containers_still_hold() -> None:
             _sample(plugin, "nri_topology_orphaned_placements_released_total", reason="pod_removed")
             == 0
         )
-        await peer.create_container(_pod(101, ""), _container(101, cpus=19))
+        await peer.create_container(new_pod(101, ""), new_container(101, cpus=19))
 
 
 @pytest.mark.parametrize(
@@ -217,7 +199,7 @@ async def test_re_pins_follow_the_reply_only_where_the_runtime_serves_updates_ap
     peer = RuntimePeer(nri_version=nri_version or "v0.9.0", report_nri_version=bool(nri_version))
     async with connected(plugin, peer):
         await _shared(peer, 3)
-        reply = await peer.create_container(_pod(100, ""), _container(100, cpus=1))
+        reply = await peer.create_container(new_pod(100, ""), new_container(100, cpus=1))
         await plugin.settle()
         assert plugin.paced is paced
         assert len(reply.update) == (0 if paced else 3)
@@ -228,9 +210,9 @@ async def test_containers_missing_from_a_synchronize_after_a_reconnection_are_re
     plugin = _plugin()
     async with connected(plugin) as (peer, _):
         await _shared(peer, 2)
-        g = _pod(100, "")
+        g = new_pod(100, "")
         await peer.run_pod_sandbox(g)
-        await peer.create_container(g, _container(100, cpus=1))
+        await peer.create_container(g, new_container(100, cpus=1))
         pods = [p for pid, p in peer.pods.items() if pid != "p1"]
         kept = [c for cid, c in peer.containers.items() if cid != "c1"]
         for c in kept:

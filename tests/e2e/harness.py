@@ -381,6 +381,18 @@ CONFIGS = {
 }
 
 
+def metric_sample(text: str, name: str, **labels: str) -> float:
+    """One sample of a metrics page in the text exposition format (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:]+)(?:\{(.*)\})? (\S+)$", line)
+        if m and m.group(1) == name:
+            got = ",".join(sorted(filter(None, (m.group(2) or "").split(","))))
+            if got == want:
+                return float(m.group(3))
+    return 0.0
+
+
 class Run:
     """One runtime with NRI, its pods and (optionally) the plugin, in a directory of its own."""
 
@@ -649,14 +661,7 @@ class Run:
     def metric(self, name: str, **labels: str) -> float:
         """One sample of the plugin's /metrics (0 when absent)."""
         _, text = self.plugin_http("/metrics")
-        want = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-        for line in text.splitlines():
-            m = re.match(r"^([a-zA-Z_:]+)(?:\{(.*)\})? (\S+)$", line)
-            if m and m.group(1) == name:
-                got = ",".join(sorted(filter(None, (m.group(2) or "").split(","))))
-                if got == want:
-                    return float(m.group(3))
-        return 0.0
+        return metric_sample(text, name, **labels)
 
     def checkpoint(self) -> dict:
         """The plugin's placements by container id, as its checkpoint holds them."""

@@ -29,6 +29,7 @@ from tests.e2e.harness import (
     Cri,
     container_labels,
     hugetlb_controller,
+    metric_sample,
     pod_labels,
     qos_named,
     resources,
@@ -221,12 +222,7 @@ def check_topology() -> str:
 def metric(name: str, **labels: str) -> float:
     """One sample of the plugin's metrics endpoint (0 when absent)."""
     with urllib.request.urlopen("http://127.0.0.1:8967/metrics", timeout=30) as r:
-        text = r.read().decode()
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[-1])
-    return 0.0
+        return metric_sample(r.read().decode(), name, **labels)
 
 
 def numa_cpus() -> list[set[int]]:
