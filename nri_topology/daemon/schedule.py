@@ -27,9 +27,20 @@ and asks it which batch to send and when to ask again. Its rules:
   bookkeeping never holds up a pod's event by more than one re-pin. A container with a
   re-pin in flight is written only once that batch is acknowledged, so the runtime never
   applies an older placement over a newer written one;
+* one ordered writer per container: a container has at most one write on its way; while it is,
+  what its cgroup holds is unknown (the old placement or the one being written), so nothing
+  counts as done for it and no window it may hold closes. A write that lands after a newer
+  decision is stale: the latest is handed out at once behind it, and a container placed anew
+  by a reply meanwhile is written back to that placement;
+* a container whose cgroup was not found is not written again until it is known to have one
+  (`has_cgroup`, after its start): its re-pins wait for the runtime;
+* what was written and is not yet on the runtime's record (`unrecorded`) can be undone by
+  another writer (systemd re-applying a scope's old `AllowedCPUs`): the plugin reads it back
+  and says which were reverted, and those are written again;
 * an exclusivity window per exclusive grant: open from the reply until no container that may
   still hold the granted CPUs waits for its re-pin, in its cgroup (written) or through the
-  runtime.
+  runtime. Its length is counted from the workload's start (`running`): 0 when the writes
+  came first. Until then `writes_due` says whether a write it waits for is still to come.
 """
 
 from __future__ import annotations
@@ -54,6 +65,10 @@ class Pacing:
     # at a time, once no runtime event came for `quiet_s`, or `quiet_max_s` after they fell due.
     quiet_s: float = 0.1
     quiet_max_s: float = 10.0
+    # A granted container's start waits this long at most for the writes its window waits for.
+    write_wait_s: float = 0.25
+    # How often what was written, and is not on the runtime's record yet, is read back.
+    recheck_s: float = 0.5
 
 
 PACED = Pacing()
@@ -71,16 +86,20 @@ class _Pending:
 @dataclass(slots=True)
 class _Window:
     cpus: frozenset[int]
-    opened: float
     waiting: set[str]
+    started: float | None = None  # when its workload started (the StartContainer reply)
+    freed: bool = True  # no re-pin it waited for was given up
 
 
 @dataclass(frozen=True, slots=True)
 class Closed:
-    """An exclusivity window that closed: its owner's CPUs are its own now."""
+    """An exclusivity window that closed: its owner's CPUs are its own now; `seconds` its
+    workload ran beside others on them (0: it had not started). Not `freed`: closed because a
+    re-pin was given up, so a container may still run on them."""
 
     owner: str
     seconds: float
+    freed: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +130,9 @@ class Schedule:
     _held: dict[str, Placement] = field(default_factory=dict)  # as acknowledged or created
     # written to the container's cgroup, not yet acknowledged by the runtime
     _written: dict[str, Placement] = field(default_factory=dict)
-    _writing: set[str] = field(default_factory=set)  # handed out by `to_write`, not yet told
+    # handed out by `to_write`, not yet told: what the cgroup holds is unknown until then
+    _writing: dict[str, Placement] = field(default_factory=dict)
+    _no_cgroup: set[str] = field(default_factory=set)  # none found: not written until it has
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _in_flight: dict[str, _Pending] = field(default_factory=dict)
     _windows: dict[str, _Window] = field(default_factory=dict)  # by owner
@@ -128,6 +149,7 @@ class Schedule:
         self._pending.clear()
         self._windows.clear()
         self._starting.clear()
+        self._no_cgroup.clear()
 
     def holds(self, container_id: str, placement: Placement) -> None:
         """A container got `placement` without us (created with it, or in a reply)."""
@@ -156,13 +178,32 @@ class Schedule:
         """`owner` got `cpus` for itself: open its window; closed at once when nobody waits."""
         waiting = {
             cid
-            for cid in (*self._pending, *self._in_flight)
+            for cid in (*self._pending, *self._in_flight, *self._writing)
             if cid != owner and _may_hold(self._runs_on(cid), cpus)
         }
         if not waiting:
             return Closed(owner, 0.0) if cpus else None
-        self._windows[owner] = _Window(cpus, now, waiting)
+        self._windows[owner] = _Window(cpus, waiting)
         return None
+
+    def running(self, owner: str, now: float) -> None:
+        """`owner`'s workload starts now: an open window counts from here."""
+        if (w := self._windows.get(owner)) is not None and w.started is None:
+            w.started = now
+
+    def has_cgroup(self, container_id: str) -> None:
+        """The container has a cgroup now (it started): its re-pins may be written again."""
+        if container_id in self._no_cgroup:
+            self._no_cgroup.discard(container_id)
+            if (entry := self._pending.get(container_id)) is not None:
+                entry.unwritable = False
+
+    def reverted(self, ids: Iterable[str]) -> None:
+        """Written cgroups found back on the runtime's record (another writer undid ours):
+        written again by the next `to_write`."""
+        for cid in ids:
+            if self._written.pop(cid, None) is not None and cid in self._pending:
+                self._pending[cid].unwritable = False
 
     def starting(self, owner: str, now: float) -> None:
         """`owner`, just granted exclusive CPUs, is about to start: re-pins wait for it."""
@@ -184,16 +225,38 @@ class Schedule:
         self._written.pop(container_id, None)
         self._pending.pop(container_id, None)
         self._windows.pop(container_id, None)
+        self._no_cgroup.discard(container_id)
         return self._leave(container_id, now)
 
     # --- what the plugin asks ----------------------------------------------------------------
 
     def busy(self, container_id: str) -> bool:
-        """Whether a re-pin of the container is pending or in flight."""
-        return container_id in self._pending or container_id in self._in_flight
+        """Whether a re-pin of the container is pending, being written or in flight."""
+        return (
+            container_id in self._pending
+            or container_id in self._in_flight
+            or container_id in self._writing
+        )
 
     def open_windows(self) -> int:
         return len(self._windows)
+
+    def writes_due(self, owner: str) -> bool:
+        """Whether `owner`'s open window waits for a write still to come (handed out, or to be
+        handed out); False once it waits for the runtime alone, or is closed."""
+        w = self._windows.get(owner)
+        if w is None:
+            return False
+        return any(
+            cid in self._writing or ((e := self._pending.get(cid)) is not None and not e.unwritable)
+            for cid in w.waiting
+        )
+
+    def unrecorded(self) -> dict[str, Placement]:
+        """What the cgroups hold by our writes and the runtime's record does not yet (nothing
+        on its way to them): the placements another writer could undo."""
+        busy = self._writing.keys() | self._in_flight.keys()
+        return {cid: p for cid, p in self._written.items() if cid not in busy}
 
     def to_write(self) -> dict[str, Placement]:
         """Pending placements to write to the containers' cgroups now, whatever they are due:
@@ -205,34 +268,50 @@ class Schedule:
             if not entry.unwritable
             and cid not in self._in_flight
             and cid not in self._writing
+            and cid not in self._no_cgroup
             and not _covers(self._runs_on(cid), entry.placement)
         }
         self._writing.update(out)
         return out
 
     def written(
-        self, placements: Mapping[str, Placement], failed: Collection[str], now: float
+        self,
+        placements: Mapping[str, Placement],
+        failed: Collection[str],
+        now: float,
+        *,
+        absent: Collection[str] = (),
     ) -> tuple[Closed, ...]:
         """What `to_write` handed out: `placements` are in the cgroups now, `failed` are not
-        (they wait for the runtime). Closes the windows that waited only for them."""
-        self._writing.difference_update(placements)
-        self._writing.difference_update(failed)
-        for cid in failed:
+        (they wait for the runtime), nor `absent`, which have no cgroup (until `has_cgroup`).
+        Closes the windows that waited only for them."""
+        for cid in (*failed, *absent):
+            self._writing.pop(cid, None)
             if (entry := self._pending.get(cid)) is not None:
                 entry.unwritable = True
+        self._no_cgroup.update(c for c in absent if c in self._held or c in self._pending)
         closed: list[Closed] = []
         for cid, placement in placements.items():
+            self._writing.pop(cid, None)
             if cid not in self._held and cid not in self._pending:
                 continue  # forgotten meanwhile
-            entry = self._pending.get(cid)
-            if _covers(self._held.get(cid), placement):
-                self._written.pop(cid, None)  # back to the runtime's record: nothing to send
-                if entry is not None and entry.placement == placement:
-                    del self._pending[cid]
+            held = self._held.get(cid)
+            holds = _merged(self._runs_on(cid), placement)
+            if _covers(held, holds):
+                self._written.pop(cid, None)  # back to the runtime's record
             else:
-                self._written[cid] = _merged(self._runs_on(cid), placement)
-                if entry is not None:  # no longer urgent: a later change may make it moot
+                self._written[cid] = holds
+            entry = self._pending.get(cid)
+            if entry is None:
+                if not _covers(held, holds) and held is not None:
+                    # placed anew by a reply while this was written: write that back
+                    self._pending[cid] = _Pending(held, now)
+            elif entry.placement == placement:
+                if _covers(held, placement):
+                    del self._pending[cid]  # nothing to send: the record holds it
+                else:  # no longer urgent: a later change may make it moot
                     entry.due = max(entry.due, now + self.pacing.grow_delay_s)
+            # else stale: a newer decision came meanwhile; `to_write` hands it out next
             closed += self._settled(cid, placement, now)
         return tuple(closed)
 
@@ -277,7 +356,7 @@ class Schedule:
                     continue  # a newer placement goes out anyway
                 if entry.attempts >= self.pacing.retries:
                     given_up.append(cid)
-                    closed += self._leave(cid, now)
+                    closed += self._leave(cid, now, freed=False)
                     continue
                 retried.append(cid)
                 due = now + self.pacing.retry_delay_s
@@ -297,7 +376,10 @@ class Schedule:
     # --- internals ---------------------------------------------------------------------------
 
     def _runs_on(self, cid: str) -> Placement | None:
-        """What the container's cgroup holds: written by us, else as the runtime applied it."""
+        """What the container's cgroup holds: written by us, else as the runtime applied it;
+        unknown (None) while a write is on its way."""
+        if cid in self._writing:
+            return None
         written = self._written.get(cid)
         return written if written is not None else self._held.get(cid)
 
@@ -332,20 +414,23 @@ class Schedule:
             for c in self._discard(owner, w, cid, now)
         ]
 
-    def _leave(self, cid: str, now: float) -> tuple[Closed, ...]:
+    def _leave(self, cid: str, now: float, *, freed: bool = True) -> tuple[Closed, ...]:
         return tuple(
             c
             for owner, w in list(self._windows.items())
             if cid in w.waiting
-            for c in self._discard(owner, w, cid, now)
+            for c in self._discard(owner, w, cid, now, freed)
         )
 
-    def _discard(self, owner: str, w: _Window, cid: str, now: float) -> list[Closed]:
+    def _discard(
+        self, owner: str, w: _Window, cid: str, now: float, freed: bool = True
+    ) -> list[Closed]:
         w.waiting.discard(cid)
+        w.freed = w.freed and freed
         if w.waiting:
             return []
         del self._windows[owner]
-        return [Closed(owner, now - w.opened)]
+        return [Closed(owner, 0.0 if w.started is None else now - w.started, w.freed)]
 
 
 def _covers(held: Placement | None, wanted: Placement) -> bool:
