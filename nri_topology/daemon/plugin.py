@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections import Counter
@@ -47,8 +46,10 @@ from nri_topology.cri.client import CriClient, CriError, default_socket
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.drift import compare
+from nri_topology.daemon.explain import Explained, Explanations
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.daemon.schedule import PACED, Closed, Pacing, Schedule
+from nri_topology.daemon.timers import Timers
 from nri_topology.daemon.verify import Verifier, Written
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
@@ -61,15 +62,12 @@ from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     AnnotationError,
-    ColdStart,
     ContainerInfo,
     Decision,
     Placement,
     PodInfo,
     PolicyError,
-    PoolScore,
     Update,
-    Verdict,
     qualified_name,
 )
 from nri_topology.topology import cpuset
@@ -80,7 +78,6 @@ if TYPE_CHECKING:
 
 _log = structlog.get_logger("nri_topology.daemon")
 _KEYS_LISTED = 8  # unknown annotation keys named in one warning
-_TRACE_PARTS_MAX = 8192  # distinct sort keys (and verdicts) shared among kept traces
 
 _SHOWN = 10  # per-container details in one warning line, at most
 # A CRI that does not answer at Configure (a runtime starts the plugins it launches before its
@@ -113,16 +110,6 @@ _LIVE_STATES = (
 
 
 @dataclass(frozen=True, slots=True)
-class Explained:
-    """Why a container holds what it holds: the decision that placed it, and when."""
-
-    what: str  # created, resized, adopted (kept as found at a restart), re-placed
-    at_ns: int  # wall clock
-    decision: Decision
-    window_s: float | None = None  # exclusivity window of its grant, once closed
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     """Daemon behaviour that is not placement policy."""
 
@@ -152,34 +139,6 @@ class Transport:
     REPLY = "reply"  # none safe: they wait for the next reply that can carry them
 
 
-def _is_ns(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _mapping(value: Any) -> Mapping[str, Any]:
-    """A checkpoint part that should be a mapping; anything else counts as empty."""
-    return value if isinstance(value, Mapping) else {}
-
-
-class _Timers:
-    """Cold-start deadlines (wall clock, so they survive a restart) and their asyncio timers."""
-
-    def __init__(self) -> None:
-        self.pending: dict[str, int] = {}  # container -> delay in ns, timer not started yet
-        self.deadlines: dict[str, int] = {}  # container -> wall-clock deadline in ns
-        self.handles: dict[str, asyncio.TimerHandle] = {}
-
-    def cancel(self, container_id: str) -> None:
-        self.pending.pop(container_id, None)
-        self.deadlines.pop(container_id, None)
-        handle = self.handles.pop(container_id, None)
-        if handle is not None:
-            handle.cancel()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"pending_ns": dict(self.pending), "deadline_ns": dict(self.deadlines)}
-
-
 class TopologyPlugin(Plugin):
     """Wires NRI events to the policy; see the module docstring for the rules."""
 
@@ -205,22 +164,18 @@ class TopologyPlugin(Plugin):
         self.settings = settings
         self.stub: Stub | None = None
         self._runtime_config = runtime_config
-        self._now_ns = wall_clock_ns
         self._lock = asyncio.Lock()
         # Which containers exist, and their pods, is the policy's to know (`policy.container`);
-        # the daemon keeps only what the policy cannot: warnings given, decisions for `explain`,
-        # timers, and (in `verifier`) the cgroup paths the runtime reported.
+        # the daemon keeps only what the policy cannot: warnings given, decisions for `explain`
+        # (`explained`), cold-start timers and holds (`timers`), and (in `verifier`) the cgroup
+        # paths the runtime reported.
         self._keys_reported: dict[str, set[str]] = {}  # pod id -> unknown keys warned about
-        self._timers = _Timers()
-        # Stopped containers whose CPUs the policy holds for their next attempt: their pod and
-        # the timer that ends the hold (`policy.hold`).
-        self._holds: dict[str, tuple[str, asyncio.TimerHandle]] = {}
-        # The last decision for each placed container, for `nri-topology explain`.
-        self.decisions: dict[str, Explained] = {}
-        # Sort keys and verdicts of the kept traces, by value, so that equal ones are kept once:
-        # a fill of 1000 containers made 7000 keys, 2621 of them distinct, and few verdicts.
-        self._keys: dict[tuple[object, ...], tuple[object, ...]] = {}
-        self._verdicts: dict[Verdict, Verdict] = {}
+        self.timers = Timers(
+            wall_clock_ns,
+            lambda cid: self._spawn(self._cold_start_expired(cid)),
+            lambda cid: self._spawn(self._hold_expired(cid)),
+        )
+        self.explained = Explanations(policy, wall_clock_ns)
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
@@ -236,7 +191,6 @@ class TopologyPlugin(Plugin):
         self._cri_asking: asyncio.Task[None] | None = None
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
-        self._windows: dict[str, float] = {}  # closed before their decision was kept
         self._cgroups_read_only = False  # found at the first write: re-pins wait for the runtime
         self._writer: CheckpointWriter | None = None
         self.verifier: Verifier | None = None
@@ -258,7 +212,12 @@ class TopologyPlugin(Plugin):
                 retry_s=checkpoint_retry_s,
             )
 
-    # --- views for metrics and health ----------------------------------------------------------
+    # --- views for metrics, health and explain ------------------------------------------------
+
+    @property
+    def decisions(self) -> dict[str, Explained]:
+        """The last decision for each placed container, for `nri-topology explain`."""
+        return self.explained.decisions
 
     def state_view(self) -> StateView:
         """Pools and containers for the metrics endpoint, as the policy sees them now."""
@@ -387,22 +346,21 @@ class TopologyPlugin(Plugin):
                 )
                 report = self.policy.restore(pod_infos, infos, None)
             self._observe("restore", started)
-            self.decisions = {c: e for c, e in self.decisions.items() if self._placed(c)}
+            self.explained.synchronized()
             self._keys_reported = {}
             created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
-            self._restore_timers(_mapping(saved.get("cold_starts")), report.cold_starts, created)
-            self._end_holds(list(self._holds))  # the policy holds nothing after a restore
+            self.timers.restore(saved.get("cold_starts"), report.cold_starts, created)
+            self.timers.end_holds(list(self.timers.held))  # the policy holds none after a restore
             held = self.policy.assignments().items()  # as the reply sets them
             self.schedule.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held)
             self._riding.clear()  # the reply sets every container's placement anew
-            self._windows.clear()
             self._commit()
             placed = self._placement_docs() if self.files is not None else {}
         if self.files is not None:
             await self.files.adopt(placed)
         for cid, decision in report.decisions.items():  # the re-placed ones only
-            self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
-        self._explain_adopted(report.adopted)
+            self.explained.log(decision, "re-placed", report.replaced.get(cid, ""))
+        self.explained.adopted(report.adopted)
         if report.dropped:
             # A checkpoint that contradicts the runtime (edited, forged, or from another node)
             # is not believed for those containers; the runtime's cpusets are.
@@ -481,7 +439,7 @@ class TopologyPlugin(Plugin):
                 "resize", pod_info, info, lambda: self.policy.resize(pod_info, info, info.resources)
             )
             self._commit()
-        self._log_decision(decision, "resized", "pod resources changed")
+        self.explained.log(decision, "resized", "pod resources changed")
         if self.files is not None:
             self.files.replaced(decision)
             self.files.updated(u for u in decision.updates if u.container_id != holder)
@@ -502,7 +460,7 @@ class TopologyPlugin(Plugin):
         async with self._lock:
             held, left = [], []
             for cid in self.policy.pod_containers(pod_id):
-                (held if cid in self._holds else left).append(cid)
+                (held if cid in self.timers.held else left).append(cid)
             if not held and not left:
                 return
             updates: list[Update] = []
@@ -542,15 +500,15 @@ class TopologyPlugin(Plugin):
             if self.verifier is not None:
                 self.verifier.track(info.id, ctr.linux.cgroups_path)
             if decision.cold_start is not None:
-                self._timers.pending[info.id] = decision.cold_start.delay_ns
-            if self._holds:  # a previous attempt taken over is no longer placed
-                gone = [c for c in self._holds if not self._placed(c)]
-                self._end_holds(gone)
+                self.timers.created(info.id, decision.cold_start.delay_ns)
+            if self.timers.held:  # a previous attempt taken over is no longer placed
+                gone = [c for c in self.timers.held if not self._placed(c)]
+                self.timers.end_holds(gone)
                 for c in gone:
-                    self.decisions.pop(c, None)
+                    self.explained.forget(c)
             self._commit()
             in_reply = self._with_riders(self._schedule_decision(decision), info.id)
-        self._log_decision(decision, "created")
+        self.explained.log(decision, "created")
         env = {}
         if self.settings.expose_env:
             env = convert.exposure(decision, self.settings.env_prefix)
@@ -566,12 +524,8 @@ class TopologyPlugin(Plugin):
     async def start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self._event("StartContainer")
         async with self._lock:
-            delay = self._timers.pending.pop(ctr.id, None)
-            if delay is None:
-                return
-            self._timers.deadlines[ctr.id] = self._now_ns() + delay
-            self._arm(ctr.id, delay / 1e9)
-            self._commit()
+            if self.timers.started(ctr.id):
+                self._commit()
 
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self._event("PostStartContainer")
@@ -605,7 +559,7 @@ class TopologyPlugin(Plugin):
             )
             self._commit()
             in_reply = self._with_riders(self._schedule_decision(decision), info.id)
-        self._log_decision(decision, "resized")
+        self.explained.log(decision, "resized")
         if self.files is not None:
             self.files.replaced(decision)
             self.files.updated(u for u in decision.updates if u.container_id != info.id)
@@ -655,7 +609,7 @@ class TopologyPlugin(Plugin):
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self._event("StopContainer")
-        if self.settings.restart_hold_s > 0 and await self._hold(pod.id, ctr.id):
+        if self.settings.restart_hold_s > 0 and await self._hold(ctr.id):
             return convert.updates(self._with_riders((), ctr.id), ignore_failure=True)
         updates = await self._release(ctr.id, "stopped")
         if not self.paced:
@@ -680,11 +634,10 @@ class TopologyPlugin(Plugin):
             started = time.perf_counter()
             report = self.policy.reconfigure(options)
             self._observe("reconfigure", started)
-            timers = self._timers
-            self._restore_timers(timers.to_json(), report.cold_starts, set(timers.pending))
+            self.timers.reconfigured(report.cold_starts)
             self._commit()
         for cid, decision in report.decisions.items():
-            self._log_decision(decision, "re-placed", report.replaced.get(cid, ""))
+            self.explained.log(decision, "re-placed", report.replaced.get(cid, ""))
         updates = report.updates
         _log.info(
             "policy options applied",
@@ -706,12 +659,7 @@ class TopologyPlugin(Plugin):
         async with self._lock:
             if self.stub is not None:
                 await self.stub.stop()
-            # Deadlines stay in the checkpoint; the next run re-arms them.
-            for handle in self._timers.handles.values():
-                handle.cancel()
-            self._timers.handles.clear()
-            for _, handle in self._holds.values():
-                handle.cancel()
+            self.timers.stop()
             self._commit()
         if self.verifier is not None:
             await self.verifier.stop()
@@ -783,14 +731,14 @@ class TopologyPlugin(Plugin):
         return {cid: assigned(a) for cid, a in self.policy.assignments().items()}
 
     def _body(self) -> dict[str, Any]:
-        return {"policy": self.policy.snapshot(), "cold_starts": self._timers.to_json()}
+        return {"policy": self.policy.snapshot(), "cold_starts": self.timers.to_json()}
 
     def _snapshot(self, whole: bool) -> Snapshot:
         """The checkpoint body for the writer: the policy's entries changed since the last one,
         or all of them (when `whole`, or the policy has no list of changes)."""
         changes = self.policy.changes(everything=whole)
         policy = self.policy.snapshot(entries=False)
-        body = {"policy": policy, "cold_starts": self._timers.to_json()}
+        body = {"policy": policy, "cold_starts": self.timers.to_json()}
         if changes.complete:
             policy[ENTRIES] = changes.entries
             return Snapshot(body)
@@ -904,82 +852,27 @@ class TopologyPlugin(Plugin):
             _log.warning("release refused", container_id=container_id, reason=str(exc))
             updates = ()
         self._observe("release", started)
-        self.decisions.pop(container_id, None)
+        self.explained.forget(container_id)
         self._riding.pop(container_id, None)
-        self._windows.pop(container_id, None)
         self._closed(self.schedule.forget(container_id, self._clock()))
-        self._timers.cancel(container_id)
-        self._end_holds([container_id])
+        self.timers.forget(container_id)
         if self.verifier is not None:
             self.verifier.forget(container_id)
         return updates
 
-    async def _hold(self, pod_id: str, container_id: str) -> bool:
+    async def _hold(self, container_id: str) -> bool:
         """Keep a stopped container's CPUs for its next attempt, for `restart_hold_s` at most."""
         async with self._lock:
             if not self.policy.hold(container_id):
                 return False
-            self._timers.cancel(container_id)
             if self.verifier is not None:
                 self.verifier.forget(container_id)
-            self._end_holds([container_id])
-            handle = asyncio.get_running_loop().call_later(
-                self.settings.restart_hold_s,
-                lambda: self._spawn(self._hold_expired(container_id)),
-            )
-            self._holds[container_id] = (pod_id, handle)
+            self.timers.hold(container_id, self.settings.restart_hold_s)
         _log.info("stopped, CPUs held for its next attempt", container_id=container_id)
         return True
 
-    def _end_holds(self, ids: Iterable[str]) -> None:
-        """Forget the holds of these containers (released, or taken over by a next attempt)."""
-        for cid in ids:
-            hold = self._holds.pop(cid, None)
-            if hold is not None:
-                hold[1].cancel()
-
     async def _hold_expired(self, container_id: str) -> None:
         self._defer(await self._release(container_id, "no next attempt came"), "release")
-
-    def _restore_timers(
-        self, saved: Mapping[str, Any], cold_starts: Mapping[str, ColdStart], created: set[str]
-    ) -> None:
-        """Keep the cold-start timers of the containers still in cold start.
-
-        A cold start belongs to the container, so a saved deadline is kept whether the container
-        was adopted or re-placed; one that passed while the plugin was down fires now. A
-        container not started yet (`created`) waits for StartContainer as before. A started one
-        without a saved deadline (no checkpoint, or a crash before it was written) gets the full
-        duration from now: when it started is not known, and widening too early defeats the
-        cold start. Deadlines are wall-clock (they must outlive the process); one further away
-        than the full duration (the clock was set back) is cut to it.
-        """
-        for handle in self._timers.handles.values():
-            handle.cancel()
-        now = self._now_ns()
-        pending = _mapping(saved.get("pending_ns"))
-        deadlines = _mapping(saved.get("deadline_ns"))
-        self._timers = _Timers()
-        for cid, cold in cold_starts.items():
-            if cid in created:
-                delay = pending.get(cid)
-                self._timers.pending[cid] = delay if _is_ns(delay) else cold.delay_ns
-                continue
-            deadline = deadlines.get(cid)
-            if not _is_ns(deadline):
-                deadline = now + cold.delay_ns
-            deadline = min(deadline, now + cold.delay_ns)
-            self._timers.deadlines[cid] = deadline
-            self._arm(cid, max(0.0, (deadline - now) / 1e9))
-
-    def _arm(self, container_id: str, delay_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        old = self._timers.handles.pop(container_id, None)
-        if old is not None:
-            old.cancel()
-        self._timers.handles[container_id] = loop.call_later(
-            delay_s, lambda: self._spawn(self._cold_start_expired(container_id))
-        )
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -988,8 +881,7 @@ class TopologyPlugin(Plugin):
 
     async def _cold_start_expired(self, container_id: str) -> None:
         async with self._lock:
-            self._timers.handles.pop(container_id, None)
-            if self._timers.deadlines.pop(container_id, None) is None:
+            if not self.timers.cold_start_due(container_id):
                 return  # released meanwhile
             started = time.perf_counter()
             try:
@@ -1184,11 +1076,7 @@ class TopologyPlugin(Plugin):
         """Windows that closed: observed, and kept with their decision."""
         for c in closed:
             self.metrics.exclusive_window.observe(c.seconds)
-            known = self.decisions.get(c.owner)
-            if known is None:  # its decision is kept once the reply is out
-                self._windows[c.owner] = c.seconds
-            else:
-                self.decisions[c.owner] = replace(known, window_s=c.seconds)
+            self.explained.window_closed(c.owner, c.seconds)
 
     async def _through_nri(self, updates: Updates, why: str) -> bool:
         """One UpdateContainers; False when it may not have reached the runtime (no connection:
@@ -1265,63 +1153,3 @@ class TopologyPlugin(Plugin):
             await self._through_cri({u.container_id: u.placement for u in updates}, why)
         elif self.stub is not None:
             await self._through_nri(convert.updates(updates, ignore_failure=True), why)
-
-    def _explain_adopted(self, adopted: Sequence[str]) -> None:
-        """Containers kept as found have no decision of this run: `explain` shows what they hold,
-        without a trace. One placed by this process earlier (a reconnection) keeps its decision."""
-        new = [cid for cid in adopted if cid not in self.decisions]
-        if not new:
-            return
-        held, now = self.policy.assignments(), self._now_ns()
-        for cid in new:
-            a = held.get(cid)
-            if a is not None:
-                placed = Decision(
-                    cid,
-                    a.pool,
-                    a.kind,
-                    Placement(a.cpus, a.mems),
-                    a.exclusive,
-                    hugepages=a.hugepages,
-                )
-                self.decisions[cid] = Explained("adopted", now, placed)
-
-    def _log_decision(self, decision: Decision, what: str, why: str = "") -> None:
-        """Log and keep a decision once the reply carrying it is out: its fields (the cpusets of
-        dozens of updated containers) are a visible share of a reply's time."""
-        known = self.policy.container(decision.container_id)  # as it is now: names are values
-        asyncio.get_running_loop().call_soon(self._after_reply, decision, what, known, why)
-
-    def _after_reply(
-        self,
-        decision: Decision,
-        what: str,
-        known: tuple[PodInfo, ContainerInfo] | None,
-        why: str,
-    ) -> None:
-        if logs.enabled(logging.INFO):
-            pod_name = f"{known[0].namespace}/{known[0].name}" if known else ""
-            name = f"{pod_name}/{known[1].name}" if known else decision.container_id
-            fields = logs.decision_fields(decision, name, pod_name)
-            if why:
-                fields["why"] = why
-            _log.info(f"container {what}", **fields)
-        cid = decision.container_id
-        if self._placed(cid):  # not released meanwhile
-            # Without the other containers' updates, which explain nothing about this one.
-            kept = dataclasses.replace(decision, updates=(), trace=self._shared(decision.trace))
-            window = self._windows.pop(cid, None)
-            self.decisions[cid] = Explained(what, self._now_ns(), kept, window)
-
-    def _shared(self, trace: tuple[PoolScore, ...]) -> tuple[PoolScore, ...]:
-        """The trace with each sort key and verdict replaced by an equal one kept before."""
-        keys, verdicts = self._keys, self._verdicts
-        if len(keys) >= _TRACE_PARTS_MAX or len(verdicts) >= _TRACE_PARTS_MAX:
-            keys.clear()  # the kept traces keep theirs; later ones start sharing anew
-            verdicts.clear()
-        return tuple(
-            PoolScore(
-                s.pool, keys.setdefault(s.key, s.key), verdicts.setdefault(s.result, s.result)
-            )
-            for s in trace
-        )
