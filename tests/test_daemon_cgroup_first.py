@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
-from nri_topology.daemon.schedule import Pacing
+from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.daemon.verify import Written, write_placement
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options

@@ -15,8 +15,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from nri_topology.daemon.plugin import Settings, TopologyPlugin, Transport, _cpusets_only
-from nri_topology.daemon.schedule import Pacing
+from nri_topology.daemon.plugin import Settings, TopologyPlugin, _cpusets_only
+from nri_topology.daemon.updates.schedule import Pacing
+from nri_topology.daemon.updates.transport import Transport
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
@@ -98,7 +99,7 @@ async def test_a_relayed_re_pin_is_answered_with_the_current_placement_not_the_o
         now = plugin.policy.placements(["c0"])["c0"]
         stale = Placement(frozenset({0}), now.mems)
         assert stale != now
-        await plugin._through_cri({"c0": stale}, "test")
+        await plugin.updates.transports.through_cri({"c0": stale}, "test")
         assert server.calls[-1].asked[0] == "0"
         assert _cpus(peer, "c0") == now.cpus
 
@@ -110,7 +111,7 @@ async def test_an_update_that_is_not_our_re_pin_is_a_resize() -> None:
         g = new_pod(100, "")
         await peer.create_container(g, new_container(100, cpus=1))
         await plugin.settle()
-        plugin._awaiting["c100"] = 1  # as if a re-pin of it were on its way
+        plugin.updates.transports.awaiting["c100"] = 1  # as if a re-pin of it were on its way
         answered = _sample(plugin, "nri_topology_own_repins_answered_total")
         res = api_pb2.LinuxResources()
         res.CopyFrom(new_container(100, cpus=2).linux.resources)
@@ -214,7 +215,7 @@ async def test_a_cri_that_answers_only_later_is_taken_once_it_does(
         assert plugin.settings.cri_socket is not None
         await server.listen(plugin.settings.cri_socket)
         for _ in range(100):
-            if plugin.transport == Transport.CRI and not plugin._riding:
+            if plugin.transport == Transport.CRI and not plugin.updates.transports.riding:
                 break
             await asyncio.sleep(0.05)
         assert (plugin.transport, plugin.paced) == (Transport.CRI, True)

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from nri_topology.config.schema import Config
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
-from nri_topology.daemon.schedule import Pacing
 from nri_topology.daemon.service import settings_of
+from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
@@ -62,6 +62,8 @@ async def test_a_guaranteed_reply_carries_only_its_own_adjustment_re_pins_follow
         assert list(reply.update) == []
         exclusive = cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
         assert len(exclusive) == 1
+        # no cgroups to write: its workload starts beside them, and its window counts from then
+        await peer.start_container(g, new_container(100, cpus=1))
         await plugin.settle()
         assert all(not (_cpus(peer, f"c{i}") & exclusive) for i in range(SHARED))
         assert sorted(u.container_id for u in peer.unsolicited_updates) == [

@@ -43,6 +43,7 @@ LATENCY_BUCKETS = (
 
 # Every reason the daemon counts an error for; each is exported at 0 from the start.
 ERROR_REASONS = (
+    "cgroup_root",  # none of the runtime's containers has its cgroup under the cgroup root
     "checkpoint_implausible",  # checkpoint entries that contradict the runtime, dropped
     "checkpoint_write",  # the checkpoint could not be written
     "cold_start",  # the unsolicited update after a cold start failed
@@ -53,6 +54,7 @@ ERROR_REASONS = (
     "restore_failed",  # containers the checkpoint could not place again
     "update_failed",  # an UpdateContainers request failed
     "update_not_connected",  # an update was due while no runtime was connected
+    "window_unfreed",  # a window closed because a re-pin was given up: its CPUs may be shared
 )
 RELOAD_RESULTS = ("applied", "rejected")
 # What became of other containers' re-pins sent after the reply (docs/architecture.md).
@@ -277,11 +279,13 @@ class Metrics:
         self.cgroup_drift = Counter(
             f"{PREFIX}_cgroup_drift",
             "Containers whose cgroup cpuset or memory nodes differed from their placement and "
-            "were updated again, by the check that found them (post_start, periodic).",
+            "were updated again, by the check that found them (post_start, periodic; revert: "
+            "what the plugin wrote, undone before the runtime's record followed, e.g. by "
+            "systemd, written again).",
             ["check"],
             registry=self.registry,
         )
-        for check in ("post_start", "periodic"):
+        for check in ("post_start", "periodic", "revert"):
             self.cgroup_drift.labels(check)
         self.degraded = Counter(
             f"{PREFIX}_degraded_placements",
@@ -323,9 +327,10 @@ class Metrics:
             self.annotation_refusals.labels(limit)
         self.exclusive_window = Histogram(
             f"{PREFIX}_exclusive_window_seconds",
-            "Time from the reply granting exclusive CPUs until no other container's cgroup held "
-            "them: written there, or re-pinned by the runtime (0: nobody held them, or re-pins "
-            "in the reply).",
+            "Time the workload of a container granted exclusive CPUs ran while another "
+            "container's cgroup still held them, from its start until they were written there "
+            "or re-pinned by the runtime (0: freed before it started, nobody held them, or "
+            "re-pins in the reply).",
             buckets=WINDOW_BUCKETS,
             registry=self.registry,
         )
@@ -356,6 +361,13 @@ class Metrics:
         )
         for outcome in CGROUP_WRITE_OUTCOMES:
             self.cgroup_writes.labels(outcome)
+        self.cgroup_writes_on = Gauge(
+            f"{PREFIX}_cgroup_writes_enabled",
+            "1 while re-pins are written into the containers' cgroups ahead of the runtime; 0 "
+            "when configured off, the cgroup mount is read-only, or the cgroup root holds none "
+            "of the runtime's containers.",
+            registry=self.registry,
+        )
         self.update_transport = Gauge(
             f"{PREFIX}_update_transport",
             "1 for the transport updates apart from a reply take (cri: the runtime's CRI "

@@ -31,30 +31,27 @@ Rules it keeps (docs/protocol.md §6):
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from nri_topology.cri.client import CriClient, CriError, default_socket
 from nri_topology.daemon import convert, logs
 from nri_topology.daemon.checkpoint import Checkpoint
-from nri_topology.daemon.drift import compare
 from nri_topology.daemon.explain import Explained, Explanations
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
-from nri_topology.daemon.schedule import PACED, Closed, Pacing, Schedule
 from nri_topology.daemon.timers import Timers
-from nri_topology.daemon.verify import Verifier, Written
+from nri_topology.daemon.updates.path import UpdatePath
+from nri_topology.daemon.updates.schedule import PACED, Pacing
+from nri_topology.daemon.updates.transport import Transports
+from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
-from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
-from nri_topology.nri.versions import runtime_serves_updates_apart
+from nri_topology.nri.stub import Plugin, Refused, Stub, Updates
 from nri_topology.policy.checkpoint.state import ENTRIES
 from nri_topology.policy.intake import podlevel
 from nri_topology.policy.intake.annotations import in_domains, key_problems
@@ -70,7 +67,6 @@ from nri_topology.policy.types import (
     Update,
     qualified_name,
 )
-from nri_topology.topology import cpuset
 
 if TYPE_CHECKING:
     from nri_topology.daemon.hints import HintFinder
@@ -131,14 +127,6 @@ class Settings:
     cgroup_first: bool = True
 
 
-class Transport:
-    """How updates travel apart from a reply; chosen at Configure."""
-
-    CRI = "cri"  # UpdateContainerResources on the runtime's CRI socket
-    NRI = "nri"  # NRI UpdateContainers
-    REPLY = "reply"  # none safe: they wait for the next reply that can carry them
-
-
 class TopologyPlugin(Plugin):
     """Wires NRI events to the policy; see the module docstring for the rules."""
 
@@ -162,7 +150,6 @@ class TopologyPlugin(Plugin):
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
-        self.stub: Stub | None = None
         self._runtime_config = runtime_config
         self._lock = asyncio.Lock()
         # Which containers exist, and their pods, is the policy's to know (`policy.container`);
@@ -179,29 +166,34 @@ class TopologyPlugin(Plugin):
         self._saved: dict[str, Any] | None = None
         self._loaded = False
         self._background: set[asyncio.Task[None]] = set()
-        self.schedule = Schedule(settings.pacing or PACED)
-        self.paced = False  # re-pins after the reply: decided at Configure, for this runtime
-        self.transport = Transport.REPLY  # decided at Configure
-        self.cri: CriClient | None = None
-        # Re-pins sent through the CRI whose answer is awaited, by container: the runtime relays
-        # each to us as an UpdateContainer (`_own_repin`).
-        self._awaiting: dict[str, int] = {}
-        # Updates with no safe transport, waiting for the next reply that can carry them.
-        self._riding: dict[str, Placement] = {}
-        self._cri_asking: asyncio.Task[None] | None = None
-        self._pump: asyncio.Task[None] | None = None
-        self._kick = asyncio.Event()
-        self._cgroups_read_only = False  # found at the first write: re-pins wait for the runtime
         self._writer: CheckpointWriter | None = None
         self.verifier: Verifier | None = None
         if settings.cgroup_root is not None:
             self.verifier = Verifier(
                 settings.cgroup_root,
                 self._settled_placements,
-                self._send,
+                lambda updates, why: self.updates.send(updates, why),
                 lambda check: self.metrics.cgroup_drift.labels(check).inc(),
                 settings.verify_interval_s,
             )
+        transports = Transports(
+            self.metrics,
+            wanted=settings.transport,
+            cri_socket=settings.cri_socket,
+            pace_old_runtimes=settings.pace_old_runtimes,
+            paced_if_safe=settings.pacing is not None,
+            concurrency=(settings.pacing or PACED).batch,
+        )
+        self.updates = UpdatePath(
+            self.metrics,
+            transports,
+            pacing=settings.pacing,
+            cgroups=self.verifier,
+            cgroup_first=settings.cgroup_first,
+            placed=self._placed,
+            on_closed=lambda c: self.explained.window_closed(c.owner, c.seconds),
+            spawn=self._spawn,
+        )
         if checkpoint is not None:
             self._writer = CheckpointWriter(
                 checkpoint,
@@ -213,6 +205,27 @@ class TopologyPlugin(Plugin):
             )
 
     # --- views for metrics, health and explain ------------------------------------------------
+
+    @property
+    def stub(self) -> Stub | None:
+        """The runtime connection; re-pins through NRI go out on it."""
+        return self.updates.stub
+
+    @stub.setter
+    def stub(self, stub: Stub | None) -> None:
+        self.updates.stub = stub
+
+    # the update path's state, as status and tests read it
+    @property
+    def transport(self) -> str:
+        return self.updates.transport
+
+    @property
+    def paced(self) -> bool:
+        return self.updates.paced
+
+    def writes_cgroups(self) -> bool:
+        return self.updates.writes_cgroups()
 
     @property
     def decisions(self) -> dict[str, Explained]:
@@ -237,86 +250,14 @@ class TopologyPlugin(Plugin):
     def _event(self, name: str) -> None:
         """A runtime event for a pod: counted, and the runtime's record re-pins give way to it."""
         self.metrics.request(name)
-        self.schedule.event(self._clock())
+        self.updates.event(_clock())
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
         self.metrics.request("Configure")
         if req.config.strip() and self._runtime_config is not None:
             await self._runtime_config(req.config)
-        await self._choose_transport(req)
+        await self.updates.configure(req, self._lock, lambda: self.policy.placements())
         return None
-
-    async def _choose_transport(self, req: api_pb2.ConfigureRequest) -> None:
-        """The transport for updates apart from a reply, and whether re-pins are paced."""
-        s = self.settings
-        runtime = f"{req.runtime_name} {req.runtime_version}"
-        socket = s.cri_socket or default_socket(req.runtime_name)
-        safe = runtime_serves_updates_apart(req)
-        # Where the NRI serves UpdateContainers apart from its events, auto takes it: each
-        # re-pin through the CRI costs the runtime two more relays to its plugins, which on a
-        # busy node lengthens the new container's start more than a batch under the NRI lock.
-        ask_cri = s.transport == Transport.CRI or (s.transport == "auto" and not safe)
-        answered = ""
-        if ask_cri and socket is not None:
-            if self.cri is None or self.cri.socket != socket:
-                if self.cri is not None:
-                    await self.cri.close()
-                self.cri = CriClient(socket)
-            if s.transport == Transport.CRI:
-                answered = "(not asked)"
-            elif Path(socket).exists():
-                try:
-                    answered = await self.cri.version()
-                except CriError as exc:
-                    _log.warning("the runtime's CRI does not answer", error=str(exc))
-        if answered:
-            transport = Transport.CRI
-        elif s.transport == Transport.CRI:
-            transport = Transport.CRI  # configured, with no socket known: cannot be
-        elif safe or (s.pace_old_runtimes and s.pacing is not None):
-            transport = Transport.NRI
-        else:
-            transport = Transport.REPLY
-        if transport == Transport.CRI and socket is None:
-            _log.error(
-                "updates.transport is cri, but the CRI socket of this runtime is not known: "
-                "set updates.cri_socket; updates wait for replies meanwhile",
-                runtime=runtime,
-            )
-            transport = Transport.REPLY
-        self.transport = transport
-        self.paced = s.pacing is not None and transport != Transport.REPLY
-        self.metrics.transport(transport)
-        if self._cri_asking is not None:
-            self._cri_asking.cancel()
-            self._cri_asking = None
-        if s.transport == "auto" and self.cri is not None and not answered and not safe:
-            self._cri_asking = asyncio.ensure_future(self._ask_cri_later())
-        if transport == Transport.NRI and not safe:
-            _log.warning(
-                "the runtime's NRI adaptation may deadlock on UpdateContainers (older than "
-                "v0.12.1) and its CRI does not answer: pacing re-pins through NRI all the same, "
-                "as configured",
-                runtime=runtime,
-                nri_version=req.NRI_version or None,
-            )
-        elif transport == Transport.REPLY:
-            _log.warning(
-                "no safe transport for updates apart from a reply (NRI older than v0.12.1, and "
-                "no CRI socket answers): re-pins travel in the replies, other updates wait for "
-                "the next one",
-                runtime=runtime,
-                nri_version=req.NRI_version or None,
-                cri_socket=socket,
-            )
-        _log.info(
-            "updates apart from a reply",
-            transport=transport,
-            paced=self.paced,
-            runtime=runtime,
-            cri_socket=socket if transport == Transport.CRI else None,
-            cri=answered or None,
-        )
 
     async def synchronize(
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
@@ -352,8 +293,8 @@ class TopologyPlugin(Plugin):
             self.timers.restore(saved.get("cold_starts"), report.cold_starts, created)
             self.timers.end_holds(list(self.timers.held))  # the policy holds none after a restore
             held = self.policy.assignments().items()  # as the reply sets them
-            self.schedule.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held)
-            self._riding.clear()  # the reply sets every container's placement anew
+            # the reply sets every container's placement anew
+            self.updates.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held)
             self._commit()
             placed = self._placement_docs() if self.files is not None else {}
         if self.files is not None:
@@ -445,7 +386,7 @@ class TopologyPlugin(Plugin):
             self.files.updated(u for u in decision.updates if u.container_id != holder)
         updates = {u.container_id: u for u in decision.updates}
         updates[holder] = Update(holder, decision.placement)
-        self._defer([updates[cid] for cid in sorted(updates)], "pod resize")
+        self.updates.defer([updates[cid] for cid in sorted(updates)], "pod resize")
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self._event("RemovePodSandbox")
@@ -478,7 +419,7 @@ class TopologyPlugin(Plugin):
             self.files.updated(updates)
             for cid in (*held, *left):
                 self.files.removed(cid)
-        self._defer(updates, why)
+        self.updates.defer(updates, why)
 
     async def create_container(
         self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container
@@ -507,7 +448,7 @@ class TopologyPlugin(Plugin):
                 for c in gone:
                     self.explained.forget(c)
             self._commit()
-            in_reply = self._with_riders(self._schedule_decision(decision), info.id)
+            in_reply = self.updates.transports.with_riders(self.updates.decided(decision), info.id)
         self.explained.log(decision, "created")
         env = {}
         if self.settings.expose_env:
@@ -526,11 +467,12 @@ class TopologyPlugin(Plugin):
         async with self._lock:
             if self.timers.started(ctr.id):
                 self._commit()
+        # The runtime starts the task once we answer: not before the shared cgroups let go.
+        await self.updates.before_start(ctr.id)
 
     async def post_start_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
         self._event("PostStartContainer")
-        if self.schedule.started(ctr.id):
-            self._wake()
+        self.updates.started(ctr.id)
         if self.verifier is not None and self._placed(ctr.id):
             self.verifier.track(ctr.id, ctr.linux.cgroups_path)
             self._spawn(self._verify([ctr.id], "post_start"))
@@ -542,9 +484,9 @@ class TopologyPlugin(Plugin):
         resources: api_pb2.LinuxResources,
     ) -> Updates:
         self.metrics.request("UpdateContainer")
-        if ctr.id in self._awaiting and _cpusets_only(resources):
+        if self.updates.transports.relayed(ctr.id) and _cpusets_only(resources):
             return self._own_repin(ctr.id)
-        self.schedule.event(self._clock())
+        self.updates.event(_clock())
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         async with self._lock:
@@ -558,7 +500,7 @@ class TopologyPlugin(Plugin):
                 lambda: self.policy.resize(pod_info, info, info.resources),
             )
             self._commit()
-            in_reply = self._with_riders(self._schedule_decision(decision), info.id)
+            in_reply = self.updates.transports.with_riders(self.updates.decided(decision), info.id)
         self.explained.log(decision, "resized")
         if self.files is not None:
             self.files.replaced(decision)
@@ -567,35 +509,6 @@ class TopologyPlugin(Plugin):
         own = convert.container_update(info.id, decision.placement)
         others = [u for u in in_reply if u.container_id != info.id]
         return [*convert.updates(others, ignore_failure=True), own]
-
-    async def _ask_cri_later(self) -> None:
-        """Ask a CRI that did not answer at Configure again for a while; once it answers,
-        updates apart from a reply go through it, re-pins after the reply."""
-        for _ in range(_CRI_ASKS):
-            await asyncio.sleep(_CRI_ASK_EVERY_S)
-            cri = self.cri
-            if cri is None:
-                return
-            try:
-                answered = await cri.version()
-            except CriError:
-                continue
-            async with self._lock:
-                if not self.paced:  # replies applied everything but what waits for one
-                    held = self.policy.placements()
-                    self.schedule.reset(held.items())
-                riding, self._riding = self._riding, {}
-                self.transport = Transport.CRI
-                self.paced = self.settings.pacing is not None
-            self.metrics.transport(Transport.CRI)
-            _log.info(
-                "the runtime's CRI answers now: updates apart from a reply go through it",
-                cri=answered,
-                cri_socket=cri.socket,
-                paced=self.paced,
-            )
-            self._send_later([Update(cid, p) for cid, p in riding.items()], "cri_ready")
-            return
 
     def _own_repin(self, container_id: str) -> Updates:
         """The runtime relays our own CRI re-pin: answer with the container's current cpusets
@@ -610,11 +523,15 @@ class TopologyPlugin(Plugin):
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self._event("StopContainer")
         if self.settings.restart_hold_s > 0 and await self._hold(ctr.id):
-            return convert.updates(self._with_riders((), ctr.id), ignore_failure=True)
+            return convert.updates(
+                self.updates.transports.with_riders((), ctr.id), ignore_failure=True
+            )
         updates = await self._release(ctr.id, "stopped")
         if not self.paced:
-            return convert.updates(self._with_riders(updates, ctr.id), ignore_failure=True)
-        self._defer(updates, "release")
+            return convert.updates(
+                self.updates.transports.with_riders(updates, ctr.id), ignore_failure=True
+            )
+        self.updates.defer(updates, "release")
         return []
 
     async def remove_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> None:
@@ -624,7 +541,7 @@ class TopologyPlugin(Plugin):
         updates = await self._release(ctr.id, "removed")
         if self.files is not None:
             self.files.removed(ctr.id)
-        self._defer(updates, "release")
+        self.updates.defer(updates, "release")
 
     # --- reconfiguration, cold start, shutdown -------------------------------------------------
 
@@ -649,7 +566,7 @@ class TopologyPlugin(Plugin):
             for decision in report.decisions.values():
                 self.files.replaced(decision)
             self.files.updated(updates)
-        self._defer(updates, "reconfigure")
+        self.updates.defer(updates, "reconfigure")
 
     async def shutdown(self) -> bool:
         """Finish the request in flight, disconnect, write the final checkpoint.
@@ -668,12 +585,7 @@ class TopologyPlugin(Plugin):
         await asyncio.gather(*self._background, return_exceptions=True)
         if self.hints is not None:
             await self.hints.close()
-        if self._cri_asking is not None:
-            self._cri_asking.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._cri_asking
-        if self.cri is not None:
-            await self.cri.close()
+        await self.updates.close()
         if self.files is not None:
             await self.files.flush()
         await self.flush()
@@ -853,8 +765,7 @@ class TopologyPlugin(Plugin):
             updates = ()
         self._observe("release", started)
         self.explained.forget(container_id)
-        self._riding.pop(container_id, None)
-        self._closed(self.schedule.forget(container_id, self._clock()))
+        self.updates.forget(container_id)
         self.timers.forget(container_id)
         if self.verifier is not None:
             self.verifier.forget(container_id)
@@ -872,7 +783,7 @@ class TopologyPlugin(Plugin):
         return True
 
     async def _hold_expired(self, container_id: str) -> None:
-        self._defer(await self._release(container_id, "no next attempt came"), "release")
+        self.updates.defer(await self._release(container_id, "no next attempt came"), "release")
 
     def _spawn(self, work: Awaitable[None]) -> None:
         task = asyncio.ensure_future(work)
@@ -898,7 +809,7 @@ class TopologyPlugin(Plugin):
         if self.files is not None:
             self.files.updated(updates)
         if updates:  # the container's own memory, not a re-pin of others: at once
-            await self._send(updates, "cold_start")
+            await self.updates.send(updates, "cold_start")
 
     async def _placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
         """Current placements (cpus, mems) of `ids` (all when None), read under the lock."""
@@ -908,7 +819,7 @@ class TopologyPlugin(Plugin):
     async def _settled_placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
         """Placements to check cgroups against: not those whose re-pin is still on its way."""
         found = await self._placements(ids)
-        busy = self.schedule.busy
+        busy = self.updates.schedule.busy
         return {cid: p for cid, p in found.items() if not busy(cid)}
 
     async def _verify(self, ids: Sequence[str] | None, why: str) -> None:
@@ -918,238 +829,7 @@ class TopologyPlugin(Plugin):
         except Exception as exc:  # checking is best effort; the periodic check tries again
             _log.error("cgroup check failed", check=why, error=str(exc))
 
-    # --- the update schedule -----------------------------------------------------------------
 
-    @staticmethod
-    def _clock() -> float:
-        """The schedule's clock: the event loop's, which its timers run on."""
-        return asyncio.get_running_loop().time()
-
-    def _schedule_decision(self, decision: Decision) -> tuple[Update, ...]:
-        """Hand the decision's re-pins of other containers to the schedule, or, in in-reply
-        mode, return them for the reply; open the window of its exclusive CPUs."""
-        cid = decision.container_id
-        others = tuple(u for u in decision.updates if u.container_id != cid)
-        if not self.paced:
-            if decision.exclusive:  # applied before the container runs: no window
-                self._closed((Closed(cid, 0.0),))
-            return others
-        now = self._clock()
-        sched = self.schedule
-        sched.change(others, now)
-        sched.holds(cid, decision.placement)
-        closed = sched.grant(cid, decision.exclusive, now)
-        if closed is not None:
-            self._closed((closed,))
-        elif decision.exclusive:
-            sched.starting(cid, now)
-        if others:
-            self._write_ahead()
-            self._wake()
-        return ()
-
-    def _defer(self, updates: Sequence[Update], why: str) -> None:
-        """Re-pins with no reply to ride on (or after one): through the schedule, or in in-reply
-        mode at once through the transport."""
-        if not updates:
-            return
-        if not self.paced:
-            self._send_later(updates, why)
-            return
-        self.schedule.change(updates, self._clock())
-        self._write_ahead()
-        self._wake()
-
-    def writes_cgroups(self) -> bool:
-        """Whether paced re-pins go into the containers' cgroups ahead of the runtime."""
-        return (
-            self.paced
-            and self.settings.cgroup_first
-            and self.verifier is not None
-            and not self._cgroups_read_only
-        )
-
-    def _write_ahead(self) -> None:
-        """Re-pins pending in the schedule go into the containers' cgroups now: the runtime
-        applies them later, paced, but no container keeps running on CPUs taken from it."""
-        if not self.writes_cgroups():
-            return
-        batch = self.schedule.to_write()
-        if batch:
-            self._spawn(self._write(batch))
-
-    async def _write(self, batch: dict[str, Placement]) -> None:
-        """Write `batch` (handed out by the schedule) and tell the schedule what is written."""
-        assert self.verifier is not None
-        try:
-            results = await self.verifier.write(batch)
-        except Exception as exc:  # the schedule must hear back, or these wait forever
-            _log.error("writing cgroups failed", error=str(exc))
-            results = dict.fromkeys(batch, Written.REFUSED)
-        ok = {cid: batch[cid] for cid, r in results.items() if r is Written.WRITTEN}
-        failed = [cid for cid in batch if cid not in ok]
-        self._closed(self.schedule.written(ok, failed, self._clock()))
-        for outcome, n in Counter(results.values()).items():
-            label = "refused" if outcome is Written.READ_ONLY else outcome.value
-            self.metrics.cgroup_writes.labels(label).inc(n)
-        if Written.READ_ONLY in results.values() and not self._cgroups_read_only:
-            self._cgroups_read_only = True
-            _log.warning(
-                "containers' cgroups cannot be written here (mount them read-write, or set "
-                "updates.cgroup_first to false): re-pins wait for the runtime",
-                cgroup_root=str(self.verifier.root),
-            )
-        self._wake()
-
-    def _wake(self) -> None:
-        self._kick.set()
-        if self._pump is None or self._pump.done():
-            self._pump = asyncio.ensure_future(self._drain())
-            self._background.add(self._pump)
-            self._pump.add_done_callback(self._background.discard)
-
-    async def _drain(self) -> None:
-        """Send the schedule's batches as they fall due; ends when nothing is pending."""
-        sched = self.schedule
-        while True:
-            now = self._clock()
-            batch = sched.next_batch(now)
-            if batch:
-                await self._send_batch(batch)
-                continue
-            wait = sched.wakeup(now)
-            if wait is None:
-                return
-            self._kick.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), wait)
-
-    async def _send_batch(self, batch: dict[str, Placement]) -> None:
-        """One batch of re-pins (one UpdateContainers, or concurrent CRI calls); then what
-        landed, what to retry, what is gone."""
-        started = self._clock()
-        if self.transport == Transport.CRI:
-            await self._through_cri(batch, "re-pin")
-        else:
-            updates = [
-                convert.container_update(c, p, ignore_failure=True) for c, p in batch.items()
-            ]
-            if not await self._through_nri(updates, "re-pin"):
-                self.schedule.lost(self._clock())
-                return
-        self.metrics.update_batch.observe(self._clock() - started)
-        retry, drop = await self._landed(batch)
-        done = self.schedule.done(self._clock(), retry, drop)
-        self._write_ahead()  # shrinks that came while these were in flight
-        repins = self.metrics.repins
-        repins.labels("sent").inc(len(batch))
-        for outcome, ids in (
-            ("retried", done.retried),
-            ("given_up", done.given_up),
-            ("dropped", done.dropped),
-        ):
-            if ids:
-                repins.labels(outcome).inc(len(ids))
-        if done.given_up:
-            _log.warning("re-pins did not land; the periodic check repairs them", ids=done.given_up)
-        self._closed(done.closed)
-
-    async def _landed(self, batch: Mapping[str, Placement]) -> tuple[set[str], set[str]]:
-        """Of a sent batch: those to send again (live, cgroup not as sent) and those gone
-        (released meanwhile, or no cgroup to read: exited, or not yet created, which the check
-        after its start covers)."""
-        drop = {cid for cid in batch if not self._placed(cid)}
-        if self.verifier is None:
-            return set(), drop
-        live = [cid for cid in batch if cid not in drop]
-        applied = await self.verifier.read(live)
-        retry = set()
-        for cid in live:
-            seen = applied.get(cid)
-            if seen is None:
-                drop.add(cid)
-            elif compare(cid, batch[cid].cpus, batch[cid].mems, seen) is not None:
-                retry.add(cid)
-        return retry, drop
-
-    def _closed(self, closed: Iterable[Closed]) -> None:
-        """Windows that closed: observed, and kept with their decision."""
-        for c in closed:
-            self.metrics.exclusive_window.observe(c.seconds)
-            self.explained.window_closed(c.owner, c.seconds)
-
-    async def _through_nri(self, updates: Updates, why: str) -> bool:
-        """One UpdateContainers; False when it may not have reached the runtime (no connection:
-        Synchronize on reconnect reports what each container holds and repairs the rest). A
-        refusal is logged and counted, not raised: each update ignores failure, and the cgroups
-        tell what landed."""
-        try:
-            if self.stub is None:
-                raise NotConnectedError("no runtime connection")
-            await self.stub.update_containers(updates)
-        except NotConnectedError as exc:
-            self.metrics.error("update_not_connected")
-            _log.warning(
-                "updates not delivered; reconnecting repairs them", why=why, error=str(exc)
-            )
-            return False
-        except StubError as exc:
-            self.metrics.error("update_failed")
-            _log.warning("runtime refused updates", why=why, error=str(exc))
-        return True
-
-    async def _through_cri(self, placements: Mapping[str, Placement], why: str) -> None:
-        """One UpdateContainerResources per container, at most `batch` at once; failures are
-        logged and counted (a container that exited meanwhile fails), not raised."""
-        cri = self.cri
-        assert cri is not None
-        awaiting = self._awaiting
-        sem = asyncio.Semaphore(self.schedule.pacing.batch)
-
-        async def one(cid: str, p: Placement) -> None:
-            cpus = cpuset.text(p.cpus) if p.cpus else ""
-            mems = cpuset.text(p.mems) if p.mems else ""
-            if not cpus and not mems:
-                return
-            async with sem:
-                awaiting[cid] = awaiting.get(cid, 0) + 1
-                try:
-                    await cri.update_cpusets(cid, cpus, mems)
-                except CriError as exc:
-                    self.metrics.error("update_failed")
-                    _log.info("CRI update failed", why=why, container_id=cid, error=str(exc))
-                finally:
-                    left = awaiting.pop(cid) - 1
-                    if left:
-                        awaiting[cid] = left
-
-        await asyncio.gather(*(one(cid, p) for cid, p in placements.items()))
-
-    def _with_riders(self, updates: Iterable[Update], own: str) -> tuple[Update, ...]:
-        """`updates` for a reply, after the updates waiting for one (none but with no safe
-        transport); not the event's own container's, which its reply sets anew."""
-        if not self._riding:
-            return tuple(updates)
-        riding, self._riding = self._riding, {}
-        riding.pop(own, None)
-        self.metrics.repins.labels("rode_reply").inc(len(riding))
-        return (*(Update(cid, p) for cid, p in riding.items()), *updates)
-
-    def _send_later(self, updates: Sequence[Update], why: str) -> None:
-        self._spawn(self._send(updates, why))
-
-    async def _send(self, updates: Sequence[Update], why: str) -> None:
-        """Updates apart from any reply, through the transport, from a task of its own; failures
-        are logged and counted, not raised. With no safe transport they wait for the next reply
-        that can carry updates (`_with_riders`): an NRI UpdateContainers could deadlock."""
-        if not updates:
-            return
-        if self.transport == Transport.REPLY:
-            for u in updates:
-                self._riding[u.container_id] = u.placement
-            self.metrics.repins.labels("held_for_reply").inc(len(updates))
-            return
-        if self.transport == Transport.CRI:
-            await self._through_cri({u.container_id: u.placement for u in updates}, why)
-        elif self.stub is not None:
-            await self._through_nri(convert.updates(updates, ignore_failure=True), why)
+def _clock() -> float:
+    """The update schedule's clock: the event loop's, which its timers run on."""
+    return asyncio.get_running_loop().time()

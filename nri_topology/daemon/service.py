@@ -46,7 +46,7 @@ from nri_topology.daemon.lock import InstanceLock, LockedError
 from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
-from nri_topology.daemon.schedule import Pacing
+from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.daemon.verify import cgroup_root
 from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri import api_pb2

@@ -129,7 +129,8 @@ class StatusPages:
 
     def _updates(self) -> dict[str, Any]:
         p = self._plugin
-        cri = p.cri.socket if p.cri is not None and p.transport == "cri" else None
+        client = p.updates.transports.cri
+        cri = client.socket if client is not None and p.transport == "cri" else None
         return {
             "transport": p.transport,
             "paced": p.paced,

@@ -17,6 +17,7 @@ import contextlib
 import enum
 import errno
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from concurrent.futures import Executor
 from pathlib import Path
 
 import structlog
@@ -145,9 +146,9 @@ class Verifier:
             await self._send(updates, f"drift_{why}")
         return drifts
 
-    async def read(self, ids: Iterable[str]) -> dict[str, Applied]:
+    async def read(self, ids: Iterable[str], pool: Executor | None = None) -> dict[str, Applied]:
         """What the cgroups of `ids` hold (those with a readable cgroup), read in a worker
-        thread: a periodic check of every container must not hold up the replies."""
+        thread (of `pool`): a periodic check of every container must not hold up the replies."""
         paths = {cid: p for cid in ids if (p := self._paths.get(cid))}
         if not paths:
             return {}
@@ -157,10 +158,12 @@ class Verifier:
             found = {cid: read_applied(root, p) for cid, p in paths.items()}
             return {cid: a for cid, a in found.items() if a is not None}
 
-        return await asyncio.to_thread(read)
+        return await asyncio.get_running_loop().run_in_executor(pool, read)
 
-    async def write(self, placements: Mapping[str, Placement]) -> dict[str, Written]:
-        """Write each placement into its container's cgroup, in a worker thread."""
+    async def write(
+        self, placements: Mapping[str, Placement], pool: Executor | None = None
+    ) -> dict[str, Written]:
+        """Write each placement into its container's cgroup, in a worker thread (of `pool`)."""
         root, paths = self.root, dict(self._paths)
 
         def write() -> dict[str, Written]:
@@ -169,7 +172,7 @@ class Verifier:
                 for cid, p in placements.items()
             }
 
-        return await asyncio.to_thread(write)
+        return await asyncio.get_running_loop().run_in_executor(pool, write)
 
     def start(self) -> None:
         """Start the periodic check (once; interval 0 turns it off)."""

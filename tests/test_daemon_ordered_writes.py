@@ -1,0 +1,188 @@
+"""The written-first path kept in order, through the daemon with the real policy over real unix
+sockets and real files standing for the cgroups (the 20-CPU desktop of
+tests/test_daemon_cgroup_first.py): a late write never undoes a newer decision, a granted
+container starts only once the shared cgroups gave up its CPUs, a written cpuset set back by
+another writer is written again, and a cgroup root holding none of the runtime's containers is
+noticed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import structlog
+
+from nri_topology.daemon import verify
+from nri_topology.daemon.updates.schedule import Pacing
+from nri_topology.nri import api_pb2
+from nri_topology.policy.types import Placement
+from nri_topology.testing.harness import connected
+from nri_topology.testing.runtime import RuntimePeer
+from nri_topology.topology import cpuset
+from tests.pods import new_pod
+from tests.test_daemon_cgroup_first import (
+    ALL,
+    SHARED,
+    _container,
+    _on,
+    _plugin,
+    _sample,
+    _shared,
+    _until,
+)
+
+# The runtime's record lags far behind (it waits for the start), as on a busy node.
+LAGGING = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2, start_wait_s=30.0, recheck_s=0.05)
+
+
+@pytest.fixture
+def slow_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every cgroup write takes 3 ms (a busy writer); the names of the threads that wrote."""
+    threads: list[str] = []
+    real = verify.write_placement
+
+    def slow(root: Path, path: str, placement: Placement) -> verify.Written:
+        threads.append(threading.current_thread().name)
+        time.sleep(0.003)
+        return real(root, path, placement)
+
+    monkeypatch.setattr(verify, "write_placement", slow)
+    return threads
+
+
+async def _grant(
+    peer: RuntimePeer, i: int
+) -> tuple[api_pb2.PodSandbox, api_pb2.Container, frozenset[int]]:
+    pod, ctr = new_pod(i, ""), _container(i, cpus=1, qos="")
+    await peer.run_pod_sandbox(pod)
+    reply = await peer.create_container(pod, ctr)
+    return pod, ctr, cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
+
+
+@pytest.mark.parametrize("gap_ms", [0, 0.5, 1, 2])
+async def test_a_release_then_a_grant_leave_no_shared_cgroup_on_the_granted_cpu(
+    tmp_path: Path, slow_writes: list[str], gap_ms: float
+) -> None:
+    """The release's growth is still being written when the next grant takes the CPU again:
+    the growth lands late, the grant's shrink is written right behind it, and the granted
+    container starts only after that, so its window is 0 and really so."""
+    plugin = _plugin(tmp_path, pacing=LAGGING)
+    async with connected(plugin) as (peer, _):
+        dirs = await _shared(peer, tmp_path)
+        await plugin.settle()
+        for rnd in range(3):
+            first, ctr1, _ = await _grant(peer, 100 + 2 * rnd)
+            await plugin.settle()
+            await peer.stop_container(first, ctr1)
+            await peer.remove_container(first, ctr1)
+            await peer.remove_pod_sandbox(first)
+            await asyncio.sleep(gap_ms / 1000)
+            pod, ctr, exclusive = await _grant(peer, 101 + 2 * rnd)
+            await peer.start_container(pod, ctr)  # answered once the shared cgroups let go
+            assert all(not (_on(d) & exclusive) for d in dirs), [_on(d) for d in dirs]
+            await plugin.settle()
+            assert all(not (_on(d) & exclusive) for d in dirs)
+            assert plugin.decisions[ctr.id].window_s == 0.0
+            await peer.stop_container(pod, ctr)
+            await peer.remove_container(pod, ctr)
+            await peer.remove_pod_sandbox(pod)
+            await plugin.settle()
+    assert set(slow_writes) == {"nri-topology-cgroups_0"}  # a writer thread of their own
+
+
+async def test_the_start_waits_no_longer_than_its_bound_and_counts_the_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writes that hang: the container starts after `write_wait_s`, and its window runs from
+    that start until the writes land."""
+    gate = threading.Event()
+    real = verify.write_placement
+
+    def stuck(root: Path, path: str, placement: Placement) -> verify.Written:
+        gate.wait(5)
+        return real(root, path, placement)
+
+    monkeypatch.setattr(verify, "write_placement", stuck)
+    pacing = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2, start_wait_s=30.0, write_wait_s=0.1)
+    plugin = _plugin(tmp_path, pacing=pacing)
+    async with connected(plugin) as (peer, _):
+        await _shared(peer, tmp_path)
+        gate.set()
+        await plugin.settle()
+        gate.clear()
+        pod, ctr, _ = await _grant(peer, 100)
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        await peer.start_container(pod, ctr)
+        waited = loop.time() - began
+        assert 0.09 <= waited < 2.0
+        await asyncio.sleep(0.05)
+        gate.set()
+        await _until(lambda: plugin.decisions[ctr.id].window_s is not None)
+        assert plugin.decisions[ctr.id].window_s > 0.04
+
+
+async def test_a_written_cgroup_set_back_by_another_writer_is_written_again(
+    tmp_path: Path,
+) -> None:
+    """systemd re-applies a scope's `AllowedCPUs` from the runtime's record while that record
+    still lags: the plugin reads the written cgroups back and writes them again."""
+    plugin = _plugin(tmp_path, pacing=LAGGING)
+    async with connected(plugin) as (peer, _):
+        dirs = await _shared(peer, tmp_path)
+        await plugin.settle()
+        pod, ctr, exclusive = await _grant(peer, 100)
+        await peer.start_container(pod, ctr)
+        assert not (_on(dirs[3]) & exclusive)
+        (dirs[3] / "cpuset.cpus").write_text(ALL)  # the record's set, put back
+        await _until(lambda: not (_on(dirs[3]) & exclusive), timeout_s=2.0)
+        assert _sample(plugin, "nri_topology_cgroup_drift_total", check="revert") == 1
+        assert peer.unsolicited_updates == []  # the runtime's record still waits
+
+
+async def test_a_cgroup_root_holding_none_of_the_runtimes_containers_is_said_and_not_written(
+    tmp_path: Path,
+) -> None:
+    """The plugin's view of the cgroups is not the host's (a pod's own cgroup namespace): the
+    running containers the runtime reports are nowhere under the root. Said, counted, and
+    nothing is written."""
+    pods, containers = [], []
+    for i in range(SHARED):
+        pods.append(new_pod(i, "besteffort/"))
+        containers.append(_container(i))
+        containers[-1].state = api_pb2.CONTAINER_RUNNING
+    plugin = _plugin(tmp_path, pacing=LAGGING)
+    with structlog.testing.capture_logs() as logs:
+        async with connected(plugin, RuntimePeer(pods=pods, containers=containers)) as (peer, _):
+            assert not plugin.updates.writes_cgroups()
+            assert _sample(plugin, "nri_topology_cgroup_writes_enabled") == 0
+            assert _sample(plugin, "nri_topology_errors_total", reason="cgroup_root") == 1
+            await _grant(peer, 100)
+            await plugin.settle()
+            assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="gone") == 0
+    warned = [e for e in logs if e["log_level"] == "warning" and "cgroup root" in e["event"]]
+    assert len(warned) == 1 and warned[0]["cgroup_root"] == str(tmp_path)
+
+
+async def test_a_container_with_no_cgroup_is_tried_once_not_at_every_grant(
+    tmp_path: Path,
+) -> None:
+    plugin = _plugin(tmp_path, pacing=LAGGING)
+    async with connected(plugin) as (peer, _):
+        dirs = await _shared(peer, tmp_path)
+        for d in dirs[:2]:  # exited meanwhile
+            for f in d.iterdir():
+                f.unlink()
+            d.rmdir()
+        await plugin.settle()
+        for i in range(3):
+            await _grant(peer, 100 + i)
+            await plugin.settle()
+        assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="gone") == 2
+        assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="written") == 3 * (
+            SHARED - 2
+        )
