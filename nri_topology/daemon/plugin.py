@@ -45,11 +45,12 @@ import structlog
 
 from nri_topology.cri.client import CriClient, CriError, default_socket
 from nri_topology.daemon import convert, logs
+from nri_topology.daemon.cgroupfs import Outcome, Result
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.drift import compare
 from nri_topology.daemon.metrics import Metrics, StateView, from_policy
 from nri_topology.daemon.schedule import PACED, Closed, Pacing, Schedule
-from nri_topology.daemon.verify import Verifier, Written
+from nri_topology.daemon.verify import Verifier
 from nri_topology.daemon.writer import CheckpointWriter, Snapshot
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import NotConnectedError, Plugin, Refused, Stub, StubError, Updates
@@ -237,7 +238,7 @@ class TopologyPlugin(Plugin):
         self._pump: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
         self._windows: dict[str, float] = {}  # closed before their decision was kept
-        self._cgroups_read_only = False  # found at the first write: re-pins wait for the runtime
+        self._cgroups_read_only = False  # a read-only mount, seen at the first write
         self._writer: CheckpointWriter | None = None
         self.verifier: Verifier | None = None
         if settings.cgroup_root is not None:
@@ -426,7 +427,7 @@ class TopologyPlugin(Plugin):
             for cid, why in failed.items():
                 _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
         if self.verifier is not None:
-            self.verifier.reset({c.id: c.linux.cgroups_path for c in live})
+            await self.verifier.reset({c.id: c.linux.cgroups_path for c in live})
             self.verifier.start()
         _log.info(
             "synchronized with the runtime",
@@ -1093,19 +1094,19 @@ class TopologyPlugin(Plugin):
             results = await self.verifier.write(batch)
         except Exception as exc:  # the schedule must hear back, or these wait forever
             _log.error("writing cgroups failed", error=str(exc))
-            results = dict.fromkeys(batch, Written.REFUSED)
-        ok = {cid: batch[cid] for cid, r in results.items() if r is Written.WRITTEN}
+            results = dict.fromkeys(batch, Result(Outcome.REFUSED))
+        ok = {cid: batch[cid] for cid, r in results.items() if r.outcome is Outcome.WRITTEN}
         failed = [cid for cid in batch if cid not in ok]
         self._closed(self.schedule.written(ok, failed, self._clock()))
-        for outcome, n in Counter(results.values()).items():
-            label = "refused" if outcome is Written.READ_ONLY else outcome.value
-            self.metrics.cgroup_writes.labels(label).inc(n)
-        if Written.READ_ONLY in results.values() and not self._cgroups_read_only:
+        outcomes = Counter(r.outcome for r in results.values())
+        for outcome, n in outcomes.items():
+            self.metrics.cgroup_writes.labels(outcome.value).inc(n)
+        if Outcome.READ_ONLY in outcomes and not self._cgroups_read_only:
             self._cgroups_read_only = True
             _log.warning(
                 "containers' cgroups cannot be written here (mount them read-write, or set "
                 "updates.cgroup_first to false): re-pins wait for the runtime",
-                cgroup_root=str(self.verifier.root),
+                cgroup_root=str(self.verifier.cgroups.root),
             )
         self._wake()
 
