@@ -136,7 +136,7 @@ def _openat2(root_fd: int, rel: str) -> int:
     symlink, no magic link."""
     how = _OpenHow(_DIR, 0, _RESOLVE_BENEATH | _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
     fd = _libc.syscall(
-        ctypes.c_long(_SYS_OPENAT2 or -1),
+        ctypes.c_long(_SYS_OPENAT2 or -1),  # -1, no such call: ENOSYS
         ctypes.c_int(root_fd),
         ctypes.c_char_p(os.fsencode(rel)),
         ctypes.byref(how),
@@ -183,7 +183,8 @@ def _probe(root_fd: int) -> bool:
 
 
 def _write(dir_fd: int, name: File, text: str) -> None:
-    """O_TRUNC as a shell's `>` (kernfs ignores it; the tests' plain files need it)."""
+    """No O_CREAT: a missing file is a cgroup gone, not one to make. O_TRUNC as a shell's `>`
+    (cgroup files take it; plain files standing for them need it)."""
     flags = os.O_WRONLY | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(name, flags, dir_fd=dir_fd)
     try:
@@ -193,6 +194,7 @@ def _write(dir_fd: int, name: File, text: str) -> None:
 
 
 def _read(dir_fd: int, name: File) -> str:
+    """Like `_write`, never through a symlink."""
     fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     with open(fd, encoding="ascii") as f:
         return f.read()
