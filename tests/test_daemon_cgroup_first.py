@@ -10,19 +10,13 @@ at once all the same, and its exclusivity window closes before the runtime has b
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 from pathlib import Path
-
-import pytest
 
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.updates.schedule import Pacing
-from nri_topology.daemon.verify import Written, write_placement
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
-from nri_topology.policy.types import Placement
 from nri_topology.simulate import machine_spec
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
@@ -36,8 +30,10 @@ SHARED = 7
 ALL = "0-19"
 
 
-def _container(i: int, cpus: int = 0, qos: str = "besteffort/") -> api_pb2.Container:
-    return new_container(i, cpus, f"/kubepods/{qos}podu{i}/c{i}")
+def _container(
+    i: int, cpus: int = 0, qos: str = "besteffort/", path: str | None = None
+) -> api_pb2.Container:
+    return new_container(i, cpus, path or f"/kubepods/{qos}podu{i}/c{i}")
 
 
 def _cgroup(root: Path, i: int) -> Path:
@@ -176,49 +172,27 @@ async def test_a_cgroup_the_kernel_refuses_waits_for_the_runtime_alone(tmp_path:
         assert "c0" in {u.container_id for u in peer.unsolicited_updates}
 
 
-# --- writing one cgroup
-
-
-def _read_only(d: Path) -> None:
-    """Make `d`'s files unwritable for this process: a read-only bind mount for root (who
-    writes through file modes), the modes for anyone else."""
-    if os.geteuid() != 0:
-        for f in d.iterdir():
-            f.chmod(0o444)
-        return
-    try:
-        subprocess.run(["mount", "--bind", str(d), str(d)], check=True, capture_output=True)
-        subprocess.run(["mount", "-o", "remount,bind,ro", str(d)], check=True, capture_output=True)
-    except (OSError, subprocess.CalledProcessError) as exc:
-        pytest.skip(f"cannot mount read-only here: {exc}")
-
-
-@pytest.mark.parametrize("case", ["written", "gone", "refused", "read_only", "unknown_path"])
-def test_write_placement(tmp_path: Path, case: str) -> None:
-    d = _cgroup(tmp_path, 1)
-    path = "/kubepods/besteffort/podu1/c1"
-    placement = Placement(frozenset({0, 1}), frozenset({0}))
-    expected = {
-        "written": Written.WRITTEN,
-        "gone": Written.GONE,
-        "refused": Written.REFUSED,
-        "read_only": Written.READ_ONLY,
-        "unknown_path": Written.GONE,
-    }[case]
-    if case == "gone":
-        path = "/kubepods/besteffort/podu1/exited"
-    elif case == "refused":
-        (d / "cpuset.mems").unlink()
-        (d / "cpuset.mems").mkdir()
-    elif case == "unknown_path":
-        path = "neither-absolute-nor-systemd"
-    elif case == "read_only":
-        _read_only(d)
-    try:
-        assert write_placement(tmp_path, path, placement) is expected
-    finally:
-        if case == "read_only" and os.geteuid() == 0:
-            subprocess.run(["umount", str(d)], check=False)
-    if case == "written":
-        assert (d / "cpuset.cpus").read_text() == "0-1"
-        assert (d / "cpuset.mems").read_text() == "0"
+async def test_a_cgroups_path_leaving_the_root_is_never_written(tmp_path: Path) -> None:
+    """A runtime reporting a path that climbs out of the cgroup root gets that container left
+    to the runtime and counted `outside`; the other cgroups are written as before."""
+    root = tmp_path / "cgroup"
+    victim = _cgroup(tmp_path, 0)  # beside the root, where `/../` leads
+    plugin = _plugin(root)
+    async with connected(plugin) as (peer, _):
+        for i in range(SHARED):
+            if i:
+                _cgroup(root, i)
+            pod = new_pod(i, "besteffort/")
+            path = "/../kubepods/besteffort/podu0/c0" if i == 0 else None
+            await peer.run_pod_sandbox(pod)
+            await peer.create_container(pod, _container(i, path=path))
+        await plugin.settle()
+        await _guaranteed(peer)
+        await _until(
+            lambda: (
+                _sample(plugin, "nri_topology_cgroup_writes_total", outcome="written") == SHARED - 1
+            )
+        )
+        assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="outside") == 1
+        assert _on(victim) == cpuset.parse(ALL)
+        assert plugin.writes_cgroups()

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import structlog
 
-from nri_topology.daemon import verify
+from nri_topology.daemon.cgroupfs import CgroupFS, Result
 from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import Placement
@@ -43,14 +43,14 @@ LAGGING = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2, start_wait_s=30.0, rech
 def slow_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Every cgroup write takes 3 ms (a busy writer); the names of the threads that wrote."""
     threads: list[str] = []
-    real = verify.write_placement
+    real = CgroupFS.write
 
-    def slow(root: Path, path: str, placement: Placement) -> verify.Written:
+    def slow(self: CgroupFS, path: str, placement: Placement) -> Result:
         threads.append(threading.current_thread().name)
         time.sleep(0.003)
-        return real(root, path, placement)
+        return real(self, path, placement)
 
-    monkeypatch.setattr(verify, "write_placement", slow)
+    monkeypatch.setattr(CgroupFS, "write", slow)
     return threads
 
 
@@ -100,13 +100,13 @@ async def test_the_start_waits_no_longer_than_its_bound_and_counts_the_window(
     """Writes that hang: the container starts after `write_wait_s`, and its window runs from
     that start until the writes land."""
     gate = threading.Event()
-    real = verify.write_placement
+    real = CgroupFS.write
 
-    def stuck(root: Path, path: str, placement: Placement) -> verify.Written:
+    def stuck(self: CgroupFS, path: str, placement: Placement) -> Result:
         gate.wait(5)
-        return real(root, path, placement)
+        return real(self, path, placement)
 
-    monkeypatch.setattr(verify, "write_placement", stuck)
+    monkeypatch.setattr(CgroupFS, "write", stuck)
     pacing = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2, start_wait_s=30.0, write_wait_s=0.1)
     plugin = _plugin(tmp_path, pacing=pacing)
     async with connected(plugin) as (peer, _):

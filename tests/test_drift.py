@@ -1,14 +1,17 @@
-"""Decided versus applied: the pure comparison and cgroup paths, and the verifier on real files."""
+"""Decided versus applied: the pure comparison, and the verifier on real files."""
 
 from __future__ import annotations
 
-from pathlib import Path, PurePosixPath
+import errno
+from pathlib import Path
 
 import pytest
+import structlog.testing
 
-from nri_topology.daemon.drift import Applied, Drift, cgroup_dir, compare, parse_list
+from nri_topology.daemon.cgroupfs import Outcome, Result
+from nri_topology.daemon.drift import Applied, Drift, compare, parse_list
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
-from nri_topology.daemon.verify import Verifier, cgroup_root, read_applied
+from nri_topology.daemon.verify import Verifier
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy
@@ -40,25 +43,6 @@ def test_compare(cpus, mems, applied, drift) -> None:
     assert compare("c", cpus, mems, applied) == drift
 
 
-@pytest.mark.parametrize(
-    ("path", "rel"),
-    [
-        ("/kubepods/burstable/podU/abc", "kubepods/burstable/podU/abc"),
-        (
-            "kubepods-burstable-podU.slice:cri-containerd:abc",
-            "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podU.slice/"
-            "cri-containerd-abc.scope",
-        ),
-        ("kubepods-podU.slice:crio:abc", "kubepods.slice/kubepods-podU.slice/crio-abc.scope"),
-        ("-.slice:docker:abc", "docker-abc.scope"),
-        ("", None),
-        ("relative/path", None),
-    ],
-)
-def test_cgroup_dir(path: str, rel: str | None) -> None:
-    assert cgroup_dir(path) == (PurePosixPath(rel) if rel is not None else None)
-
-
 def test_parse_list() -> None:
     assert parse_list("0-2,5\n") == F({0, 1, 2, 5})
     assert parse_list("\n") is None
@@ -70,19 +54,6 @@ def _cgroup(root: Path, rel: str, cpus: str, mems: str) -> Path:
     (d / "cpuset.cpus").write_text(cpus + "\n")
     (d / "cpuset.mems").write_text(mems + "\n")
     return d
-
-
-def test_cgroup_root_v1_and_v2(tmp_path: Path) -> None:
-    (tmp_path / "fs/cgroup/cpuset").mkdir(parents=True)
-    assert cgroup_root(tmp_path) == tmp_path / "fs/cgroup/cpuset"
-    (tmp_path / "fs/cgroup/cgroup.controllers").write_text("cpuset cpu\n")
-    assert cgroup_root(tmp_path) == tmp_path / "fs/cgroup"
-
-
-def test_read_applied(tmp_path: Path) -> None:
-    _cgroup(tmp_path, "kubepods/besteffort/podU/abc", "0-1", "0")
-    assert read_applied(tmp_path, "/kubepods/besteffort/podU/abc") == Applied(F({0, 1}), F({0}))
-    assert read_applied(tmp_path, "/kubepods/besteffort/podU/gone") is None
 
 
 class Runtime:
@@ -111,17 +82,18 @@ class Runtime:
             self.sent.append((u.container_id, cpuset.text(p.cpus), cpuset.text(p.mems), why))
 
 
-def verifier(tmp_path: Path, runtime: Runtime) -> Verifier:
+async def verifier(tmp_path: Path, runtime: Runtime) -> Verifier:
     v = Verifier(tmp_path, runtime.expected, runtime.send, runtime.drifts.append, confirm_s=0)
     _cgroup(tmp_path, "pods/a", "0-1", "0")
     _cgroup(tmp_path, "pods/b", "1", "0")
-    v.reset({"a": "/pods/a", "b": "/pods/b", "c": "/pods/c"})
+    await v.reset({"a": "/pods/a", "b": "/pods/b", "c": "/pods/c"})
     return v
 
 
 async def test_drift_repaired_with_the_placement(tmp_path: Path) -> None:
     runtime = Runtime({"a": Placement(F({0}), F({0})), "b": Placement(F({1}), F({0}))})
-    drifts = await verifier(tmp_path, runtime).check(None, "periodic")
+    v = await verifier(tmp_path, runtime)
+    drifts = await v.check(None, "periodic")
     assert [d.container_id for d in drifts] == ["a"]
     assert runtime.sent == [("a", "0", "0", "drift_periodic")]
     assert runtime.drifts == ["periodic"]
@@ -130,7 +102,8 @@ async def test_drift_repaired_with_the_placement(tmp_path: Path) -> None:
 async def test_placement_changed_while_reading_is_not_repaired(tmp_path: Path) -> None:
     runtime = Runtime({"a": Placement(F({0}), F({0}))})
     runtime.after_first_read = {"a": Placement(F({0, 1}), F({0}))}
-    assert await verifier(tmp_path, runtime).check(["a"], "post_start") == []
+    v = await verifier(tmp_path, runtime)
+    assert await v.check(["a"], "post_start") == []
     assert runtime.sent == [] and runtime.drifts == []
 
 
@@ -138,16 +111,47 @@ async def test_drift_that_lands_meanwhile_is_not_repaired(tmp_path: Path) -> Non
     """The runtime applies a reply's updates after the reply: the check waits and re-reads."""
     runtime = Runtime({"a": Placement(F({0}), F({0}))})
     runtime.before_second_read = lambda: (tmp_path / "pods/a/cpuset.cpus").write_text("0\n")
-    assert await verifier(tmp_path, runtime).check(["a"], "post_start") == []
+    v = await verifier(tmp_path, runtime)
+    assert await v.check(["a"], "post_start") == []
     assert runtime.sent == [] and runtime.drifts == []
 
 
 async def test_unknown_and_forgotten_containers_are_skipped(tmp_path: Path) -> None:
     runtime = Runtime({"c": Placement(F({0}), F({0})), "a": Placement(F({0}), F({0}))})
-    v = verifier(tmp_path, runtime)
+    v = await verifier(tmp_path, runtime)
     v.forget("a")
     assert await v.check(None, "periodic") == []  # c has no cgroup, a is forgotten
     assert runtime.sent == []
+
+
+async def test_writes_say_each_outcome_and_log_the_refusals(tmp_path: Path) -> None:
+    v = await verifier(tmp_path, Runtime({}))
+    (tmp_path / "pods/b/cpuset.cpus").unlink()
+    (tmp_path / "pods/b/cpuset.cpus").mkdir()
+    v.track("d", "/../victim")
+    p = Placement(F({0}), F({0}))
+    with structlog.testing.capture_logs() as logs:
+        results = await v.write({"a": p, "b": p, "c": p, "d": p, "unknown": p})
+    assert results == {
+        "a": Result(Outcome.WRITTEN),
+        "b": Result(Outcome.REFUSED, "cpuset.cpus", errno.EISDIR),
+        "c": Result(Outcome.GONE, None, errno.ENOENT),
+        "d": Result(Outcome.OUTSIDE),
+        "unknown": Result(Outcome.GONE),
+    }
+    said = {e["container_id"]: (e["log_level"], e["outcome"], e["errno"]) for e in logs}
+    assert said == {"b": ("warning", "refused", "EISDIR"), "d": ("warning", "outside", None)}
+    with structlog.testing.capture_logs() as logs:  # the same again: said once per container
+        await v.write({"b": p, "d": p})
+    assert logs == []
+
+
+async def test_reset_counts_the_reported_cgroups_found_beneath_the_root(tmp_path: Path) -> None:
+    runtime = Runtime({})
+    v = Verifier(tmp_path, runtime.expected, runtime.send, runtime.drifts.append)
+    _cgroup(tmp_path, "pods/a", "0", "0")
+    assert await v.reset({"a": "/pods/a", "b": "/pods/b", "c": "/../pods/a"}) == 1
+    assert await v.reset({"b": "/pods/b"}) == 0
 
 
 # --- the plugin with the real policy: an update lost between creation and start is repaired

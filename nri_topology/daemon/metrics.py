@@ -27,6 +27,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from nri_topology.daemon.cgroupfs import Outcome
 from nri_topology.policy.types import Degradation
 from nri_topology.policy.views import Assignment, PoolView
 
@@ -59,7 +60,8 @@ ERROR_REASONS = (
 RELOAD_RESULTS = ("applied", "rejected")
 # What became of other containers' re-pins sent after the reply (docs/architecture.md).
 REPIN_OUTCOMES = ("sent", "retried", "given_up", "dropped", "held_for_reply", "rode_reply")
-CGROUP_WRITE_OUTCOMES = ("written", "gone", "refused")
+# What became of re-pins written into other containers' cgroups (cgroupfs.Outcome).
+CGROUP_WRITE_OUTCOMES = tuple(o.value for o in Outcome)
 # How updates apart from a reply travel (plugin.Transport).
 TRANSPORTS = ("cri", "nri", "reply")
 # Why placements of containers the runtime no longer reports were released.
@@ -354,8 +356,11 @@ class Metrics:
         self.cgroup_writes = Counter(
             f"{PREFIX}_cgroup_writes",
             "Re-pins written to other containers' cgroups ahead of the runtime, by outcome "
-            "(written; gone: no cgroup, the container exited or is not created yet; refused: "
-            "the kernel refused the write). Those not written wait for the runtime.",
+            "(written; gone: no cgroup or no such file, the container exited or is not created "
+            "yet; busy: EBUSY, a child cgroup holds what the write takes away; refused: any other "
+            "refusal of the kernel; outside: the cgroups path leaves the cgroup root or crosses a "
+            "symlink; read_only: the cgroup root is mounted read-only). Those not written wait "
+            "for the runtime.",
             ["outcome"],
             registry=self.registry,
         )

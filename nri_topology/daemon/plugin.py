@@ -325,7 +325,10 @@ class TopologyPlugin(Plugin):
             for cid, why in failed.items():
                 _log.warning("not placed, pinning left as is", container_id=cid, reason=why)
         if self.verifier is not None:
-            self.verifier.reset({c.id: c.linux.cgroups_path for c in live})
+            found = await self.verifier.reset({c.id: c.linux.cgroups_path for c in live})
+            # running ones only: a container created but not started may have no cgroup yet
+            running = sum(c.state == api_pb2.CONTAINER_RUNNING for c in live)
+            self.updates.cgroup_root_holds(found, running)
             self.verifier.start()
         _log.info(
             "synchronized with the runtime",

@@ -39,6 +39,7 @@ from nri_topology.config.load import (
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options, tier_overrides
 from nri_topology.daemon import coexist, logs
+from nri_topology.daemon.cgroupfs import cgroup_root
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.hints import HintFinder
@@ -47,7 +48,6 @@ from nri_topology.daemon.placement_file import PlacementFiles
 from nri_topology.daemon.plugin import Settings, TopologyPlugin
 from nri_topology.daemon.reload import Reloader
 from nri_topology.daemon.updates.schedule import Pacing
-from nri_topology.daemon.verify import cgroup_root
 from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import SOCKET_ENV, Plugin, Refused, Stub, StubError

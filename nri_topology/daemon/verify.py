@@ -14,15 +14,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import errno
+import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from pathlib import Path
 
 import structlog
 
-from nri_topology.daemon.drift import Applied, Drift, cgroup_dir, compare, parse_list
+from nri_topology.daemon.cgroupfs import CgroupFS, Outcome, Result
+from nri_topology.daemon.drift import Applied, Drift, compare
 from nri_topology.policy.types import Placement, Update
 from nri_topology.topology import cpuset
 
@@ -33,59 +34,9 @@ Expected = Callable[[Iterable[str] | None], Awaitable[Mapping[str, Placement]]]
 Send = Callable[[list[Update], str], Awaitable[None]]
 
 
-def cgroup_root(sysfs_root: Path) -> Path:
-    """Where cpuset files live: the v2 hierarchy, or v1's cpuset controller."""
-    root = sysfs_root / "fs" / "cgroup"
-    if (root / "cgroup.controllers").exists():
-        return root
-    return root / "cpuset"
-
-
-def read_applied(root: Path, cgroups_path: str) -> Applied | None:
-    """The container's cpuset as its cgroup holds it; None when it cannot be read (gone)."""
-    rel = cgroup_dir(cgroups_path)
-    if rel is None:
-        return None
-    d = root / rel
-    try:
-        cpus = parse_list((d / "cpuset.cpus").read_text())
-        mems = parse_list((d / "cpuset.mems").read_text())
-    except (OSError, cpuset.CpuSetError):
-        return None
-    return Applied(cpus, mems)
-
-
-class Written(enum.Enum):
-    """How writing a placement to a container's cgroup went."""
-
-    WRITTEN = "written"
-    GONE = "gone"  # no cgroup: exited, or not created yet
-    REFUSED = "refused"  # the kernel refused it: the runtime applies it later
-    READ_ONLY = "read_only"  # the cgroup files cannot be written here at all
-
-
-def write_placement(root: Path, cgroups_path: str, placement: Placement) -> Written:
-    """Write a placement's cpusets into the container's cgroup, as the runtime would."""
-    rel = cgroup_dir(cgroups_path)
-    d = root / rel if rel is not None else None
-    if d is None or not d.is_dir():
-        return Written.GONE
-    try:
-        for name, value in (("cpuset.cpus", placement.cpus), ("cpuset.mems", placement.mems)):
-            if value is not None:
-                (d / name).write_text(cpuset.text(value))
-    except FileNotFoundError:
-        return Written.GONE if not d.is_dir() else Written.REFUSED
-    except OSError as exc:
-        if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
-            return Written.READ_ONLY
-        return Written.REFUSED
-    return Written.WRITTEN
-
-
 class Verifier:
     """Knows each container's cgroups path; checks them on request and on a timer, and writes
-    shrinks into them ahead of the runtime (`write`)."""
+    shrinks into them ahead of the runtime (`write`), through `cgroups`."""
 
     def __init__(
         self,
@@ -96,13 +47,14 @@ class Verifier:
         interval_s: float = 60.0,
         confirm_s: float = 0.2,
     ) -> None:
-        self.root = root
+        self.cgroups = CgroupFS(root)
         self.interval_s = interval_s
         self.confirm_s = confirm_s
         self._expected = expected
         self._send = send
         self._on_drift = on_drift
         self._paths: dict[str, str] = {}
+        self._said: dict[str, Outcome] = {}  # writes not done, said once per outcome
         self._task: asyncio.Task[None] | None = None
 
     def track(self, container_id: str, cgroups_path: str) -> None:
@@ -111,10 +63,16 @@ class Verifier:
 
     def forget(self, container_id: str) -> None:
         self._paths.pop(container_id, None)
+        self._said.pop(container_id, None)
 
-    def reset(self, paths: Mapping[str, str]) -> None:
-        """The containers the runtime reported in Synchronize, replacing what was known."""
+    async def reset(self, paths: Mapping[str, str]) -> int:
+        """The containers the runtime reported in Synchronize, replacing what was known; how
+        many of them have their cgroup beneath the root (none of many: the root is wrong)."""
         self._paths = {cid: p for cid, p in paths.items() if p}
+        self._said.clear()
+        if not self._paths:
+            return 0
+        return await asyncio.to_thread(self.cgroups.found, list(self._paths.values()))
 
     async def check(self, ids: Iterable[str] | None, why: str) -> list[Drift]:
         """Compare and repair; returns the drifts repaired."""
@@ -152,27 +110,42 @@ class Verifier:
         paths = {cid: p for cid in ids if (p := self._paths.get(cid))}
         if not paths:
             return {}
-        root = self.root
+        cgroups = self.cgroups
 
         def read() -> dict[str, Applied]:
-            found = {cid: read_applied(root, p) for cid, p in paths.items()}
+            found = {cid: cgroups.read(p) for cid, p in paths.items()}
             return {cid: a for cid, a in found.items() if a is not None}
 
         return await asyncio.get_running_loop().run_in_executor(pool, read)
 
     async def write(
         self, placements: Mapping[str, Placement], pool: Executor | None = None
-    ) -> dict[str, Written]:
-        """Write each placement into its container's cgroup, in a worker thread (of `pool`)."""
-        root, paths = self.root, dict(self._paths)
+    ) -> dict[str, Result]:
+        """Write each placement into its container's cgroup, in a worker thread (of `pool`); a
+        refusal is logged with the container, the file and the errno, once per container and
+        outcome (one with cgroups of its own refuses every re-pin alike)."""
+        cgroups, paths = self.cgroups, dict(self._paths)
 
-        def write() -> dict[str, Written]:
+        def write() -> dict[str, Result]:
             return {
-                cid: write_placement(root, paths[cid], p) if cid in paths else Written.GONE
+                cid: cgroups.write(paths[cid], p) if cid in paths else Result(Outcome.GONE)
                 for cid, p in placements.items()
             }
 
-        return await asyncio.get_running_loop().run_in_executor(pool, write)
+        results = await asyncio.get_running_loop().run_in_executor(pool, write)
+        for cid, r in results.items():
+            if r.outcome in _SAID and self._said.get(cid) is not r.outcome:
+                self._said[cid] = r.outcome
+                _log.log(
+                    _SAID[r.outcome],
+                    "cgroup not written, left to the runtime",
+                    container_id=cid,
+                    outcome=r.outcome.value,
+                    file=r.file,
+                    errno=errno.errorcode.get(r.errno or 0),
+                    cgroups_path=paths[cid],
+                )
+        return results
 
     def start(self) -> None:
         """Start the periodic check (once; interval 0 turns it off)."""
@@ -193,6 +166,14 @@ class Verifier:
                 await self.check(None, "periodic")
             except Exception as exc:  # a failed round must not end the checks
                 _log.error("cgroup check failed", error=str(exc))
+
+
+# Outcomes of a write that are logged, at what level: a path leaving the root is suspect.
+_SAID = {
+    Outcome.BUSY: logging.WARNING,
+    Outcome.REFUSED: logging.WARNING,
+    Outcome.OUTSIDE: logging.WARNING,
+}
 
 
 def _fields(d: Drift) -> dict[str, str]:

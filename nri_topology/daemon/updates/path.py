@@ -26,11 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
+from nri_topology.daemon.cgroupfs import Outcome, Result
 from nri_topology.daemon.drift import compare
 from nri_topology.daemon.metrics import Metrics
 from nri_topology.daemon.updates.schedule import PACED, Closed, Pacing, Schedule
 from nri_topology.daemon.updates.transport import Transports
-from nri_topology.daemon.verify import Verifier, Written
+from nri_topology.daemon.verify import Verifier
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import Stub
 from nri_topology.policy.types import Decision, Placement, Update
@@ -106,21 +107,36 @@ class UpdatePath:
         self.metrics.cgroup_writes_on.set(1 if self.writes_cgroups() else 0)
 
     def cgroup_root_holds(self, found: int, live: int) -> None:
-        """Of `live` containers the runtime reported, `found` have a cgroup under the root:
-        with none found the root is not the runtime's (a pod's own cgroup namespace), and
-        nothing is written until a container's cgroup is found there."""
+        """Of `live` running containers the runtime reported, `found` have a cgroup under the
+        root: with none found the root is not the runtime's (a pod's own cgroup namespace), and
+        nothing is written until the next Synchronize finds them. A read-only mount (decided
+        from the mount) turns the writes off too."""
+        if self.cgroups is None:
+            return
+        self._check_mount()
         holds = found > 0 or live == 0
-        if not holds and self._root_holds and self.cgroups is not None:
+        if not holds and self._root_holds:
             self.metrics.error("cgroup_root")
             _log.warning(
                 "none of the runtime's containers has its cgroup under the cgroup root: re-pins "
                 "are not written into the cgroups and the cgroup checks see nothing (set "
                 "topology.sysfs_root to the host's /sys, mounted with its cgroups)",
-                cgroup_root=str(self.cgroups.root),
+                cgroup_root=str(self.cgroups.cgroups.root),
                 containers=live,
             )
         self._root_holds = holds
         self._publish_writes()
+
+    def _check_mount(self) -> None:
+        assert self.cgroups is not None
+        if self.cgroups.cgroups.read_only and not self._read_only:
+            self._read_only = True  # decided from the mount, not from one errno
+            self._publish_writes()
+            _log.warning(
+                "the cgroup mount is read-only here (mount it read-write, or set "
+                "updates.cgroup_first to false): re-pins wait for the runtime",
+                cgroup_root=str(self.cgroups.cgroups.root),
+            )
 
     # --- what the plugin tells -------------------------------------------------------------------
 
@@ -249,22 +265,16 @@ class UpdatePath:
             results = await self.cgroups.write(batch, self._writer())
         except Exception as exc:  # the schedule must hear back, or these wait forever
             _log.error("writing cgroups failed", error=str(exc))
-            results = dict.fromkeys(batch, Written.REFUSED)
-        ok = {cid: batch[cid] for cid, r in results.items() if r is Written.WRITTEN}
-        absent = [cid for cid, r in results.items() if r is Written.GONE]
+            results = dict.fromkeys(batch, Result(Outcome.REFUSED))
+        ok = {cid: batch[cid] for cid, r in results.items() if r.outcome is Outcome.WRITTEN}
+        absent = [cid for cid, r in results.items() if r.outcome is Outcome.GONE]
         failed = [cid for cid in batch if cid not in ok and cid not in absent]
         self._closed(self.schedule.written(ok, failed, _clock(), absent=absent))
-        for outcome, n in Counter(results.values()).items():
-            label = "refused" if outcome is Written.READ_ONLY else outcome.value
-            self.metrics.cgroup_writes.labels(label).inc(n)
-        if Written.READ_ONLY in results.values() and not self._read_only:
-            self._read_only = True
-            self._publish_writes()
-            _log.warning(
-                "containers' cgroups cannot be written here (mount them read-write, or set "
-                "updates.cgroup_first to false): re-pins wait for the runtime",
-                cgroup_root=str(self.cgroups.root),
-            )
+        outcomes = Counter(r.outcome for r in results.values())
+        for outcome, n in outcomes.items():
+            self.metrics.cgroup_writes.labels(outcome.value).inc(n)
+        if Outcome.READ_ONLY in outcomes:
+            self._check_mount()
         self._landed.set()
         self._write_ahead()  # the latest behind a stale write, or what came meanwhile
         self._watch()
