@@ -268,7 +268,8 @@ class TopologyPlugin(Plugin):
         if self.stub is None:
             return False, "not started"
         if not self.stub.registered:
-            return False, "not registered with the runtime"
+            why = self.stub.unreachable  # while the runtime's NRI socket cannot be reached
+            return False, "not registered with the runtime" + (f": {why}" if why else "")
         if not self.stub.ready:
             return False, "registered, waiting for Synchronize"
         return True, ""
@@ -303,13 +304,21 @@ class TopologyPlugin(Plugin):
                 if self.cri is not None:
                     await self.cri.close()
                 self.cri = CriClient(socket)
+            there = Path(socket).exists()
+            if not there:
+                _log.warning(
+                    "the runtime's CRI does not answer: no socket there (updates.cri_socket)",
+                    cri_socket=socket,
+                )
             if s.transport == Transport.CRI:
                 answered = "(not asked)"
-            elif Path(socket).exists():
+            elif there:
                 try:
                     answered = await self.cri.version()
                 except CriError as exc:
-                    _log.warning("the runtime's CRI does not answer", error=str(exc))
+                    _log.warning(
+                        "the runtime's CRI does not answer", error=str(exc), cri_socket=socket
+                    )
         if answered:
             transport = Transport.CRI
         elif s.transport == Transport.CRI:
