@@ -38,7 +38,7 @@ from nri_topology.config.load import (
 )
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options, tier_overrides
-from nri_topology.daemon import coexist, logs
+from nri_topology.daemon import coexist, logs, takeover
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.hints import HintFinder
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from nri_topology.nrt.publish import Publisher
 
 _log = structlog.get_logger("nri_topology.service")
+TAKEOVER_CHECK_S = 10.0  # how often a standby proves again that it could take over
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +203,8 @@ class Daemon:
         self.launched = bool(env.get(SOCKET_ENV))
         """Launched by the runtime: configured by its first Configure (see the module doc)."""
         self.standby: str | None = None  # who holds the state file while this one waits
+        # Why the standby could not take over ("" : it could; None: not checked yet).
+        self.cannot_take_over: str | None = None
         self.kubelet = KubeletView()  # the kubelet's managers, read at start and on reloads
         self._stop = asyncio.Event()
         self._failed = 0  # exit status of a start-up that failed after connecting
@@ -379,13 +382,17 @@ class Daemon:
             await self.status.start()
 
     def _open_watchers(self) -> None:
-        """Start publishing NodeResourceTopology and watching the configuration file."""
-        if self.publisher is not None:
-            self.publisher.start()
+        """Watch the configuration file (publishing starts once synchronized: `_connected`)."""
         if self.reloader is not None:
             loop = asyncio.get_running_loop()
             self.reloader.install_sighup(loop)
             self._watcher = loop.create_task(self.reloader.watch())
+
+    def _connected(self) -> None:
+        """Registered and synchronized: from now on the placements are this instance's to
+        publish; an instance that never registers publishes none it is not making."""
+        if self.publisher is not None:
+            self.publisher.start()
 
     def _disconnected(self, error: BaseException | None) -> None:
         if self.plugin is not None:
@@ -409,6 +416,7 @@ class Daemon:
                 config.nri.plugin_index,
                 config.nri.socket,
                 environ=self._environ,
+                on_connect=self._connected,
                 on_disconnect=self._disconnected,
             )
         except StubError as exc:
@@ -486,12 +494,41 @@ class Daemon:
                 metrics.kubelet_memory.labels(str(node), resource).set(size)
 
     def _ready(self) -> tuple[bool, str]:
-        """Readiness: a standby is ready to take over (a DaemonSet's surge update removes the
-        old pod only once the new one is ready); else the plugin's own."""
+        """Readiness: a standby once it has shown it could take over (a DaemonSet's surge update
+        removes the old pod as soon as the new one is ready: `takeover`); else the plugin's."""
         if self.standby is not None:
+            why = self.cannot_take_over
+            if why is None:
+                return False, "standby, checking that it could take over"
+            if why:
+                return False, f"standby, could not take over: {why}"
             return True, f"standby, waiting for the state file: {self.standby}"
         assert self.plugin is not None
         return self.plugin.ready()
+
+    def _takeover_needs(self) -> takeover.Needs:
+        plugin = self.plugin
+        assert plugin is not None
+        s = plugin.settings
+        return takeover.Needs(
+            self.config.nri.socket,
+            takeover.cri_sockets(s.transport, s.cri_socket),
+            s.cgroup_root if plugin.verifier is not None else None,
+        )
+
+    async def _prove_takeover(self) -> None:
+        """While standing by: check what taking over needs, now and every
+        `TAKEOVER_CHECK_S`; a warning each time the reason changes, not at every check."""
+        needs = self._takeover_needs()
+        while True:
+            why = await takeover.problem(needs)
+            if why != self.cannot_take_over:
+                if why:
+                    _log.warning("standing by, but could not take over: not ready", reason=why)
+                else:
+                    _log.info("standing by, could take over: ready")
+            self.cannot_take_over = why
+            await asyncio.sleep(TAKEOVER_CHECK_S)
 
     async def _wait_for_lock(self) -> int | None:
         """Stand by until the instance holding the state file stops (bounded by
@@ -515,11 +552,15 @@ class Daemon:
 
         waiter = loop.create_task(self.lock.wait(limit, still))
         stopper = loop.create_task(self._stop.wait())
+        prover = loop.create_task(self._prove_takeover())
         try:
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopper.cancel()
             waiter.cancel()
+            prover.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prover
             self.plugin.metrics.standby.set(0)
         if not waiter.done() or waiter.cancelled():
             _log.info("stopping", reason="signal while standing by")
