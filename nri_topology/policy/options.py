@@ -80,3 +80,7 @@ class Options:
     # kB, pages).
     outside_memory: tuple[tuple[int, int], ...] = ()
     outside_hugepages: tuple[tuple[int, int, int], ...] = ()
+    # The containers the kubelet's static CPU manager pins, by (pod uid, container name): their
+    # cpusets are the kubelet's (preserved, charged nothing: its CPUs are outside the available
+    # ones, `daemon.coexist`).
+    kubelet_pinned: frozenset[tuple[str, str]] = frozenset()
