@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -206,6 +206,9 @@ class Daemon:
         # Why the standby could not take over ("" : it could; None: not checked yet).
         self.cannot_take_over: str | None = None
         self.kubelet = KubeletView()  # the kubelet's managers, read at start and on reloads
+        self._kubelet_stamp: tuple[int, int, int] | None = None  # its CPU state file's, as read
+        # The configuration as given, before what the kubelet holds is taken out of it.
+        self._asked = self.config
         self._stop = asyncio.Event()
         self._failed = 0  # exit status of a start-up that failed after connecting
         self._watcher: asyncio.Task[None] | None = None
@@ -232,6 +235,7 @@ class Daemon:
 
     def _start(self) -> None:
         """Take the state file and build the plugin from `self.config`; raises StartupError."""
+        self._asked = self.config
         try:
             self.config = self._beside_kubelet(self.config)
         except coexist.KubeletActive as exc:
@@ -285,6 +289,7 @@ class Daemon:
             hints=hint_finder(self.config),
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
+        self.plugin.kubelet_refresh = self._kubelet_refresh
         self._show_kubelet()
         self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
@@ -302,9 +307,11 @@ class Daemon:
     async def apply(self, config: Config) -> None:
         """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
         assert self.plugin is not None
-        new = self._beside_kubelet(effective(config, self.overrides))
+        asked = effective(config, self.overrides)
+        new = self._beside_kubelet(asked)
         self._show_kubelet()
         await self.plugin.reconfigure(self._options(new))
+        self._asked = asked
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
@@ -474,10 +481,38 @@ class Daemon:
     def _beside_kubelet(self, config: Config) -> Config:
         """`config` as it applies beside the kubelet's managers now (`coexist`); raises
         KubeletActive when they run and the configuration says to refuse."""
+        stamp = coexist.stamp(config.kubelet.cpu_manager_state)  # before reading: never newer
         view = coexist.read_view(config.kubelet)
         coexist.check(view, config.kubelet)
-        self.kubelet = view
+        self.kubelet, self._kubelet_stamp = view, stamp
         return coexist.beside(config, view)
+
+    async def _kubelet_refresh(self) -> None:
+        """Before placing a container the kubelet's static CPU manager may pin: it writes its
+        state file before it creates or re-pins one, so a changed file is read again and applied,
+        and the container keeps the kubelet's cpuset, every other one kept off it."""
+        section = self.config.kubelet
+        if section.when_active != "avoid" or not self.kubelet.static_cpu:
+            return
+        stamp = coexist.stamp(section.cpu_manager_state)
+        if stamp == self._kubelet_stamp:
+            return
+        view = replace(self.kubelet, cpu=coexist.read_view(section).cpu)
+        self._kubelet_stamp = stamp
+        if view.cpu == self.kubelet.cpu:
+            return
+        before, self.kubelet = self.kubelet, view
+        assert self.plugin is not None
+        try:
+            new = coexist.beside(self._asked, view)
+            await self.plugin.reconfigure(self._options(new))
+        except (ConfigError, PolicyError) as exc:
+            self.kubelet = before
+            _log.error("the kubelet's new pins cannot be left to it", error=str(exc))
+            return
+        self.config = self.config.model_copy(update={"policy": new.policy})
+        self._show_kubelet()
+        _log.info("the kubelet's static CPU manager pins anew", **view.summary())
 
     def _options(self, config: Config) -> Options:
         """The policy options of `config` beside the kubelet's managers as last read."""
