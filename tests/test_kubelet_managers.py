@@ -388,3 +388,27 @@ async def test_a_container_the_kubelet_pins_keeps_its_cpus_when_created_and_re_p
     daemon.stop()
     assert await asyncio.wait_for(task, 5) == 0
     await peer.close()
+
+
+async def test_a_pinned_container_moved_before_goes_back_to_the_kubelets_cpus(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """A container of the kubelet's that an earlier plugin moved (or anything else did) runs
+    on other CPUs than the kubelet gave it, which the kubelet does not see: at Synchronize the
+    plugin gives it back the kubelet's cpuset."""
+    state = tmp_path / "cpu_manager_state"
+    _write_kubelet_state(state, {"u1": {"app": "2,10"}}, "0-1,3-9,11-15")
+    pinned = _guaranteed(1, 2)
+    peer = RuntimePeer(pods=[pinned[0]], containers=[_running(pinned, "1,9")])
+    sock = short_dir / "nri.sock"
+    await peer.listen(str(sock))
+    daemon, _ = _daemon(tmp_path, sock, f"  cpu_manager_state: {state}\n")
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    assert daemon.plugin is not None
+    await daemon.plugin.settle()
+    assert _cpus_of(peer, "c1") == {2, 10}
+    assert daemon.plugin.policy.assignments()["c1"].cpus == {2, 10}
+    daemon.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.close()

@@ -699,6 +699,7 @@ def test_a_container_the_kubelet_pinned_is_preserved_and_charged_nothing(
 ) -> None:
     """The kubelet's static CPU manager's containers, by pod uid and container name, whatever
     else they ask: their cpusets are the kubelet's, their CPUs outside those granted."""
-    options = Options(kubelet_pinned=frozenset({pinned}))
+    options = Options(kubelet_pinned={pinned: frozenset({2, 3})})
     r = req(milli, qos, annotations=annotations, options=options)
     assert (r.kind, r.exclusive, r.shared) == (kind, exclusive, shared)
+    assert r.kubelet_cpus == (frozenset({2, 3}) if kind is CpuKind.PRESERVE else None)

@@ -142,7 +142,7 @@ def outside(options: Options, view: KubeletView, section: KubeletSection) -> Opt
     if section.when_active != "avoid":
         return options
     if view.static_cpu and view.cpu is not None:
-        options = replace(options, kubelet_pinned=frozenset(view.cpu.assigned))
+        options = replace(options, kubelet_pinned=dict(view.cpu.assigned))
     if not view.static_memory:
         return options
     memory: list[tuple[int, int]] = []

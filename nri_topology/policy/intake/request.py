@@ -16,7 +16,8 @@ Hugepages are the cgroup's hugetlb limits (0 for a size means none), or the anno
 
 CPU classification, first match wins:
 0. pinned by the kubelet's static CPU manager (`Options.kubelet_pinned`) → PRESERVE with
-   `shared` = 0: its CPUs are the kubelet's, outside those the policy grants from.
+   `shared` = 0 and `kubelet_cpus`, the cpuset it keeps: the kubelet's CPUs, outside those the
+   policy grants from.
 1. `cpu.preserve` → PRESERVE (pinning untouched; `shared` = request).
 2. `prefer-reserved-cpus: true` → RESERVED; a namespace matching `Options.reserved_namespaces`
    (globs) → RESERVED unless `prefer-reserved-cpus` is annotated at all (`false` opts out).
@@ -831,5 +832,6 @@ def build_request(
         strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
         hugepages=huge,
+        kubelet_cpus=options.kubelet_pinned.get((pod.uid, container.name)),
         origin=container if origin is None else origin,
     )
