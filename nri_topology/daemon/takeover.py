@@ -109,4 +109,3 @@ async def problem(needs: Needs) -> str:
     if needs.cgroup_root is not None:
         found.append(cgroup_problem(needs.cgroup_root))
     return "; ".join(p for p in found if p)
-
