@@ -93,9 +93,15 @@ class Transports:
                 if self.cri is not None:
                     await self.cri.close()
                 self.cri = CriClient(socket)
+            there = Path(socket).exists()
+            if not there:
+                _log.warning(
+                    "the runtime's CRI does not answer: no socket there (updates.cri_socket)",
+                    cri_socket=socket,
+                )
             if self.wanted == Transport.CRI:
                 answered = "(not asked)"
-            elif Path(socket).exists():
+            elif there:
                 try:
                     answered = await self.cri.version()
                 except CriError as exc:
