@@ -193,6 +193,24 @@ def drawing() -> str:
         ),
         "```",
         "",
+        "## Inside `daemon`",
+        "",
+        "The daemon's rooms: event handling (`plugin`), what the policy's answers tell the",
+        "operator (`admission`), placements' lives outside their events (`lifecycle`), cold-start",
+        "timers and holds (`timers`), explanations (`explain`), the state file (`persistence`,",
+        "`writer`, `checkpoint`), verification (`verify`, `drift`, `cgroupfs`), and the update",
+        "path (`updates`: schedule, transport, path), which reaches back into none of the others",
+        "but the cgroups it writes (no cycle, `TYPE_CHECKING` imports counted):",
+        "",
+        "```mermaid",
+        "flowchart TD",
+        *(
+            f"    {a} --> {b}"
+            for a, targets in sorted(sub_room_imports("daemon").items())
+            for b in sorted(targets)
+        ),
+        "```",
+        "",
     ]
     return "\n".join(lines)
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.daemon.plugin import TopologyPlugin
+from nri_topology.daemon.settings import Settings
 from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
@@ -195,4 +196,4 @@ async def test_a_cgroups_path_leaving_the_root_is_never_written(tmp_path: Path) 
         )
         assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="outside") == 1
         assert _on(victim) == cpuset.parse(ALL)
-        assert plugin.writes_cgroups()
+        assert plugin.updates.writes_cgroups()

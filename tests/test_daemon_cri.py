@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator
 import pytest
 import structlog.testing
 
-from nri_topology.daemon.plugin import Settings, TopologyPlugin, _cpusets_only
+from nri_topology.daemon.plugin import TopologyPlugin, _cpusets_only
+from nri_topology.daemon.settings import Settings
 from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.daemon.updates.transport import Transport
 from nri_topology.nri import api_pb2
@@ -64,7 +65,7 @@ async def _with_cri(
 
 async def test_on_an_old_nri_re_pins_go_through_the_cri_after_the_reply() -> None:
     async with _with_cri(Settings(pacing=PACING), _old_runtime()) as (plugin, peer, server):
-        assert plugin.transport == Transport.CRI and plugin.paced
+        assert plugin.updates.transport == Transport.CRI and plugin.updates.paced
         await _shared(peer)
         await plugin.settle()
         g = new_pod(100, "")
@@ -176,7 +177,7 @@ async def test_the_transport_is_chosen_at_configure(
     )
     settings = Settings(pacing=PACING, transport=transport, pace_old_runtimes=pace_old)
     async with _with_cri(settings, peer, serve) as (plugin, _, _):
-        assert (plugin.transport, plugin.paced) == (chosen, paced)
+        assert (plugin.updates.transport, plugin.updates.paced) == (chosen, paced)
 
 
 async def test_with_no_safe_transport_an_update_waits_for_the_next_reply() -> None:
@@ -184,7 +185,7 @@ async def test_with_no_safe_transport_an_update_waits_for_the_next_reply() -> No
     old NRI that must not go out as UpdateContainers: the next creation's reply carries it."""
     settings = Settings(pacing=PACING, restart_hold_s=0)
     async with _with_cri(settings, _old_runtime(), serve=False) as (plugin, peer, _):
-        assert plugin.transport == Transport.REPLY
+        assert plugin.updates.transport == Transport.REPLY
         await _shared(peer, 3)
         g = new_pod(100, "")
         reply = await peer.create_container(g, new_container(100, cpus=1))
@@ -205,10 +206,10 @@ async def test_a_cri_that_answers_only_later_is_taken_once_it_does(
 ) -> None:
     """A runtime starts the plugins it launches before its CRI serves: the plugin asks again,
     and sends what waited for a reply through the CRI once it answers."""
-    monkeypatch.setattr("nri_topology.daemon.plugin._CRI_ASK_EVERY_S", 0.05)
+    monkeypatch.setattr("nri_topology.daemon.updates.transport._CRI_ASK_EVERY_S", 0.05)
     settings = Settings(pacing=PACING, restart_hold_s=0)
     async with _with_cri(settings, _old_runtime(), serve=False) as (plugin, peer, server):
-        assert plugin.transport == Transport.REPLY
+        assert plugin.updates.transport == Transport.REPLY
         await _shared(peer, 3)
         g = new_pod(100, "")
         await peer.create_container(g, new_container(100, cpus=1))
@@ -216,10 +217,10 @@ async def test_a_cri_that_answers_only_later_is_taken_once_it_does(
         assert plugin.settings.cri_socket is not None
         await server.listen(plugin.settings.cri_socket)
         for _ in range(100):
-            if plugin.transport == Transport.CRI and not plugin.updates.transports.riding:
+            if plugin.updates.transport == Transport.CRI and not plugin.updates.transports.riding:
                 break
             await asyncio.sleep(0.05)
-        assert (plugin.transport, plugin.paced) == (Transport.CRI, True)
+        assert (plugin.updates.transport, plugin.updates.paced) == (Transport.CRI, True)
         await plugin.settle()
         assert sorted({c.container_id for c in server.calls}) == ["c0", "c1", "c2"]
         for cid, p in plugin.policy.placements().items():
@@ -254,7 +255,7 @@ async def test_a_cri_socket_that_does_not_answer_is_a_warning_naming_it() -> Non
         try:
             with structlog.testing.capture_logs() as logs:
                 async with connected(plugin, _old_runtime()):
-                    assert plugin.transport == Transport.REPLY
+                    assert plugin.updates.transport == Transport.REPLY
         finally:
             server.close()
     warned = [e for e in logs if e["event"] == "the runtime's CRI does not answer"]

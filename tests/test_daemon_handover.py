@@ -17,7 +17,8 @@ import pytest
 
 from nri_topology.daemon import service
 from nri_topology.daemon.lock import InstanceLock
-from nri_topology.daemon.service import Daemon, Overrides
+from nri_topology.daemon.service import Daemon
+from nri_topology.daemon.settings import Overrides
 from nri_topology.nri import api_pb2
 from nri_topology.testing.cri_server import CriServer
 from nri_topology.testing.runtime import RuntimePeer

@@ -12,7 +12,7 @@ from nri_topology.config.schema import Config
 from nri_topology.daemon import convert
 from nri_topology.daemon.hints import HintFinder
 from nri_topology.daemon.plugin import TopologyPlugin
-from nri_topology.daemon.service import hint_finder
+from nri_topology.daemon.settings import hint_finder
 from nri_topology.kubelet.podresources import PodResourcesClient
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import CpuAmount, Options

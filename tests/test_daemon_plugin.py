@@ -22,8 +22,9 @@ import yaml
 
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.metrics import Metrics
-from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.daemon.reload import Reloader
+from nri_topology.daemon.settings import Settings
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.types import (

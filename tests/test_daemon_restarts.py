@@ -11,7 +11,8 @@ import asyncio
 
 import pytest
 
-from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.daemon.plugin import TopologyPlugin
+from nri_topology.daemon.settings import Settings
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
 from nri_topology.policy.policy import Policy

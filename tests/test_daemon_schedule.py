@@ -15,8 +15,8 @@ import yaml
 from pydantic import ValidationError
 
 from nri_topology.config.schema import Config
-from nri_topology.daemon.plugin import Settings, TopologyPlugin
-from nri_topology.daemon.service import settings_of
+from nri_topology.daemon.plugin import TopologyPlugin
+from nri_topology.daemon.settings import Settings, settings_of
 from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options
@@ -203,7 +203,7 @@ async def test_re_pins_follow_the_reply_only_where_the_runtime_serves_updates_ap
         await _shared(peer, 3)
         reply = await peer.create_container(new_pod(100, ""), new_container(100, cpus=1))
         await plugin.settle()
-        assert plugin.paced is paced
+        assert plugin.updates.paced is paced
         assert len(reply.update) == (0 if paced else 3)
         assert len(peer.unsolicited_updates) == (3 if paced else 0)
 

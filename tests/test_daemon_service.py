@@ -17,7 +17,8 @@ import nri_topology
 from nri_topology.config.load import ConfigError
 from nri_topology.config.schema import Config
 from nri_topology.daemon.checkpoint import Checkpoint
-from nri_topology.daemon.service import Daemon, Overrides, StartupError, effective
+from nri_topology.daemon.service import Daemon, StartupError
+from nri_topology.daemon.settings import Overrides, effective
 from nri_topology.policy.options import Options
 from nri_topology.testing.runtime import RuntimePeer
 from nri_topology.topology.model import Machine

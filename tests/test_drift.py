@@ -10,7 +10,8 @@ import structlog.testing
 
 from nri_topology.daemon.cgroupfs import Outcome, Result
 from nri_topology.daemon.drift import Applied, Drift, compare, parse_list
-from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.daemon.plugin import TopologyPlugin
+from nri_topology.daemon.settings import Settings
 from nri_topology.daemon.verify import Verifier
 from nri_topology.nri import api_pb2
 from nri_topology.policy.options import Options

@@ -16,7 +16,8 @@ import pytest
 
 from nri_topology.config.load import read_config
 from nri_topology.daemon.plugin import TopologyPlugin
-from nri_topology.daemon.service import Daemon, Overrides, StartupError
+from nri_topology.daemon.service import Daemon, StartupError
+from nri_topology.daemon.settings import Overrides
 from nri_topology.kubelet.managers import (
     KubeletView,
     cpu_checksum,

@@ -7,6 +7,7 @@ loads, so an import made by name at run time cannot either).
 
 from __future__ import annotations
 
+import ast
 import json
 import pkgutil
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import pytest
 from rooms import (
     DRAWING,
+    PACKAGE,
     allowed,
     cycles,
     drawing,
@@ -59,6 +61,36 @@ def test_no_sub_room_of_the_policy_imports_itself_back() -> None:
     graph = sub_room_imports()
     assert {"intake", "accounts", "allocator", "shaping", "choice", "admission"} <= set(graph)
     assert not cycles(graph)
+
+
+# What the update path may use of the daemon: the cgroups it writes and reads, the metrics it
+# counts in, the messages it converts; never the event handling, nor what is kept beside it.
+_UPDATE_PATH_USES = {"cgroupfs", "convert", "drift", "metrics", "verify"}
+
+
+def test_the_daemons_rooms_form_layers_and_the_update_path_reaches_back_into_none() -> None:
+    graph = sub_room_imports("daemon")
+    assert {"plugin", "updates", "lifecycle", "timers", "explain", "admission"} <= set(graph)
+    assert not cycles(graph)
+    assert graph["updates"] <= _UPDATE_PATH_USES, graph["updates"] - _UPDATE_PATH_USES
+    # the plugin is assembled by the service and shown by the status pages, used by no other
+    assert {room for room, targets in graph.items() if "plugin" in targets} <= {"service", "status"}
+
+
+def test_no_daemon_module_or_class_is_one_big_room() -> None:
+    """The daemon's jobs stay in rooms of their own: no module of it, and no class, grows past
+    a few hundred lines, where the seams between jobs could hide again."""
+    daemon = PACKAGE / "daemon"
+    too_big = {}
+    for path in daemon.rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        name = str(path.relative_to(daemon))
+        if (n := len(text.splitlines())) > 600:
+            too_big[name] = n
+        for node in ast.parse(text).body:
+            if isinstance(node, ast.ClassDef) and (n := node.end_lineno - node.lineno + 1) > 500:
+                too_big[f"{name}:{node.name}"] = n
+    assert not too_big
 
 
 def test_cycles_are_found() -> None:

@@ -232,7 +232,8 @@ async def test_the_daemon_publishes_and_follows_placements(api: ApiServer, tmp_p
     import socket
     import tempfile
 
-    from nri_topology.daemon.service import Daemon, Overrides
+    from nri_topology.daemon.service import Daemon
+    from nri_topology.daemon.settings import Overrides
     from nri_topology.nri import api_pb2
     from nri_topology.testing.runtime import RuntimePeer
     from tests import machines
@@ -323,7 +324,8 @@ async def test_a_daemon_not_registered_publishes_nothing(api: ApiServer, tmp_pat
     path, NRI off, a standby): the object is first written after the runtime's Synchronize."""
     import tempfile
 
-    from nri_topology.daemon.service import Daemon, Overrides
+    from nri_topology.daemon.service import Daemon
+    from nri_topology.daemon.settings import Overrides
     from nri_topology.testing.runtime import RuntimePeer
     from tests import machines
     from tests.sockets import free_port

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from nri_topology.daemon.placement_file import FILE_NAME, PlacementFiles
-from nri_topology.daemon.service import Daemon, Overrides
+from nri_topology.daemon.service import Daemon
+from nri_topology.daemon.settings import Overrides
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import CpuKind, Decision, Placement, Update
 from nri_topology.testing.runtime import RuntimePeer
@@ -170,7 +171,8 @@ async def test_an_unwritable_root_means_no_mount_rather_than_a_failed_container(
 
 
 async def test_a_restarted_plugin_rewrites_the_files_of_what_still_runs(tmp_path: Path) -> None:
-    from nri_topology.daemon.plugin import Settings, TopologyPlugin
+    from nri_topology.daemon.plugin import TopologyPlugin
+    from nri_topology.daemon.settings import Settings
     from nri_topology.policy.options import CpuAmount, Options
     from nri_topology.policy.policy import Policy
     from nri_topology.testing.harness import connected

@@ -15,7 +15,8 @@ import pytest
 
 from nri_topology.cli import main
 from nri_topology.daemon.health import _is_loopback
-from nri_topology.daemon.service import Daemon, Overrides
+from nri_topology.daemon.service import Daemon
+from nri_topology.daemon.settings import Overrides
 from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
@@ -170,7 +171,7 @@ async def test_explain_unknown_or_malformed(daemon, capsys, target: str, message
 
 async def test_explain_forgets_released_containers(daemon, capsys) -> None:
     d, port = daemon
-    await d.plugin._release("db-postgres-0123456789abcdef", "stopped")  # type: ignore[union-attr]
+    await d.plugin.lifecycle.release("db-postgres-0123456789abcdef", "stopped")  # type: ignore[union-attr]
     assert "db-postgres-0123456789abcdef" not in d.plugin.decisions  # type: ignore[union-attr]
     code, _, err = await _cli(capsys, "explain", "shop/db", "--port", str(port))
     assert code == 1 and "no container shop/db" in err

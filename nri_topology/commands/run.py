@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 from nri_topology.daemon.logs import LEVELS, LogFormat
 
 if TYPE_CHECKING:
-    from nri_topology.daemon.service import Overrides
+    from nri_topology.daemon.settings import Overrides
 
 HELP = "run the NRI plugin (connects to the runtime's NRI socket, or fd 3 when launched by it)"
 
@@ -69,7 +69,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def overrides_of(args: argparse.Namespace, environ: Mapping[str, str]) -> Overrides:
     """Command-line values over the config file; `NRI_TOPOLOGY_SYSFS` when --sysfs is absent."""
-    from nri_topology.daemon.service import Overrides
+    from nri_topology.daemon.settings import Overrides
 
     return Overrides(
         socket=args.socket,

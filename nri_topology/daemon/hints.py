@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import structlog
@@ -97,6 +98,25 @@ class HintFinder:
         task = self._pods.pop(pod_id, None)
         if task is not None and not task.done():
             task.cancel()
+
+    async def restored(
+        self,
+        pods: Iterable[PodInfo],
+        infos: Sequence[ContainerInfo],
+        refs: Sequence[tuple[DeviceRef, ...]],
+        options: Options,
+    ) -> list[ContainerInfo]:
+        """The containers a Synchronize reported, with the hints of their devices (for those
+        re-placed or resized later); the kubelet is not asked: it knows only new pods."""
+        by_id = {p.id: p for p in pods}
+        out = []
+        for info, devices in zip(infos, refs, strict=True):
+            pod = by_id.get(info.pod_id)
+            if devices and pod is not None:
+                found = await self.find(pod, info, devices, options, kubelet=False)
+                info = replace(info, hints=found) if found else info
+            out.append(info)
+        return out
 
     async def find(
         self,

@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -34,20 +34,23 @@ from nri_topology.config.load import (
     ConfigError,
     parse_config,
     read_config,
-    with_overrides,
 )
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options, tier_overrides
 from nri_topology.daemon import coexist, logs, takeover
-from nri_topology.daemon.cgroupfs import cgroup_root
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
-from nri_topology.daemon.hints import HintFinder
 from nri_topology.daemon.lock import InstanceLock, LockedError
 from nri_topology.daemon.placement_file import PlacementFiles
-from nri_topology.daemon.plugin import Settings, TopologyPlugin
+from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.daemon.reload import Reloader
-from nri_topology.daemon.updates.schedule import Pacing
+from nri_topology.daemon.settings import (
+    Overrides,
+    effective,
+    hint_finder,
+    replace_config,
+    settings_of,
+)
 from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import SOCKET_ENV, Plugin, Refused, Stub, StubError
@@ -56,7 +59,6 @@ from nri_topology.nrt.cluster import in_cluster, wanted
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import PolicyError
-from nri_topology.topology.devices import DeviceLocator
 from nri_topology.topology.model import Machine
 from nri_topology.topology.sysfs import TopologyError, read_machine
 
@@ -67,90 +69,8 @@ _log = structlog.get_logger("nri_topology.service")
 TAKEOVER_CHECK_S = 10.0  # how often a standby proves again that it could take over
 
 
-@dataclass(frozen=True, slots=True)
-class Overrides:
-    """Command-line values that win over the configuration file (None = use the file's)."""
-
-    socket: str | None = None
-    cri_socket: str | None = None
-    plugin_name: str | None = None
-    plugin_index: str | None = None
-    sysfs: str | None = None
-    state: str | None = None
-    metrics_host: str | None = None
-    metrics_port: int | None = None  # 0 turns the endpoint off
-    log_format: str | None = None
-    log_level: str | None = None
-
-
 class StartupError(Exception):
     """The daemon cannot start; the message says why and what to fix."""
-
-
-def effective(config: Config, o: Overrides) -> Config:
-    """`config` with the command-line overrides applied and validated (ConfigError if invalid)."""
-
-    def given(**values: Any) -> dict[str, Any]:
-        return {k: v for k, v in values.items() if v is not None}
-
-    metrics = given(address=o.metrics_host, port=o.metrics_port or None)
-    if o.metrics_port == 0:
-        metrics["enabled"] = False
-    updates = {
-        "nri": given(socket=o.socket, plugin_name=o.plugin_name, plugin_index=o.plugin_index),
-        "topology": given(sysfs_root=o.sysfs),
-        "updates": given(cri_socket=o.cri_socket),
-        "state": given(path=o.state),
-        "metrics": metrics,
-        "logging": given(format=o.log_format, level=o.log_level),
-    }
-    return with_overrides(config, updates, "command line")
-
-
-def settings_of(config: Config) -> Settings:
-    e = config.expose
-    return Settings(
-        expose_env=e.enabled,
-        env_prefix=e.env_prefix,
-        expose_file=e.file,
-        file_dir=e.file_dir,
-        cgroup_root=cgroup_root(Path(config.topology.sysfs_root)),
-        verify_interval_s=config.verify.interval_seconds,
-        restart_hold_s=config.restarts.hold_seconds,
-        pacing=pacing_of(config),
-        pace_old_runtimes=config.updates.in_reply is False,
-        transport=config.updates.transport,
-        cri_socket=config.updates.cri_socket,
-        cgroup_first=config.updates.cgroup_first,
-    )
-
-
-def pacing_of(config: Config) -> Pacing | None:
-    """How re-pins of other containers go out; None: in the reply."""
-    u = config.updates
-    if u.in_reply is True:
-        return None
-    return Pacing(
-        batch=u.batch,
-        gap_s=u.gap_seconds,
-        grow_delay_s=u.grow_delay_seconds,
-        start_wait_s=u.start_wait_seconds,
-    )
-
-
-def hint_finder(config: Config) -> HintFinder | None:
-    """Where the daemon looks for topology hints; None when nowhere."""
-    hints = config.hints
-    locator = DeviceLocator(config.topology.sysfs_root) if hints.devices else None
-    client = None
-    if hints.pod_resources.enabled:
-        from nri_topology.kubelet.podresources import PodResourcesClient  # loads grpc
-
-        pr = hints.pod_resources
-        client = PodResourcesClient(pr.socket, pr.timeout_seconds)
-    if locator is None and client is None:
-        return None
-    return HintFinder(locator, client, hints.pod_resources.budget_seconds)
 
 
 PolicyFactory = Callable[[Machine, Options], PolicyPort]
@@ -180,14 +100,14 @@ class Daemon:
     def __init__(
         self,
         config_path: Path | None,
-        overrides: Overrides = Overrides(),
+        overrides: Overrides | None = None,
         *,
         log_stream: IO[str] | None = None,
         policy_factory: PolicyFactory = _default_policy,
         environ: dict[str, str] | None = None,
     ) -> None:
         self.config_path = config_path
-        self.overrides = overrides
+        self.overrides = overrides or Overrides()
         self._log_stream = log_stream
         self._policy_factory = policy_factory
         self._environ = environ
@@ -666,9 +586,3 @@ class Daemon:
             self.plugin.metrics,
             max_bytes=MAX_CONFIG_BYTES,
         )
-
-
-def replace_config(old: Config, new: Config) -> Config:
-    """The configuration in force after a reload: live sections from `new`, others from `old`."""
-    live = ("policy", "expose", "restarts", "kubelet")
-    return old.model_copy(update={name: getattr(new, name) for name in live})

@@ -16,7 +16,8 @@ from typing import Any
 
 from nri_topology import __version__
 from nri_topology.daemon.coexist import memory_words
-from nri_topology.daemon.plugin import Explained, TopologyPlugin
+from nri_topology.daemon.explain import Explained
+from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.policy.accounts import hugepages
 from nri_topology.policy.types import qualified_name
 from nri_topology.policy.views import PoolView
@@ -128,14 +129,15 @@ class StatusPages:
         return HTTPStatus.OK, _TEXT, text.encode()
 
     def _updates(self) -> dict[str, Any]:
-        p = self._plugin
-        client = p.updates.transports.cri
-        cri = client.socket if client is not None and p.transport == "cri" else None
+        path = self._plugin.updates
+        client = path.transports.cri
+        cri = client.socket if client is not None and path.transport == "cri" else None
         return {
-            "transport": p.transport,
-            "paced": p.paced,
+            "transport": path.transport,
+            "paced": path.paced,
             "cri_socket": cri,
-            "cgroup_first": p.writes_cgroups(),
+            "cgroup_first": path.writes_cgroups(),
+            "cgroup_writes_off": path.writes_off(),
         }
 
     def explain(self, target: str, fmt: str) -> Page:
@@ -180,6 +182,8 @@ def _updates_line(doc: Mapping[str, Any]) -> str:
     when = "after the reply, paced" if doc["paced"] else "in the reply"
     if doc["paced"] and doc.get("cgroup_first"):
         when += ", written to the cgroups first"
+    elif doc["paced"] and doc.get("cgroup_writes_off"):
+        when += f", not written to the cgroups first: {doc['cgroup_writes_off']}"
     return f"Re-pins: {when}; other updates {how}"
 
 
