@@ -17,6 +17,7 @@ from nri_topology.cli import main
 from nri_topology.daemon.health import _is_loopback
 from nri_topology.daemon.service import Daemon
 from nri_topology.daemon.settings import Overrides
+from nri_topology.daemon.status import _updates_line
 from nri_topology.nri import api_pb2
 from nri_topology.testing.runtime import RuntimePeer
 from tests import machines
@@ -245,3 +246,20 @@ async def test_a_resize_is_the_decision_explained(daemon, capsys) -> None:
     code, out, _ = await _cli(capsys, "explain", "shop/db/postgres", "--port", str(port))
     assert code == 0 and "\n  resized " in out
     assert "exclusive" in out.splitlines()[1]
+
+
+@pytest.mark.parametrize(
+    ("doc", "said"),
+    [
+        ({"paced": True, "cgroup_first": True}, "after the reply, paced, written to the cgroups"),
+        (
+            {"paced": True, "cgroup_writes_off": "the cgroup mount is read-only"},
+            "not written to the cgroups first: the cgroup mount is read-only",
+        ),
+        ({"paced": False, "cgroup_writes_off": "no cgroups"}, "Re-pins: in the reply;"),
+    ],
+)
+def test_the_update_line_says_whether_and_why_not_the_cgroups_are_written(
+    doc: dict[str, object], said: str
+) -> None:
+    assert said in _updates_line({"transport": "nri", "cri_socket": None, **doc})

@@ -1,8 +1,8 @@
 """Placements' lives outside their container's own create and update: released (stopped,
 removed, left by its pod, its hold over), held for a stopped container's next attempt, widened
-when a cold start ends, placed again under new policy options. Each is a policy call under the
-plugin's lock, with what is kept beside a placement (explanation, timers, cgroup path, pending
-re-pins) dropped with it.
+when a cold start ends, placed again under new policy options or for a pod resized in place.
+Each is a policy call under the plugin's lock, with what is kept beside a placement
+(explanation, timers, cgroup path, pending re-pins) dropped with it.
 """
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from nri_topology.daemon.metrics import Metrics
 from nri_topology.daemon.timers import Timers
 from nri_topology.daemon.updates.path import UpdatePath
 from nri_topology.daemon.verify import Verifier
+from nri_topology.policy.intake import podlevel
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
-from nri_topology.policy.types import PolicyError, Update
+from nri_topology.policy.types import PodInfo, PolicyError, Update
 
 if TYPE_CHECKING:
     from nri_topology.daemon.placement_file import PlacementFiles
@@ -173,3 +174,28 @@ class Lifecycle:
                 self.files.replaced(decision)
             self.files.updated(updates)
         self.updates.defer(updates, "reconfigure")
+
+    async def resize_pod(self, pod: PodInfo) -> None:
+        """A pod resized in place: the container holding its budget (`podlevel`) is placed again
+        with the new one; what changes for it and for others goes through the update path."""
+        async with self._lock:
+            infos = [
+                known[1]
+                for cid in self.policy.pod_containers(pod.id)
+                if (known := self.policy.container(cid)) is not None
+            ]
+            holder = podlevel.holder(pod, infos)
+            if holder is None:
+                return  # no container of the pod takes its amounts from the pod's
+            info = next(i for i in infos if i.id == holder)
+            decision = self.admission.decide(
+                "resize", pod, info, lambda: self.policy.resize(pod, info, info.resources)
+            )
+            self._commit()
+        self.explained.log(decision, "resized", "pod resources changed")
+        if self.files is not None:
+            self.files.replaced(decision)
+            self.files.updated(u for u in decision.updates if u.container_id != holder)
+        updates = {u.container_id: u for u in decision.updates}
+        updates[holder] = Update(holder, decision.placement)
+        self.updates.defer([updates[cid] for cid in sorted(updates)], "pod resize")

@@ -37,13 +37,11 @@ from nri_topology.daemon.updates.transport import Transports
 from nri_topology.daemon.verify import Verifier
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import Plugin, Stub, Updates
-from nri_topology.policy.intake import podlevel
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
 from nri_topology.policy.types import (
     ContainerInfo,
     Placement,
-    Update,
 )
 from nri_topology.topology import cpuset
 
@@ -283,28 +281,9 @@ class TopologyPlugin(Plugin):
         update schedule like any re-pin, as this event's reply carries no updates."""
         self._event("UpdatePodSandbox")
         # the new resources beside the pod; without them the pod's own say what it has now
-        pod_info = convert.pod_info(pod, resources if resources.ByteSize() else None)
-        async with self._lock:
-            infos = [
-                known[1]
-                for cid in self.policy.pod_containers(pod_info.id)
-                if (known := self.policy.container(cid)) is not None
-            ]
-            holder = podlevel.holder(pod_info, infos)
-            if holder is None:
-                return  # no container of the pod takes its amounts from the pod's
-            info = next(i for i in infos if i.id == holder)
-            decision = self.admission.decide(
-                "resize", pod_info, info, lambda: self.policy.resize(pod_info, info, info.resources)
-            )
-            self._commit()
-        self.explained.log(decision, "resized", "pod resources changed")
-        if self.files is not None:
-            self.files.replaced(decision)
-            self.files.updated(u for u in decision.updates if u.container_id != holder)
-        updates = {u.container_id: u for u in decision.updates}
-        updates[holder] = Update(holder, decision.placement)
-        self.updates.defer([updates[cid] for cid in sorted(updates)], "pod resize")
+        await self.lifecycle.resize_pod(
+            convert.pod_info(pod, resources if resources.ByteSize() else None)
+        )
 
     async def remove_pod_sandbox(self, pod: api_pb2.PodSandbox) -> None:
         self._event("RemovePodSandbox")

@@ -452,12 +452,7 @@ class Daemon:
         """Readiness: a standby once it has shown it could take over (a DaemonSet's surge update
         removes the old pod as soon as the new one is ready: `takeover`); else the plugin's."""
         if self.standby is not None:
-            why = self.cannot_take_over
-            if why is None:
-                return False, "standby, checking that it could take over"
-            if why:
-                return False, f"standby, could not take over: {why}"
-            return True, f"standby, waiting for the state file: {self.standby}"
+            return takeover.readiness(self.standby, self.cannot_take_over)
         assert self.plugin is not None
         return self.plugin.ready()
 
@@ -471,19 +466,8 @@ class Daemon:
             s.cgroup_root if plugin.verifier is not None else None,
         )
 
-    async def _prove_takeover(self) -> None:
-        """While standing by: check what taking over needs, now and every
-        `TAKEOVER_CHECK_S`; a warning each time the reason changes, not at every check."""
-        needs = self._takeover_needs()
-        while True:
-            why = await takeover.problem(needs)
-            if why != self.cannot_take_over:
-                if why:
-                    _log.warning("standing by, but could not take over: not ready", reason=why)
-                else:
-                    _log.info("standing by, could take over: ready")
-            self.cannot_take_over = why
-            await asyncio.sleep(TAKEOVER_CHECK_S)
+    def _could_take_over(self, why: str) -> None:
+        self.cannot_take_over = why
 
     async def _wait_for_lock(self) -> int | None:
         """Stand by until the instance holding the state file stops (bounded by
@@ -507,7 +491,9 @@ class Daemon:
 
         waiter = loop.create_task(self.lock.wait(limit, still))
         stopper = loop.create_task(self._stop.wait())
-        prover = loop.create_task(self._prove_takeover())
+        prover = loop.create_task(
+            takeover.prove(self._takeover_needs(), self._could_take_over, TAKEOVER_CHECK_S)
+        )
         try:
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+
+import structlog
 
 from nri_topology.cri.client import DEFAULT_SOCKETS, CriClient, CriError
 from nri_topology.nri.stub import unreachable
 
+_log = structlog.get_logger("nri_topology.service")
 CONNECT_TIMEOUT_S = 1.0
 
 
@@ -107,3 +110,29 @@ async def problem(needs: Needs) -> str:
     if needs.cgroup_root is not None:
         found.append(cgroup_problem(needs.cgroup_root))
     return "; ".join(p for p in found if p)
+
+
+def readiness(holder: str, why: str | None) -> tuple[bool, str]:
+    """A standby's readiness, waiting for `holder` to give the state file up: ready once it was
+    shown it could take over (`why` empty), not while unchecked (None) or when it could not."""
+    if why is None:
+        return False, "standby, checking that it could take over"
+    if why:
+        return False, f"standby, could not take over: {why}"
+    return True, f"standby, waiting for the state file: {holder}"
+
+
+async def prove(needs: Needs, seen: Callable[[str], None], every_s: float) -> None:
+    """Check what taking over needs, now and every `every_s`, telling `seen` the reason it could
+    not ("" when it could); a warning each time the reason changes, not at every check."""
+    last: str | None = None
+    while True:
+        why = await problem(needs)
+        if why != last:
+            if why:
+                _log.warning("standing by, but could not take over: not ready", reason=why)
+            else:
+                _log.info("standing by, could take over: ready")
+            last = why
+        seen(why)
+        await asyncio.sleep(every_s)
