@@ -37,6 +37,8 @@ from tests.test_daemon_cgroup_first import (
 
 # The runtime's record lags far behind (it waits for the start), as on a busy node.
 LAGGING = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.2, start_wait_s=30.0, recheck_s=0.05)
+# The runtime's record follows soon: the tests that wait for every re-pin to be done.
+FOLLOWING = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.05, start_wait_s=0.05)
 
 
 @pytest.fixture
@@ -155,7 +157,7 @@ async def test_a_cgroup_root_holding_none_of_the_runtimes_containers_is_said_and
         pods.append(new_pod(i, "besteffort/"))
         containers.append(_container(i))
         containers[-1].state = api_pb2.CONTAINER_RUNNING
-    plugin = _plugin(tmp_path, pacing=LAGGING)
+    plugin = _plugin(tmp_path, pacing=FOLLOWING)
     with structlog.testing.capture_logs() as logs:
         async with connected(plugin, RuntimePeer(pods=pods, containers=containers)) as (peer, _):
             assert not plugin.updates.writes_cgroups()
@@ -171,7 +173,7 @@ async def test_a_cgroup_root_holding_none_of_the_runtimes_containers_is_said_and
 async def test_a_container_with_no_cgroup_is_tried_once_not_at_every_grant(
     tmp_path: Path,
 ) -> None:
-    plugin = _plugin(tmp_path, pacing=LAGGING)
+    plugin = _plugin(tmp_path, pacing=FOLLOWING)
     async with connected(plugin) as (peer, _):
         dirs = await _shared(peer, tmp_path)
         for d in dirs[:2]:  # exited meanwhile

@@ -506,6 +506,18 @@ def test_the_start_waits_only_for_writes_still_to_come() -> None:
     assert s.done(0.03).closed == (Closed("g", pytest.approx(0.028)),)
 
 
+def test_the_start_does_not_wait_for_a_write_behind_a_re_pin_in_flight() -> None:
+    """The runtime answers that batch only after the event whose answer would wait for it."""
+    s = held(1, cpus(0, 1, 2))
+    s.change([Update("c0", cpus(0, 1))], 0.0)
+    assert s.next_batch(0.0) == {"c0": cpus(0, 1)}  # (writes off meanwhile, or refused)
+    s.change([Update("c0", cpus(0))], 0.001)
+    s.grant("g", frozenset({1}), 0.001)
+    assert not s.writes_due("g") and s.open_windows() == 1
+    s.done(0.01)
+    assert s.writes_due("g")  # now it can be written
+
+
 def test_a_written_placement_undone_by_another_writer_is_written_again() -> None:
     s = held(2, cpus(0, 1, 2))
     s.change([Update("c0", cpus(0, 1)), Update("c1", cpus(0, 1))], 0.0)

@@ -243,12 +243,20 @@ class Schedule:
 
     def writes_due(self, owner: str) -> bool:
         """Whether `owner`'s open window waits for a write still to come (handed out, or to be
-        handed out); False once it waits for the runtime alone, or is closed."""
+        handed out); False once it waits for the runtime alone, or is closed. A container whose
+        re-pin is in flight is written only once the runtime answered, which may wait for the
+        very event whose answer waits here: not counted."""
         w = self._windows.get(owner)
         if w is None:
             return False
         return any(
-            cid in self._writing or ((e := self._pending.get(cid)) is not None and not e.unwritable)
+            cid in self._writing
+            or (
+                (e := self._pending.get(cid)) is not None
+                and not e.unwritable
+                and cid not in self._in_flight
+                and cid not in self._no_cgroup
+            )
             for cid in w.waiting
         )
 
