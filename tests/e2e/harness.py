@@ -241,12 +241,12 @@ class Cri:
 
 @dataclass(frozen=True)
 class Spec:
-    """What a container runs beside its resources: the test image's `sleep` by default; a
-    privileged one makes its pod privileged too, as the runtimes require."""
+    """What a container runs beside its resources: the test image's `sleep` by default;
+    `capabilities` added to the runtime's default set."""
 
     command: tuple[str, ...] = tuple(SLEEP)
     mounts: tuple[cri.Mount, ...] = ()
-    privileged: bool = False
+    capabilities: tuple[str, ...] = ()
 
 
 @dataclass
@@ -691,12 +691,7 @@ class Run:
     # --- pods -------------------------------------------------------------------------
 
     def pod_config(
-        self,
-        name: str,
-        qos: str,
-        namespace: str = "e2e",
-        annotations: dict | None = None,
-        privileged: bool = False,
+        self, name: str, qos: str, namespace: str = "e2e", annotations: dict | None = None
     ) -> cri.PodSandboxConfig:
         uid = str(uuid.uuid4())
         parent = kubelet.cgroup_parent(qos_named(qos), uid, self.kubepods)
@@ -708,8 +703,7 @@ class Run:
             linux=cri.LinuxPodSandboxConfig(
                 cgroup_parent=parent,
                 security_context=cri.LinuxSandboxSecurityContext(
-                    namespace_options=cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER),
-                    privileged=privileged,
+                    namespace_options=cri.NamespaceOption(network=cri.NODE, pid=cri.CONTAINER)
                 ),
             ),
         )
@@ -730,8 +724,7 @@ class Run:
         """A pod as the kubelet makes it: sandbox, then each container created and started;
         `hugepages` (bytes per page size in kB) and `spec` are each container's."""
         assert self.cri is not None
-        spec = spec or Spec()
-        config = self.pod_config(name, qos, namespace, annotations, spec.privileged)
+        config = self.pod_config(name, qos, namespace, annotations)
         sandbox = self.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
         pod = Pod(sandbox.pod_sandbox_id, name, namespace, qos, config)
         self.pods[pod.id] = pod
@@ -774,7 +767,7 @@ class Run:
                 # The kubelet gives every container its pod's namespace modes.
                 security_context=cri.LinuxContainerSecurityContext(
                     namespace_options=pod.config.linux.security_context.namespace_options,
-                    privileged=spec.privileged,
+                    capabilities=cri.Capability(add_capabilities=list(spec.capabilities)),
                 ),
             ),
         )

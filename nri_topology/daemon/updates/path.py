@@ -356,7 +356,7 @@ class UpdatePath:
             if ids:
                 repins.labels(outcome).inc(len(ids))
         if done.given_up:
-            _log.warning("re-pins did not land; the periodic check repairs them", ids=done.given_up)
+            _log.warning("re-pins did not land; the periodic check tries again", ids=done.given_up)
         self._closed(done.closed)
 
     async def _landed_of(self, batch: Mapping[str, Placement]) -> tuple[set[str], set[str]]:
@@ -385,7 +385,7 @@ class UpdatePath:
                 self.metrics.error("window_unfreed")
                 _log.warning(
                     "exclusive CPUs may still be shared: a re-pin of a container holding them "
-                    "did not land; the periodic check repairs it",
+                    "did not land; the periodic check tries again",
                     container_id=c.owner,
                 )
             self._on_closed(c)
