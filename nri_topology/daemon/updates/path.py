@@ -97,10 +97,10 @@ class UpdatePath:
         """Why re-pins are not written into the cgroups first; None when they are."""
         if not self._cgroup_first:
             return "updates.cgroup_first is false" if self.cgroups is not None else "no cgroups"
-        if self._read_only:
-            return "the cgroup mount is read-only"
         if not self._root_holds:
             return "the cgroup root holds none of the runtime's containers"
+        if self._read_only:
+            return "the cgroup mount is read-only"
         return None
 
     def _publish_writes(self) -> None:
@@ -109,12 +109,15 @@ class UpdatePath:
     def cgroup_root_holds(self, found: int, live: int) -> None:
         """Of `live` running containers the runtime reported, `found` have a cgroup under the
         root: with none found the root is not the runtime's (a pod's own cgroup namespace), and
-        nothing is written until the next Synchronize finds them. A read-only mount (decided
-        from the mount) turns the writes off too."""
+        nothing is written until the next Synchronize finds them. Only a root that holds them
+        is asked whether its mount is read-only (decided from the mount), which turns the
+        writes off too: a pod's own cgroups are read-only anyway, and mounting them read-write
+        would not help."""
         if self.cgroups is None:
             return
-        self._check_mount()
         holds = found > 0 or live == 0
+        if holds:
+            self._check_mount()
         if not holds and self._root_holds:
             self.metrics.error("cgroup_root")
             _log.warning(
