@@ -89,10 +89,12 @@ def run_as_daemonset(run: Run, image: str, sysfs: str = "/host/sys") -> Pod:
         "--sysfs": sysfs,
         "--cri-socket": f"/run/containerd/{run.sock.name}",
     }
-    args = [
-        f"{a.split('=')[0]}={given[a.split('=')[0]]}" if a.split("=")[0] in given else a
-        for a in container["args"]
-    ]
+
+    def arg(a: str) -> str:
+        key = a.split("=", 1)[0]
+        return f"{key}={given[key]}" if key in given else a
+
+    args = [arg(a) for a in container["args"]]
     assert f"--sysfs={sysfs}" in args
     security = container["securityContext"]
     config = run.pod_config("nri-topology-x", "burstable", namespace="kube-system")
