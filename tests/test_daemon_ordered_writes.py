@@ -9,6 +9,7 @@ noticed.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 import structlog
 
 from nri_topology.daemon.cgroupfs import CgroupFS, Result
+from nri_topology.daemon.status import StatusPages
 from nri_topology.daemon.updates.schedule import Pacing
 from nri_topology.nri import api_pb2
 from nri_topology.policy.types import Placement
@@ -26,6 +28,7 @@ from nri_topology.topology import cpuset
 from tests.pods import new_pod
 from tests.test_daemon_cgroup_first import (
     ALL,
+    DESKTOP,
     SHARED,
     _container,
     _on,
@@ -146,12 +149,15 @@ async def test_a_written_cgroup_set_back_by_another_writer_is_written_again(
         assert peer.unsolicited_updates == []  # the runtime's record still waits
 
 
+@pytest.mark.parametrize("read_only", [False, True])
 async def test_a_cgroup_root_holding_none_of_the_runtimes_containers_is_said_and_not_written(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool
 ) -> None:
     """The plugin's view of the cgroups is not the host's (a pod's own cgroup namespace): the
     running containers the runtime reports are nowhere under the root. Said, counted, and
-    nothing is written."""
+    nothing is written. A pod's own cgroups are read-only too: that is not what is said, since
+    mounting them read-write would not help."""
+    monkeypatch.setattr(CgroupFS, "read_only", property(lambda _: read_only))
     pods, containers = [], []
     for i in range(SHARED):
         pods.append(new_pod(i, "besteffort/"))
@@ -163,11 +169,18 @@ async def test_a_cgroup_root_holding_none_of_the_runtimes_containers_is_said_and
             assert not plugin.updates.writes_cgroups()
             assert _sample(plugin, "nri_topology_cgroup_writes_enabled") == 0
             assert _sample(plugin, "nri_topology_errors_total", reason="cgroup_root") == 1
+            pages = StatusPages(plugin, DESKTOP, "node-a")
+            updates = json.loads(pages.status("json")[2])["updates"]
+            assert updates["cgroup_writes_off"].startswith("the cgroup root holds none")
+            assert "not written to the cgroups first: the cgroup root holds none" in (
+                pages.status("text")[2].decode()
+            )
             await _grant(peer, 100)
             await plugin.settle()
             assert _sample(plugin, "nri_topology_cgroup_writes_total", outcome="gone") == 0
-    warned = [e for e in logs if e["log_level"] == "warning" and "cgroup root" in e["event"]]
-    assert len(warned) == 1 and warned[0]["cgroup_root"] == str(tmp_path)
+    warned = [e for e in logs if e["log_level"] == "warning"]
+    assert len(warned) == 1 and "cgroup root" in warned[0]["event"], warned
+    assert warned[0]["cgroup_root"] == str(tmp_path)
 
 
 async def test_a_container_with_no_cgroup_is_tried_once_not_at_every_grant(

@@ -239,6 +239,16 @@ class Cri:
 # --- pods ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Spec:
+    """What a container runs beside its resources: the test image's `sleep` by default;
+    `capabilities` added to the runtime's default set."""
+
+    command: tuple[str, ...] = tuple(SLEEP)
+    mounts: tuple[cri.Mount, ...] = ()
+    capabilities: tuple[str, ...] = ()
+
+
 @dataclass
 class Container:
     id: str
@@ -709,9 +719,10 @@ class Run:
         containers: int = 1,
         start: bool = True,
         hugepages: dict[int, int] | None = None,
+        spec: Spec | None = None,
     ) -> Pod:
         """A pod as the kubelet makes it: sandbox, then each container created and started;
-        `hugepages` (bytes per page size in kB) is each container's."""
+        `hugepages` (bytes per page size in kB) and `spec` are each container's."""
         assert self.cri is not None
         config = self.pod_config(name, qos, namespace, annotations)
         sandbox = self.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
@@ -726,6 +737,7 @@ class Run:
                 annotations=annotations,
                 start=start,
                 hugepages=hugepages,
+                spec=spec,
             )
         return pod
 
@@ -738,12 +750,15 @@ class Run:
         annotations: dict | None = None,
         attempt: int = 0,
         hugepages: dict[int, int] | None = None,
+        spec: Spec | None = None,
     ) -> str:
         assert self.cri is not None
+        spec = spec or Spec()
         config = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name=name, attempt=attempt),
             image=cri.ImageSpec(image=IMAGE, user_specified_image=IMAGE),
-            command=SLEEP,
+            command=list(spec.command),
+            mounts=list(spec.mounts),
             labels=container_labels(pod.config, name),
             annotations=annotations or {},
             log_path=f"{name}.log",
@@ -751,7 +766,8 @@ class Run:
                 resources=resources(pod.qos, cpu_milli, memory, hugepages),
                 # The kubelet gives every container its pod's namespace modes.
                 security_context=cri.LinuxContainerSecurityContext(
-                    namespace_options=pod.config.linux.security_context.namespace_options
+                    namespace_options=pod.config.linux.security_context.namespace_options,
+                    capabilities=cri.Capability(add_capabilities=list(spec.capabilities)),
                 ),
             ),
         )
@@ -772,11 +788,14 @@ class Run:
         start: bool = True,
         attempt: int = 0,
         hugepages: dict[int, int] | None = None,
+        spec: Spec | None = None,
     ) -> Container:
         """A container created (attempt N of its name in the pod, as the kubelet counts) and
         started."""
         assert self.cri is not None
-        cid = self.create_container(pod, name, cpu_milli, memory, annotations, attempt, hugepages)
+        cid = self.create_container(
+            pod, name, cpu_milli, memory, annotations, attempt, hugepages, spec
+        )
         container = Container(cid, name)
         pod.containers.append(container)
         if start:

@@ -1,9 +1,11 @@
 """The product image (packaging/image/build.py) run on each runtime the way the DaemonSet
 (packaging/kubernetes/daemonset.yaml) runs it: its image, arguments, mounts (host NRI socket
-directory, read-only sysfs, state and config directories on the host) and security context."""
+directory, read-only sysfs, the host's cgroups read-write, state and config directories on the
+host) and security context."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -46,8 +48,9 @@ def daemonset() -> tuple[dict, dict]:
     return ds["spec"]["template"]["spec"], cm
 
 
-def run_as_daemonset(run: Run, image: str) -> Pod:
-    """The DaemonSet's pod, with host paths of this run and host network (no CNI here)."""
+def run_as_daemonset(run: Run, image: str, sysfs: str = "/host/sys") -> Pod:
+    """The DaemonSet's pod, with host paths of this run and host network (no CNI here);
+    `sysfs` in place of its `--sysfs`."""
     spec, cm = daemonset()
     (container,) = spec["containers"]
     assert container["image"] == image, "the DaemonSet and the build must name the same image"
@@ -55,6 +58,7 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
         "/var/run/nri": run.dir,  # the runtime's NRI socket is <run>/nri.sock
         "/run/containerd": run.dir,  # its CRI socket is <run>/containerd.sock (CRI-O: crio.sock)
         "/sys": Path("/sys"),
+        "/sys/fs/cgroup": Path("/sys/fs/cgroup"),
         "/var/lib/nri-topology": run.dir / "host-state",
     }
     config_dir = run.dir / "configmap"
@@ -79,10 +83,19 @@ def run_as_daemonset(run: Run, image: str) -> Pod:
         )
         for m in container["volumeMounts"]
     ]
-    args = [
-        f"--metrics-port={run.plugin_port}" if a.startswith("--metrics-port=") else a
-        for a in container["args"]
-    ]
+    # CRI-O's CRI socket is crio.sock, in the same directory here (the DaemonSet's comment).
+    given = {
+        "--metrics-port": str(run.plugin_port),
+        "--sysfs": sysfs,
+        "--cri-socket": f"/run/containerd/{run.sock.name}",
+    }
+
+    def arg(a: str) -> str:
+        key = a.split("=", 1)[0]
+        return f"{key}={given[key]}" if key in given else a
+
+    args = [arg(a) for a in container["args"]]
+    assert f"--sysfs={sysfs}" in args
     security = container["securityContext"]
     config = run.pod_config("nri-topology-x", "burstable", namespace="kube-system")
     sandbox = run.cri.runtime("RunPodSandbox", cri.RunPodSandboxRequest(config=config))
@@ -132,24 +145,53 @@ def test_image_runs_as_the_daemonset_and_places(run: Run, product_image) -> None
         for log in (run.dir / "logs").rglob("plugin.log"):
             print(log.read_text()[-3000:])
         raise
+    _, text = run.plugin_http("/status?format=json")
+    assert run.metric("nri_topology_cgroup_writes_enabled") == 1, json.loads(text)["updates"]
     be = run.run_pod("be", "besteffort")
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpus(g.containers[0]))
     assert len(exclusive) == 1
-    run.settled()  # the re-pin of `be` follows the reply
+    # Written through the host's cgroups mounted in the pod, before the start returned.
     assert parse_cpus(run.cpus(be.containers[0])) == online_cpus() - exclusive
+    assert run.metric("nri_topology_cgroup_writes_total", outcome="written") == 1
+    assert run.metric("nri_topology_exclusive_window_seconds_sum") == 0
+    run.settled()  # the runtime's re-pin of `be` follows
     # The state lives on the host, where the next plugin pod finds it.
     state = run.dir / "host-state" / "state.json"
     wait_for("checkpoint on the host", state.exists, 10)
     assert g.containers[0].id in json.loads(state.read_text())["body"]["policy"]["containers"]
-    # Deleting the plugin's pod moves nothing; a new one adopts the placements.
+    # Deleting the plugin's pod moves nothing; a new one adopts the placements, even one told
+    # to find the cgroups in the pod's own /sys, where none of the runtime's containers' cgroups
+    # are (its own cgroup, on v1; its cgroup namespace, on v2): it says so, and writes nothing.
     before = {c.id: run.cpus(c) for p in (be, g) for c in p.containers}
     run.remove_pod(plugin)
     time.sleep(1)
     assert {c.id: run.cpus(c) for p in (be, g) for c in p.containers} == before
-    run_as_daemonset(run, info["image"])
+    wrong = run_as_daemonset(run, info["image"], sysfs="/sys")
     wait_for("new plugin pod ready", lambda: run.plugin_http("/readyz")[0] == 200, 60)
     assert {c.id: run.cpus(c) for p in (be, g) for c in p.containers} == before
+    assert run.metric("nri_topology_cgroup_writes_enabled") == 0
+    assert run.metric("nri_topology_errors_total", reason="cgroup_root") == 1
+    _, text = run.plugin_http("/status?format=json")
+    assert json.loads(text)["updates"]["cgroup_writes_off"].startswith(
+        "the cgroup root holds none of the runtime's containers"
+    )
+    (warned,) = [
+        e
+        for e in pod_log(run, wrong)
+        if e.get("event", "").startswith("none of the runtime's containers has its cgroup")
+    ]
+    assert warned["cgroup_root"].startswith("/sys/fs/cgroup"), warned
+
+
+def pod_log(run: Run, pod: Pod) -> list[dict]:
+    """The JSON lines a pod's containers wrote to stdout or stderr (CRI log format)."""
+    out = []
+    for log in (run.dir / "logs" / pod.config.metadata.uid).rglob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError, IndexError):
+                out.append(json.loads(line.split(" ", 3)[3]))
+    return out
 
 
 def test_image_build_is_reproducible(product_image, base_dir: Path) -> None:

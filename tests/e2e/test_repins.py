@@ -66,7 +66,7 @@ def test_auto_takes_nri_where_it_is_safe_and_the_cri_elsewhere(run: Run) -> None
     assert chosen["transport"] == want, chosen
 
 
-def test_re_pins_go_through_the_cri_after_the_reply(run: Run, cpus: set[int]) -> None:
+def test_writes_come_before_the_start_and_the_cri_re_pins_follow(run: Run, cpus: set[int]) -> None:
     run.write_plugin_config("updates:\n  transport: cri\n")
     run.start_plugin()
     assert run.metric("nri_topology_update_transport", transport="cri") == 1
@@ -74,13 +74,17 @@ def test_re_pins_go_through_the_cri_after_the_reply(run: Run, cpus: set[int]) ->
     g = run.run_pod("g", "guaranteed", cpu_milli=1000, memory=GIB // 4)
     exclusive = parse_cpus(run.cpuset(g.containers[0]).cpus)
     assert len(exclusive) == 1
-    wait_for("shared containers re-pinned", lambda: not _holding(run, shared, exclusive), 10)
-    # Sent after the reply (a window opened and closed), each through the CRI, and each relayed
-    # back to the plugin as an UpdateContainer that it answered without a resize.
-    wait_for(
-        "the window closed", lambda: run.metric("nri_topology_exclusive_window_seconds_count"), 10
-    )
-    assert run.metric("nri_topology_exclusive_window_seconds_sum") > 0
+    # StartContainer has returned: the reply to it waited for the writes into the shared
+    # containers' cgroups, so none holds the CPU and the workload's window is 0.
+    assert _holding(run, shared, exclusive) == []
+    assert run.metric("nri_topology_cgroup_writes_total", outcome="written") == SHARED
+    assert run.metric("nri_topology_exclusive_window_seconds_count") == 1
+    assert run.metric("nri_topology_exclusive_window_seconds_sum") == 0
+    _, text = run.plugin_http("/explain?container=e2e/g/c0&format=json")
+    (explained,) = json.loads(text)["containers"]
+    assert explained["decision"]["exclusive_window_seconds"] == 0
+    # The runtime's record follows after the reply, each re-pin through the CRI, and each
+    # relayed back to the plugin as an UpdateContainer that it answered without a resize.
     wait_for(
         "the runtime's re-pins sent",
         lambda: run.metric("nri_topology_repins_total", outcome="sent") == SHARED,

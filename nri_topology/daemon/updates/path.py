@@ -97,10 +97,10 @@ class UpdatePath:
         """Why re-pins are not written into the cgroups first; None when they are."""
         if not self._cgroup_first:
             return "updates.cgroup_first is false" if self.cgroups is not None else "no cgroups"
-        if self._read_only:
-            return "the cgroup mount is read-only"
         if not self._root_holds:
             return "the cgroup root holds none of the runtime's containers"
+        if self._read_only:
+            return "the cgroup mount is read-only"
         return None
 
     def _publish_writes(self) -> None:
@@ -109,12 +109,15 @@ class UpdatePath:
     def cgroup_root_holds(self, found: int, live: int) -> None:
         """Of `live` running containers the runtime reported, `found` have a cgroup under the
         root: with none found the root is not the runtime's (a pod's own cgroup namespace), and
-        nothing is written until the next Synchronize finds them. A read-only mount (decided
-        from the mount) turns the writes off too."""
+        nothing is written until the next Synchronize finds them. Only a root that holds them
+        is asked whether its mount is read-only (decided from the mount), which turns the
+        writes off too: a pod's own cgroups are read-only anyway, and mounting them read-write
+        would not help."""
         if self.cgroups is None:
             return
-        self._check_mount()
         holds = found > 0 or live == 0
+        if holds:
+            self._check_mount()
         if not holds and self._root_holds:
             self.metrics.error("cgroup_root")
             _log.warning(
@@ -356,7 +359,7 @@ class UpdatePath:
             if ids:
                 repins.labels(outcome).inc(len(ids))
         if done.given_up:
-            _log.warning("re-pins did not land; the periodic check repairs them", ids=done.given_up)
+            _log.warning("re-pins did not land; the periodic check tries again", ids=done.given_up)
         self._closed(done.closed)
 
     async def _landed_of(self, batch: Mapping[str, Placement]) -> tuple[set[str], set[str]]:
@@ -385,7 +388,7 @@ class UpdatePath:
                 self.metrics.error("window_unfreed")
                 _log.warning(
                     "exclusive CPUs may still be shared: a re-pin of a container holding them "
-                    "did not land; the periodic check repairs it",
+                    "did not land; the periodic check tries again",
                     container_id=c.owner,
                 )
             self._on_closed(c)
