@@ -349,8 +349,9 @@ class UpdatesSection(_Section):
     # re-pins wait (at most this long) for a container just granted exclusive CPUs to start
     start_wait_seconds: Annotated[float, Field(ge=0, le=10)] = 1.0
     # With cgroup_first: a container just granted exclusive CPUs starts at most this long after
-    # the runtime asked, waiting for the shared containers' cgroups to give them up.
-    write_wait_seconds: Annotated[float, Field(ge=0, le=2)] = 0.25
+    # the runtime asked, waiting for the shared containers' cgroups to give them up; at most half
+    # the runtime's default NRI request timeout, past which it starts the task without us.
+    write_wait_seconds: Annotated[float, Field(ge=0, le=1)] = 0.25
     # Paced re-pins are written into the containers' cgroups (cpuset files under
     # topology.sysfs_root) at once, then applied by the runtime grow_delay_seconds later: the
     # exclusivity window closes in milliseconds, not after every runtime re-pin.
