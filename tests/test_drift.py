@@ -100,6 +100,18 @@ async def test_drift_repaired_with_the_placement(tmp_path: Path) -> None:
     assert runtime.drifts == ["periodic"]
 
 
+async def test_the_same_drift_again_is_counted_and_sent_but_warned_once(tmp_path: Path) -> None:
+    """A container whose cgroup refuses its placement (child cgroups holding the CPUs) drifts
+    at every check: each is counted and sent again, the warning given once."""
+    runtime = Runtime({"a": Placement(F({0}), F({0}))})
+    v = await verifier(tmp_path, runtime)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            await v.check(None, "periodic")
+    assert runtime.drifts == ["periodic"] * 3 and len(runtime.sent) == 3
+    assert [e["log_level"] for e in logs] == ["warning", "info", "info"]
+
+
 async def test_placement_changed_while_reading_is_not_repaired(tmp_path: Path) -> None:
     runtime = Runtime({"a": Placement(F({0}), F({0}))})
     runtime.after_first_read = {"a": Placement(F({0, 1}), F({0}))}

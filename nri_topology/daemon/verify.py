@@ -55,6 +55,7 @@ class Verifier:
         self._on_drift = on_drift
         self._paths: dict[str, str] = {}
         self._said: dict[str, Outcome] = {}  # writes not done, said once per outcome
+        self._drifted: dict[str, Drift] = {}  # the last drift warned about, per container
         self._task: asyncio.Task[None] | None = None
 
     def track(self, container_id: str, cgroups_path: str) -> None:
@@ -64,12 +65,14 @@ class Verifier:
     def forget(self, container_id: str) -> None:
         self._paths.pop(container_id, None)
         self._said.pop(container_id, None)
+        self._drifted.pop(container_id, None)
 
     async def reset(self, paths: Mapping[str, str]) -> int:
         """The containers the runtime reported in Synchronize, replacing what was known; how
         many of them have their cgroup beneath the root (none of many: the root is wrong)."""
         self._paths = {cid: p for cid, p in paths.items() if p}
         self._said.clear()
+        self._drifted.clear()
         if not self._paths:
             return 0
         return await asyncio.to_thread(self.cgroups.found, list(self._paths.values()))
@@ -93,10 +96,15 @@ class Verifier:
         updates = []
         for d in drifts:
             self._on_drift(why)
-            _log.warning(
+            # the same drift again (a container whose cgroup refuses it): counted, said at info
+            again = self._drifted.get(d.container_id) == d
+            self._drifted[d.container_id] = d
+            _log.log(
+                logging.INFO if again else logging.WARNING,
                 "cgroup differs from the placement, updating",
                 container_id=d.container_id,
                 check=why,
+                again=again or None,
                 **_fields(d),
             )
             updates.append(Update(d.container_id, wanted[d.container_id]))
