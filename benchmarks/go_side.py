@@ -29,6 +29,11 @@ fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
         [--samples 500] [--nri-src DIR] [--out benchmarks/results/go_side.json]
+        [--plugins ours,noop,python-noop,go-pin] [--before DIR]
+
+`--before DIR` adds `before`: ours as served by the source tree DIR (e.g. a worktree of an older
+commit), taking its turn in every round beside the others, so two commits are compared under one
+load; `--plugins` runs only the plugins named (go-pin needs ours).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ PROBES = {
     "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
 }
 PLUGINS = ("ours", "noop", "python-noop", "go-pin")  # ours first: go-pin replays its replies
+BEFORE = "before"  # ours from another source tree (--before)
 
 
 def toolchain_cached(src: str | None = None) -> bool:
@@ -122,7 +128,7 @@ def plugin_command(
         return [tools["NOOP"], f"-socket={sock}", f"-replies={replies}"]
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
-    command = daemon_command(sock, sysfs, sock.parent, "warning")
+    command = daemon_command(sock, sysfs, sock.parent, "warning")  # ours, or before
     if split:  # the same daemon, timing its share (`plugin_side.py`)
         assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
         command[1:3] = ["-m", "benchmarks.plugin_side"]
@@ -139,6 +145,7 @@ def run_once(
     replies: Path | None = None,
     record: Path | None = None,
     split: bool = False,
+    before: Path | None = None,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
@@ -154,8 +161,10 @@ def run_once(
         plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         split_out = Path(tmp) / "split.json"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), OUT_ENV: str(split_out)}
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+        # `python -m` finds the plugin's package in its working directory first
+        tree = before if plugin == BEFORE and before is not None else ROOT
+        env = {**os.environ, "PYTHONPATH": str(tree), OUT_ENV: str(split_out)}
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, check=False)
         timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
             logs = "".join(
@@ -167,7 +176,8 @@ def run_once(
         if timed is None:
             raise SystemExit("ours ran with --split but wrote no timings")
         report["split"] = split_medians(timed, samples)
-    if plugin in ("ours", "go-pin"):  # a closed or refusing plugin answers nothing: never time that
+    # a closed or refusing plugin answers nothing: never time that
+    if plugin in ("ours", "go-pin", BEFORE):
         case = report["cases"]["guaranteed-2cpu"]
         if case["adjusted"] != case["samples"]:
             raise SystemExit(f"{plugin} pinned {case['adjusted']} of {case['samples']} probes")
@@ -244,6 +254,12 @@ def reply_shape(replies: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return shapes
 
 
+def plugins_of(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[str]:
+    """The plugins that ran, in the order of PLUGINS, `before` last."""
+    ran = {plugin for _, plugin in runs}
+    return [p for p in (*PLUGINS, BEFORE) if p in ran]
+
+
 def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per live count and probe: medians over rounds of p50 and p99 of every plugin; ours
     against the no-op (the target) and against go-pin (what is left to the plugin)."""
@@ -251,7 +267,7 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
     for live in sorted({live for live, _ in runs}):
         for case in PROBES:
             row: dict[str, Any] = {"live": live, "probe": case}
-            for plugin in PLUGINS:
+            for plugin in plugins_of(runs):
                 each = [r["cases"][case] for r in runs[live, plugin]]
                 row[plugin] = {
                     "p50_ms": round(statistics.median(c["p50_ms"] for c in each), 3),
@@ -260,10 +276,13 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
                     "updates": statistics.median(c["updates"] for c in each),
                 }
             for q in ("p50", "p99"):
-                row[f"{q}_ratio"] = round(row["ours"][f"{q}_ms"] / row["noop"][f"{q}_ms"], 2)
-                row[f"{q}_ratio_go_pin"] = round(
-                    row["ours"][f"{q}_ms"] / row["go-pin"][f"{q}_ms"], 2
-                )
+                for other, key in (("noop", "ratio"), ("go-pin", "ratio_go_pin")):
+                    if "ours" in row and other in row:
+                        row[f"{q}_{key}"] = round(row["ours"][f"{q}_ms"] / row[other][f"{q}_ms"], 2)
+                if "ours" in row and BEFORE in row:  # after over before
+                    row[f"{q}_ratio_before"] = round(
+                        row["ours"][f"{q}_ms"] / row[BEFORE][f"{q}_ms"], 2
+                    )
             rows.append(row)
     return rows
 
@@ -328,6 +347,9 @@ def gc_table(gcs: list[dict[str, Any]]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    if any(p not in r for r in rows for p in PLUGINS):
+        return short_table(rows)
+
     def both(r: dict[str, Any], plugin: str) -> str:
         return f"{r[plugin]['p50_ms']} / {r[plugin]['p99_ms']}"
 
@@ -344,6 +366,25 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['p50_ratio_go_pin']} / {r['p99_ratio_go_pin']} | {both(r, 'python-noop')} | "
             f"{r['ours']['updates']:g} |"
         )
+    return "\n".join(lines)
+
+
+def short_table(rows: list[dict[str, Any]]) -> str:
+    """p50 / p99 of each plugin that ran, and ours over before where both did."""
+    plugins = [p for p in (*PLUGINS, BEFORE) if rows and p in rows[0]]
+    lines = [
+        "| live | probe | "
+        + " | ".join(f"{p} p50 / p99 ms" for p in plugins)
+        + (" | ours / before p50 / p99" if BEFORE in plugins and "ours" in plugins else "")
+        + " | updates per reply |",
+        "|---|---|" + "---|" * (len(plugins) + 1 + (BEFORE in plugins and "ours" in plugins)),
+    ]
+    for r in rows:
+        cells = [f"{r[p]['p50_ms']} / {r[p]['p99_ms']}" for p in plugins]
+        if "p50_ratio_before" in r:
+            cells.append(f"{r['p50_ratio_before']} / {r['p99_ratio_before']}")
+        updates = r.get("ours", r[plugins[0]])["updates"]
+        lines.append(f"| {r['live']} | {r['probe']} | " + " | ".join(cells) + f" | {updates:g} |")
     return "\n".join(lines)
 
 
@@ -368,7 +409,26 @@ def main(argv: list[str] | None = None) -> int:
         help="build against the containerd/nri vendored in the Go module at DIR (a containerd "
         f"2.x source tree; default ${SRC_ENV}, else Debian's containerd/nri packages)",
     )
+    parser.add_argument(
+        "--plugins",
+        default=",".join(PLUGINS),
+        help="the plugins to run, of " + ", ".join(PLUGINS) + " (go-pin needs ours)",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="also run ours as served by the source tree DIR, as the plugin `before`",
+    )
     args = parser.parse_args(argv)
+    plugins = [p for p in PLUGINS if p in args.plugins.split(",")]
+    if "go-pin" in plugins and "ours" not in plugins:
+        parser.error("go-pin replays ours' replies: run ours too")
+    if args.before is not None:
+        args.before = args.before.resolve()
+        if not (args.before / "nri_topology" / "cli.py").is_file():
+            parser.error(f"{args.before} holds no nri_topology")
+        plugins.append(BEFORE)
     tools = build(args.nri_src)
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     load_before = os.getloadavg()
@@ -388,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
                         write_requests(
                             fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(live)]
                         )
-                for plugin in PLUGINS if n % 2 == 0 else PLUGINS[::-1]:
+                for plugin in plugins if n % 2 == 0 else plugins[::-1]:
                     record = replies if plugin == "ours" and not replies.exists() else None
                     report = run_once(
                         plugin,
@@ -400,6 +460,7 @@ def main(argv: list[str] | None = None) -> int:
                         replies,
                         record,
                         args.split,
+                        args.before,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -414,6 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         answers = [
             {"live": live, "probe": probe, **shape}
             for live in args.live
+            if (work / f"replies-{live}.json").exists()
             for probe, shape in reply_shape(
                 json.loads((work / f"replies-{live}.json").read_text())
             ).items()
@@ -427,6 +489,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "machine": args.machine,
         "nri": tools.get("NRI"),
+        "plugins": plugins,
+        "before": str(args.before) if args.before else None,
         "rounds": args.rounds,
         "samples": args.samples,
         "minutes": round((time.monotonic() - started) / 60, 1),
@@ -440,6 +504,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
+    if BEFORE in plugins and all(p in plugins for p in PLUGINS):  # the full table has no before
+        print()
+        print(short_table(rows))
     print()
     print(gc_table(out["runtime_gc"]))
     if out["split"]:
