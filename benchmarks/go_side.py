@@ -29,11 +29,25 @@ fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
         [--samples 500] [--nri-src DIR] [--out benchmarks/results/go_side.json]
-        [--plugins ours,noop,python-noop,go-pin] [--before DIR]
+        [--plugins ours,noop,python-noop,go-pin] [--before DIR] [--cgroups] [--plugin-config YAML]
 
 `--before DIR` adds `before`: ours as served by the source tree DIR (e.g. a worktree of an older
 commit), taking its turn in every round beside the others, so two commits are compared under one
 load; `--plugins` runs only the plugins named (go-pin needs ours).
+
+The harness's containers have no cgroups by default: a plugin writing re-pins into cgroups finds
+none (and may say so and stop writing: the cgroup root holds none of the runtime's containers).
+`--cgroups` gives every fill and probe container the cgroups path `/bench/<id>` and a cgroup v1
+cpuset directory of plain files for it in the sysfs tree (`fs/cgroup/cpuset/bench/<id>`, all
+CPUs and nodes, written afresh before every harness run), so such writes really are written:
+into files, not the kernel's cgroupfs, and the harness, unlike a runtime, never writes them.
+
+Built in GOPATH mode, the harness's adaptation cannot tell its containerd/nri version (it reports
+`0.0.0-unknown`), so a plugin choosing its update transport from that version (ours, `auto`)
+takes the reply, as on an old runtime. `--plugin-config YAML` is the configuration ours (and
+before) run with, e.g. `updates: {in_reply: false, transport: nri}` for what `auto` takes on a
+runtime that says it has v0.12.1 or later: re-pins after the reply through UpdateContainers,
+paced, and written into the cgroups first.
 """
 
 from __future__ import annotations
@@ -102,6 +116,32 @@ def build(src: str | None = None) -> dict[str, str]:
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
 
 
+CGROUP_PARENT = "bench"  # --cgroups: each container's cgroup is /bench/<id>
+
+
+def with_cgroup(
+    pair: tuple[api_pb2.PodSandbox, api_pb2.Container],
+) -> tuple[api_pb2.PodSandbox, api_pb2.Container]:
+    """The pair with the container's cgroups path set, as the runtime reports it (cgroupfs)."""
+    pod, ctr = pair
+    ctr.linux.cgroups_path = f"/{CGROUP_PARENT}/{ctr.id}"
+    return pod, ctr
+
+
+def write_cgroups(sysfs: Path, ids: list[str]) -> None:
+    """A cgroup v1 cpuset directory per container beneath the sysfs tree, holding every CPU and
+    node: where a plugin's re-pins written into cgroups land."""
+    online = sysfs / "devices" / "system"
+    cpus = (online / "cpu" / "online").read_text().strip()
+    nodes = online / "node" / "online"
+    mems = nodes.read_text().strip() if nodes.exists() else "0"
+    for cid in ids:
+        d = sysfs / "fs" / "cgroup" / "cpuset" / CGROUP_PARENT / cid
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cpuset.cpus").write_text(cpus + "\n")
+        (d / "cpuset.mems").write_text(mems + "\n")
+
+
 def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Container]]) -> None:
     """Length-prefixed CreateContainerRequest messages, the harness's input."""
     with path.open("wb") as f:
@@ -117,6 +157,7 @@ def plugin_command(
     sysfs: Path,
     replies: Path | None,
     split: bool = False,
+    config: Path | None = None,
 ) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
@@ -129,6 +170,8 @@ def plugin_command(
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
     command = daemon_command(sock, sysfs, sock.parent, "warning")  # ours, or before
+    if config is not None:
+        command.append(f"--config={config}")
     if split:  # the same daemon, timing its share (`plugin_side.py`)
         assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
         command[1:3] = ["-m", "benchmarks.plugin_side"]
@@ -146,6 +189,7 @@ def run_once(
     record: Path | None = None,
     split: bool = False,
     before: Path | None = None,
+    config: Path | None = None,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
@@ -158,7 +202,7 @@ def run_once(
         cmd += [f"-fill={fill}", "-restart"] if fill else []
         cmd += [f"-record={record}"] if record else []
         split = split and plugin == "ours"
-        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split)
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split, config)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         split_out = Path(tmp) / "split.json"
         # `python -m` finds the plugin's package in its working directory first
@@ -420,6 +464,16 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="also run ours as served by the source tree DIR, as the plugin `before`",
     )
+    parser.add_argument(
+        "--cgroups",
+        action="store_true",
+        help="give the containers cgroups (plain files in the sysfs tree) for re-pins to land in",
+    )
+    parser.add_argument(
+        "--plugin-config",
+        metavar="YAML",
+        help="the configuration ours and before run with (default: none, the defaults)",
+    )
     args = parser.parse_args(argv)
     plugins = [p for p in PLUGINS if p in args.plugins.split(",")]
     if "go-pin" in plugins and "ours" not in plugins:
@@ -436,8 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         work = Path(tmp)
         sysfs = sysfs_root(args.machine, work)
+        config = None
+        if args.plugin_config is not None:
+            config = work / "plugin.yaml"
+            config.write_text(args.plugin_config + "\n")
         probes = work / "probes.bin"
-        write_requests(probes, [nri_pair(name, spec) for name, spec in PROBES.items()])
+        wrap = with_cgroup if args.cgroups else (lambda pair: pair)
+        write_requests(probes, [wrap(nri_pair(name, spec)) for name, spec in PROBES.items()])
         for n in range(args.rounds):
             for live in args.live:
                 replies = work / f"replies-{live}.json"
@@ -446,10 +505,14 @@ def main(argv: list[str] | None = None) -> int:
                     fill = work / f"fill-{live}.bin"
                     if not fill.exists():
                         write_requests(
-                            fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(live)]
+                            fill,
+                            [wrap(nri_pair(f"fill{i:04}", fill_spec(i))) for i in range(live)],
                         )
                 for plugin in plugins if n % 2 == 0 else plugins[::-1]:
                     record = replies if plugin == "ours" and not replies.exists() else None
+                    if args.cgroups:  # every run starts from the same cgroups
+                        ids = [*PROBES, *(f"fill{i:04}" for i in range(live))]
+                        write_cgroups(sysfs, ids)
                     report = run_once(
                         plugin,
                         tools,
@@ -461,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
                         record,
                         args.split,
                         args.before,
+                        config,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -491,6 +555,8 @@ def main(argv: list[str] | None = None) -> int:
         "nri": tools.get("NRI"),
         "plugins": plugins,
         "before": str(args.before) if args.before else None,
+        "cgroups": args.cgroups,
+        "plugin_config": args.plugin_config,
         "rounds": args.rounds,
         "samples": args.samples,
         "minutes": round((time.monotonic() - started) / 60, 1),
@@ -524,7 +590,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['synchronize_ms']} ms (median), containers moved {r['moved']}"
         )
     print(
-        f"\nmachine {args.machine}; containerd/nri {out['nri']}; {args.rounds} rounds x "
+        f"\nmachine {args.machine}; containerd/nri {out['nri']}; "
+        f"{'cgroups in the sysfs tree; ' if args.cgroups else ''}"
+        f"{f'plugin config {args.plugin_config!r}; ' if args.plugin_config else ''}"
+        f"{args.rounds} rounds x "
         f"{args.samples} samples; load (1 min) {load['loadavg_1m_before']} before, "
         f"{load['loadavg_1m_after']} after, {load['cpus']} CPUs; written to {args.out}"
     )
