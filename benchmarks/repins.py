@@ -28,9 +28,11 @@ older commit), so two commits' plugins alternate on one runtime and one load. Ea
   them (0 when none did at that return; the read after the return cannot see a shared cgroup
   that held the CPUs between the task's start and the return, the plugin's own figure below
   can). Beside it the old measure, from the CreateContainer's return, and the window the plugin
-  itself recorded for the grant (`nri_topology_exclusive_window_seconds`, read before and after
-  the sample; its meaning is the plugin's: from the workload's start since the windows were
-  counted so, from the reply before);
+  itself recorded (`nri_topology_exclusive_window_seconds`, read before and after the sample:
+  how many windows closed meanwhile and their total; a grant's window may close after its
+  sample's last read and count in the next one, or never, voided when its pod goes first; its
+  meaning is the plugin's: from the workload's start since the windows were counted so, from
+  the reply before);
 * `--hold` seconds later (0: at once), the pod stopped and removed (timed: removal), then all
   shared cgroups awaited back on their full sets before the next sample;
 * the `runc update` runs that started before the Guaranteed CreateContainer returned (those its
@@ -54,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -200,8 +203,9 @@ def sample(
     time.sleep(0.1)
     t2 = time.time()
     recorded_after = plugin_window(run)
-    recorded_ms = None
-    if recorded_before and recorded_after and recorded_after[0] == recorded_before[0] + 1:
+    recorded_ms = recorded = None
+    if recorded_before and recorded_after:  # windows closed meanwhile, and their total
+        recorded = int(recorded_after[0] - recorded_before[0])
         recorded_ms = (recorded_after[1] - recorded_before[1]) * 1000
     unshared = exclusive == online  # nothing exclusive: no window
     return {
@@ -211,6 +215,7 @@ def sample(
         "window_ms": 0.0 if unshared or not holding else max(0.0, (freed[0] - running) * 1000),
         "window_from_reply_ms": 0.0 if unshared else (freed[0] - replied) * 1000,
         "recorded_window_ms": recorded_ms,
+        "recorded_windows": recorded,
         "probe_ms": probe_ms[0],
         "create_updates": updates_between(log, t0, t1),
         "reply_updates": updates_between(log, t0, t_reply),
@@ -258,11 +263,17 @@ def summarize(results: dict[str, list[dict]]) -> dict[str, dict]:
         row["held_at_start_median"] = statistics.median(s["held_at_start"] for s in samples)
         row["held_at_start_max"] = max(s["held_at_start"] for s in samples)
         row["samples_held_at_start"] = sum(1 for s in samples if s["held_at_start"])
-        recorded = [s["recorded_window_ms"] for s in samples if s["recorded_window_ms"] is not None]
-        row["recorded_window_samples"] = len(recorded)
-        if recorded:
-            row["recorded_window_median_ms"] = round(statistics.median(recorded), 1)
-            row["recorded_window_max_ms"] = round(max(recorded), 1)
+        # The plugin's windows: a grant's window may close after its sample's last read (then
+        # it counts in the next sample) or not at all (voided when the pod goes first).
+        seen = [s for s in samples if s["recorded_windows"] is not None]
+        row["recorded_windows"] = sum(s["recorded_windows"] for s in seen) if seen else None
+        row["recorded_window_total_ms"] = round(sum(s["recorded_window_ms"] for s in seen), 1)
+        closed = Counter(s["recorded_windows"] for s in seen)
+        row["windows_closed_per_sample"] = {str(k): v for k, v in sorted(closed.items())}
+        single = [s["recorded_window_ms"] for s in seen if s["recorded_windows"] == 1]
+        if single:  # samples in which exactly one window closed: its length
+            row["recorded_window_median_ms"] = round(statistics.median(single), 1)
+            row["recorded_window_max_ms"] = round(max(single), 1)
         waits = [max(0.0, s["probe_ms"] - base_probe) for s in samples]
         row["other_create_wait_median_ms"] = round(statistics.median(waits), 1)
         row["other_create_wait_max_ms"] = round(max(waits), 1)
@@ -322,14 +333,15 @@ def main(argv: list[str] | None = None) -> int:
             )
             print(
                 f"{'mode':16} {'create+start':>15} {'x':>5} {'removal':>15} {'runc r/c/rm':>12} "
-                f"{'held':>6} {'window':>17} {'from reply':>17} {'recorded':>13} {'other wait':>13}"
+                f"{'held':>6} {'window':>17} {'from reply':>17} {'recorded n:ms':>13} "
+                f"{'other wait':>13}"
             )
             for mode, r in table.items():
                 ratio = r["create_median_ms"] / base_create if base_create else float("nan")
                 r["create_ratio"] = round(ratio, 2)
                 recorded = (
-                    f"{r['recorded_window_median_ms']:6.1f}/{r['recorded_window_max_ms']:6.1f}"
-                    if r["recorded_window_samples"]
+                    f"{r['recorded_windows']:3d}:{r['recorded_window_total_ms']:7.1f}"
+                    if r["recorded_windows"] is not None
                     else "-"
                 )
                 print(
