@@ -29,6 +29,25 @@ fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
         [--samples 500] [--nri-src DIR] [--out benchmarks/results/go_side.json]
+        [--plugins ours,noop,python-noop,go-pin] [--before DIR] [--cgroups] [--plugin-config YAML]
+
+`--before DIR` adds `before`: ours as served by the source tree DIR (e.g. a worktree of an older
+commit), taking its turn in every round beside the others, so two commits are compared under one
+load; `--plugins` runs only the plugins named (go-pin needs ours).
+
+The harness's containers have no cgroups by default: a plugin writing re-pins into cgroups finds
+none (and may say so and stop writing: the cgroup root holds none of the runtime's containers).
+`--cgroups` gives every fill and probe container the cgroups path `/bench/<id>` and a cgroup v1
+cpuset directory of plain files for it in the sysfs tree (`fs/cgroup/cpuset/bench/<id>`, all
+CPUs and nodes, written afresh before every harness run), so such writes really are written:
+into files, not the kernel's cgroupfs, and the harness, unlike a runtime, never writes them.
+
+Built in GOPATH mode, the harness's adaptation cannot tell its containerd/nri version (it reports
+`0.0.0-unknown`), so a plugin choosing its update transport from that version (ours, `auto`)
+takes the reply, as on an old runtime. `--plugin-config YAML` is the configuration ours (and
+before) run with, e.g. `updates: {in_reply: false, transport: nri}` for what `auto` takes on a
+runtime that says it has v0.12.1 or later: re-pins after the reply through UpdateContainers,
+paced, and written into the cgroups first.
 """
 
 from __future__ import annotations
@@ -62,6 +81,7 @@ PROBES = {
     "burstable": Spec(QoS.BURSTABLE, cpu=250, cpu_limit=1000, memory=256 * MI),
 }
 PLUGINS = ("ours", "noop", "python-noop", "go-pin")  # ours first: go-pin replays its replies
+BEFORE = "before"  # ours from another source tree (--before)
 
 
 def toolchain_cached(src: str | None = None) -> bool:
@@ -96,6 +116,32 @@ def build(src: str | None = None) -> dict[str, str]:
     return dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
 
 
+CGROUP_PARENT = "bench"  # --cgroups: each container's cgroup is /bench/<id>
+
+
+def with_cgroup(
+    pair: tuple[api_pb2.PodSandbox, api_pb2.Container],
+) -> tuple[api_pb2.PodSandbox, api_pb2.Container]:
+    """The pair with the container's cgroups path set, as the runtime reports it (cgroupfs)."""
+    pod, ctr = pair
+    ctr.linux.cgroups_path = f"/{CGROUP_PARENT}/{ctr.id}"
+    return pod, ctr
+
+
+def write_cgroups(sysfs: Path, ids: list[str]) -> None:
+    """A cgroup v1 cpuset directory per container beneath the sysfs tree, holding every CPU and
+    node: where a plugin's re-pins written into cgroups land."""
+    online = sysfs / "devices" / "system"
+    cpus = (online / "cpu" / "online").read_text().strip()
+    nodes = online / "node" / "online"
+    mems = nodes.read_text().strip() if nodes.exists() else "0"
+    for cid in ids:
+        d = sysfs / "fs" / "cgroup" / "cpuset" / CGROUP_PARENT / cid
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cpuset.cpus").write_text(cpus + "\n")
+        (d / "cpuset.mems").write_text(mems + "\n")
+
+
 def write_requests(path: Path, pairs: list[tuple[api_pb2.PodSandbox, api_pb2.Container]]) -> None:
     """Length-prefixed CreateContainerRequest messages, the harness's input."""
     with path.open("wb") as f:
@@ -111,6 +157,7 @@ def plugin_command(
     sysfs: Path,
     replies: Path | None,
     split: bool = False,
+    config: Path | None = None,
 ) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
@@ -122,7 +169,9 @@ def plugin_command(
         return [tools["NOOP"], f"-socket={sock}", f"-replies={replies}"]
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
-    command = daemon_command(sock, sysfs, sock.parent, "warning")
+    command = daemon_command(sock, sysfs, sock.parent, "warning")  # ours, or before
+    if config is not None:
+        command.append(f"--config={config}")
     if split:  # the same daemon, timing its share (`plugin_side.py`)
         assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
         command[1:3] = ["-m", "benchmarks.plugin_side"]
@@ -139,6 +188,8 @@ def run_once(
     replies: Path | None = None,
     record: Path | None = None,
     split: bool = False,
+    before: Path | None = None,
+    config: Path | None = None,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
@@ -151,11 +202,13 @@ def run_once(
         cmd += [f"-fill={fill}", "-restart"] if fill else []
         cmd += [f"-record={record}"] if record else []
         split = split and plugin == "ours"
-        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split)
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split, config)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         split_out = Path(tmp) / "split.json"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), OUT_ENV: str(split_out)}
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+        # `python -m` finds the plugin's package in its working directory first
+        tree = before if plugin == BEFORE and before is not None else ROOT
+        env = {**os.environ, "PYTHONPATH": str(tree), OUT_ENV: str(split_out)}
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, check=False)
         timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
             logs = "".join(
@@ -167,7 +220,8 @@ def run_once(
         if timed is None:
             raise SystemExit("ours ran with --split but wrote no timings")
         report["split"] = split_medians(timed, samples)
-    if plugin in ("ours", "go-pin"):  # a closed or refusing plugin answers nothing: never time that
+    # a closed or refusing plugin answers nothing: never time that
+    if plugin in ("ours", "go-pin", BEFORE):
         case = report["cases"]["guaranteed-2cpu"]
         if case["adjusted"] != case["samples"]:
             raise SystemExit(f"{plugin} pinned {case['adjusted']} of {case['samples']} probes")
@@ -244,6 +298,12 @@ def reply_shape(replies: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return shapes
 
 
+def plugins_of(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[str]:
+    """The plugins that ran, in the order of PLUGINS, `before` last."""
+    ran = {plugin for _, plugin in runs}
+    return [p for p in (*PLUGINS, BEFORE) if p in ran]
+
+
 def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """Per live count and probe: medians over rounds of p50 and p99 of every plugin; ours
     against the no-op (the target) and against go-pin (what is left to the plugin)."""
@@ -251,7 +311,7 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
     for live in sorted({live for live, _ in runs}):
         for case in PROBES:
             row: dict[str, Any] = {"live": live, "probe": case}
-            for plugin in PLUGINS:
+            for plugin in plugins_of(runs):
                 each = [r["cases"][case] for r in runs[live, plugin]]
                 row[plugin] = {
                     "p50_ms": round(statistics.median(c["p50_ms"] for c in each), 3),
@@ -260,10 +320,13 @@ def summarize(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[st
                     "updates": statistics.median(c["updates"] for c in each),
                 }
             for q in ("p50", "p99"):
-                row[f"{q}_ratio"] = round(row["ours"][f"{q}_ms"] / row["noop"][f"{q}_ms"], 2)
-                row[f"{q}_ratio_go_pin"] = round(
-                    row["ours"][f"{q}_ms"] / row["go-pin"][f"{q}_ms"], 2
-                )
+                for other, key in (("noop", "ratio"), ("go-pin", "ratio_go_pin")):
+                    if "ours" in row and other in row:
+                        row[f"{q}_{key}"] = round(row["ours"][f"{q}_ms"] / row[other][f"{q}_ms"], 2)
+                if "ours" in row and BEFORE in row:  # after over before
+                    row[f"{q}_ratio_before"] = round(
+                        row["ours"][f"{q}_ms"] / row[BEFORE][f"{q}_ms"], 2
+                    )
             rows.append(row)
     return rows
 
@@ -328,6 +391,9 @@ def gc_table(gcs: list[dict[str, Any]]) -> str:
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    if any(p not in r for r in rows for p in PLUGINS):
+        return short_table(rows)
+
     def both(r: dict[str, Any], plugin: str) -> str:
         return f"{r[plugin]['p50_ms']} / {r[plugin]['p99_ms']}"
 
@@ -344,6 +410,25 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['p50_ratio_go_pin']} / {r['p99_ratio_go_pin']} | {both(r, 'python-noop')} | "
             f"{r['ours']['updates']:g} |"
         )
+    return "\n".join(lines)
+
+
+def short_table(rows: list[dict[str, Any]]) -> str:
+    """p50 / p99 of each plugin that ran, and ours over before where both did."""
+    plugins = [p for p in (*PLUGINS, BEFORE) if rows and p in rows[0]]
+    lines = [
+        "| live | probe | "
+        + " | ".join(f"{p} p50 / p99 ms" for p in plugins)
+        + (" | ours / before p50 / p99" if BEFORE in plugins and "ours" in plugins else "")
+        + " | updates per reply |",
+        "|---|---|" + "---|" * (len(plugins) + 1 + (BEFORE in plugins and "ours" in plugins)),
+    ]
+    for r in rows:
+        cells = [f"{r[p]['p50_ms']} / {r[p]['p99_ms']}" for p in plugins]
+        if "p50_ratio_before" in r:
+            cells.append(f"{r['p50_ratio_before']} / {r['p99_ratio_before']}")
+        updates = r.get("ours", r[plugins[0]])["updates"]
+        lines.append(f"| {r['live']} | {r['probe']} | " + " | ".join(cells) + f" | {updates:g} |")
     return "\n".join(lines)
 
 
@@ -368,7 +453,36 @@ def main(argv: list[str] | None = None) -> int:
         help="build against the containerd/nri vendored in the Go module at DIR (a containerd "
         f"2.x source tree; default ${SRC_ENV}, else Debian's containerd/nri packages)",
     )
+    parser.add_argument(
+        "--plugins",
+        default=",".join(PLUGINS),
+        help="the plugins to run, of " + ", ".join(PLUGINS) + " (go-pin needs ours)",
+    )
+    parser.add_argument(
+        "--before",
+        type=Path,
+        metavar="DIR",
+        help="also run ours as served by the source tree DIR, as the plugin `before`",
+    )
+    parser.add_argument(
+        "--cgroups",
+        action="store_true",
+        help="give the containers cgroups (plain files in the sysfs tree) for re-pins to land in",
+    )
+    parser.add_argument(
+        "--plugin-config",
+        metavar="YAML",
+        help="the configuration ours and before run with (default: none, the defaults)",
+    )
     args = parser.parse_args(argv)
+    plugins = [p for p in PLUGINS if p in args.plugins.split(",")]
+    if "go-pin" in plugins and "ours" not in plugins:
+        parser.error("go-pin replays ours' replies: run ours too")
+    if args.before is not None:
+        args.before = args.before.resolve()
+        if not (args.before / "nri_topology" / "cli.py").is_file():
+            parser.error(f"{args.before} holds no nri_topology")
+        plugins.append(BEFORE)
     tools = build(args.nri_src)
     runs: dict[tuple[int, str], list[dict[str, Any]]] = {}
     load_before = os.getloadavg()
@@ -376,8 +490,13 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         work = Path(tmp)
         sysfs = sysfs_root(args.machine, work)
+        config = None
+        if args.plugin_config is not None:
+            config = work / "plugin.yaml"
+            config.write_text(args.plugin_config + "\n")
         probes = work / "probes.bin"
-        write_requests(probes, [nri_pair(name, spec) for name, spec in PROBES.items()])
+        wrap = with_cgroup if args.cgroups else (lambda pair: pair)
+        write_requests(probes, [wrap(nri_pair(name, spec)) for name, spec in PROBES.items()])
         for n in range(args.rounds):
             for live in args.live:
                 replies = work / f"replies-{live}.json"
@@ -386,10 +505,14 @@ def main(argv: list[str] | None = None) -> int:
                     fill = work / f"fill-{live}.bin"
                     if not fill.exists():
                         write_requests(
-                            fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(live)]
+                            fill,
+                            [wrap(nri_pair(f"fill{i:04}", fill_spec(i))) for i in range(live)],
                         )
-                for plugin in PLUGINS if n % 2 == 0 else PLUGINS[::-1]:
+                for plugin in plugins if n % 2 == 0 else plugins[::-1]:
                     record = replies if plugin == "ours" and not replies.exists() else None
+                    if args.cgroups:  # every run starts from the same cgroups
+                        ids = [*PROBES, *(f"fill{i:04}" for i in range(live))]
+                        write_cgroups(sysfs, ids)
                     report = run_once(
                         plugin,
                         tools,
@@ -400,6 +523,8 @@ def main(argv: list[str] | None = None) -> int:
                         replies,
                         record,
                         args.split,
+                        args.before,
+                        config,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -414,6 +539,7 @@ def main(argv: list[str] | None = None) -> int:
         answers = [
             {"live": live, "probe": probe, **shape}
             for live in args.live
+            if (work / f"replies-{live}.json").exists()
             for probe, shape in reply_shape(
                 json.loads((work / f"replies-{live}.json").read_text())
             ).items()
@@ -427,6 +553,10 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "machine": args.machine,
         "nri": tools.get("NRI"),
+        "plugins": plugins,
+        "before": str(args.before) if args.before else None,
+        "cgroups": args.cgroups,
+        "plugin_config": args.plugin_config,
         "rounds": args.rounds,
         "samples": args.samples,
         "minutes": round((time.monotonic() - started) / 60, 1),
@@ -440,6 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
+    if BEFORE in plugins and all(p in plugins for p in PLUGINS):  # the full table has no before
+        print()
+        print(short_table(rows))
     print()
     print(gc_table(out["runtime_gc"]))
     if out["split"]:
@@ -457,7 +590,10 @@ def main(argv: list[str] | None = None) -> int:
             f"{r['synchronize_ms']} ms (median), containers moved {r['moved']}"
         )
     print(
-        f"\nmachine {args.machine}; containerd/nri {out['nri']}; {args.rounds} rounds x "
+        f"\nmachine {args.machine}; containerd/nri {out['nri']}; "
+        f"{'cgroups in the sysfs tree; ' if args.cgroups else ''}"
+        f"{f'plugin config {args.plugin_config!r}; ' if args.plugin_config else ''}"
+        f"{args.rounds} rounds x "
         f"{args.samples} samples; load (1 min) {load['loadavg_1m_before']} before, "
         f"{load['loadavg_1m_after']} after, {load['cpus']} CPUs; written to {args.out}"
     )

@@ -102,6 +102,34 @@ def test_table_has_a_column_per_plugin() -> None:
     assert len(lines) == 2 + 2 * len(go_side.PROBES)
 
 
+def test_before_compares_two_checkouts_of_ours() -> None:
+    """`--before DIR --plugins ours`: ours and before only, ours over before per row."""
+    both = {
+        (live, plugin): [harness_report(plugin, n, 240 if live else 0) for n in range(3)]
+        for live in (0, 1000)
+        for plugin in ("ours", "noop")
+    }
+    both |= {(live, go_side.BEFORE): v for (live, p), v in both.items() if p == "noop"}
+    both = {k: v for k, v in both.items() if k[1] != "noop"}
+    rows = go_side.summarize(both)
+    row = rows[-1]
+    assert "noop" not in row and "p50_ratio" not in row
+    assert (row["p50_ratio_before"], row["p99_ratio_before"]) == (2.5, 2.5)
+    lines = go_side.table(rows).splitlines()
+    header = [c.strip() for c in lines[0].strip("|").split("|")]
+    assert header == [
+        "live",
+        "probe",
+        "ours p50 / p99 ms",
+        "before p50 / p99 ms",
+        "ours / before p50 / p99",
+        "updates per reply",
+    ]
+    assert lines[1].count("|") == len(header) + 1
+    cells = [c.strip() for c in lines[-1].strip("|").split("|")]
+    assert cells == ["1000", "burstable", "0.25 / 0.5", "0.1 / 0.2", "2.5 / 2.5", "240"]
+
+
 def test_restarts_take_the_median_time_and_the_most_moved() -> None:
     out = go_side.restarts(runs())
     assert len(out) == 2 * len(go_side.PLUGINS)

@@ -576,13 +576,22 @@ class Run:
             "--cri-socket", str(self.sock),
         ]  # fmt: skip
 
-    def start_plugin(self, extra: list[str] | None = None, wait: bool = True) -> None:
-        """`nri-topology run` as the systemd unit starts it: connects to the NRI socket."""
+    def start_plugin(
+        self, extra: list[str] | None = None, wait: bool = True, checkout: Path | None = None
+    ) -> None:
+        """`nri-topology run` as the systemd unit starts it: connects to the NRI socket.
+
+        `checkout`: run the plugin of that source tree instead (benchmarks comparing two
+        commits in one run), with this interpreter and its packages."""
         if not self.plugin_config.exists():
             self.write_plugin_config()
         # The unit's ExecStart: the venv's console script, `run $NRI_TOPOLOGY_ARGS`.
         script = Path(sys.executable).parent / "nri-topology"
         entry = [str(script)] if script.exists() else [sys.executable, "-m", "nri_topology.cli"]
+        env = None
+        if checkout is not None:  # `-m` looks in the working directory first
+            entry = [sys.executable, "-m", "nri_topology.cli"]
+            env = {**os.environ, "PYTHONPATH": str(checkout)}
         cmd = [*entry, "run", "--config", str(self.plugin_config)]
         log = self.plugin_log.open("ab")
         self.plugin = subprocess.Popen(
@@ -590,7 +599,8 @@ class Run:
             stdout=log,
             stderr=log,
             start_new_session=True,
-            cwd=REPO,
+            cwd=checkout or REPO,
+            env=env,
         )
         log.close()
         if wait:
