@@ -7,7 +7,7 @@
 #   GO       the go command used, NRI  the containerd/nri version built against
 #
 # The Go toolchain is Debian 13's (Go 1.24), downloaded, not installed, into the cache directory
-# with a private apt state (tests/e2e/debian13.sh); the programs are built in GOPATH mode as
+# with a private apt state (tests/e2e/debian.sh); the programs are built in GOPATH mode as
 # Debian builds Go, so no Go module proxy is needed. containerd/nri with its dependencies comes
 #   * by default from Debian 13's packages (golang-github-containerd-nri-dev, 0.6.x, and the
 #     golang-*-dev packages it depends on), downloaded the same way;
@@ -25,8 +25,8 @@ mkdir -p "$CACHE"
 
 say() { echo "go-side: $*" >&2; }
 die() { say "$*"; exit 1; }
-# shellcheck source=../../tests/e2e/debian13.sh
-. "$ROOT/tests/e2e/debian13.sh"
+# shellcheck source=../../tests/e2e/debian.sh
+. "$ROOT/tests/e2e/debian.sh"
 
 NRI_PKG=golang-github-containerd-nri-dev
 d=$CACHE/debian
@@ -42,7 +42,7 @@ if [ -n "$src" ]; then
     [ -n "$nri" ] || die "$src/vendor/modules.txt names no containerd/nri version"
     if ! ls -d "$d"/root/usr/lib/go-1.* > /dev/null 2>&1; then
         say "downloading Debian 13's Go toolchain into $d"
-        debian13_fetch "$d" golang-1.24-go golang-1.24-src
+        debian_fetch trixie "$d" golang-1.24-go golang-1.24-src
     fi
     gopath=$CACHE/gopath-$(printf %s "$src" | sha256sum | cut -c1-12)
     mkdir -p "$gopath"
@@ -53,8 +53,8 @@ if [ -n "$src" ]; then
 else
     if [ ! -d "$d/root/usr/share/gocode/src/github.com/containerd/nri/pkg/adaptation" ]; then
         say "downloading Debian 13's Go toolchain and containerd/nri into $d"
-        mapfile -t libs < <(debian13_closure "$d" "$NRI_PKG" | grep '^golang-')
-        debian13_fetch "$d" golang-1.24-go golang-1.24-src "${libs[@]}"
+        mapfile -t libs < <(debian_closure trixie "$d" "$NRI_PKG" | grep '^golang-')
+        debian_fetch trixie "$d" golang-1.24-go golang-1.24-src "${libs[@]}"
     fi
     nri=$(dpkg-deb -f "$d"/deb/${NRI_PKG}_*.deb Version)
     gopath=$d/root/usr/share/gocode
