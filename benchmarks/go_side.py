@@ -28,7 +28,7 @@ also restart the plugin before timing and report its registration and Synchroniz
 fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
-        [--samples 500] [--nri-src DIR] [--out benchmarks/results/go_side.json]
+        [--samples 500] [--nri-src DIR] [--profile DIR] [--out benchmarks/results/go_side.json]
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import profile_side
 from benchmarks.plugin_side import OUT_ENV
 from benchmarks.workload import MACHINES, Spec, daemon_command, fill_spec, nri_pair, sysfs_root
 from nri_topology.nri import api_pb2
@@ -110,7 +111,7 @@ def plugin_command(
     sock: Path,
     sysfs: Path,
     replies: Path | None,
-    split: bool = False,
+    wrapper: str | None = None,
 ) -> list[str]:
     if plugin == "noop":
         return [tools["NOOP"], f"-socket={sock}"]
@@ -123,9 +124,9 @@ def plugin_command(
     if plugin == "python-noop":  # our stub and protocol stack with nothing behind them
         return [sys.executable, "-m", "benchmarks.bench_roundtrip", f"--serve={sock}"]
     command = daemon_command(sock, sysfs, sock.parent, "warning")
-    if split:  # the same daemon, timing its share (`plugin_side.py`)
+    if wrapper:  # the same daemon, timing its share (`plugin_side.py`) or profiled
         assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
-        command[1:3] = ["-m", "benchmarks.plugin_side"]
+        command[1:3] = ["-m", wrapper]
     return command
 
 
@@ -139,22 +140,32 @@ def run_once(
     replies: Path | None = None,
     record: Path | None = None,
     split: bool = False,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
     go-pin answers with the `replies` ours gave on this fill; `record` is where the harness
     writes the replies of this run. With `split`, ours times its own share of each probe's
-    create (`plugin_side.py`), added to the report as `split`."""
+    create (`plugin_side.py`), added to the report as `split`; with `profile`, ours writes its
+    profiles per event kind there (`profile_side.py`) instead."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
-        cmd += [f"-fill={fill}", "-restart"] if fill else []
+        cmd += [f"-fill={fill}"] if fill else []
+        # profiled, a full node's Synchronize outlasts the runtime's deadline
+        cmd += ["-restart"] if fill and not profile else []
         cmd += [f"-record={record}"] if record else []
-        split = split and plugin == "ours"
-        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split)
+        profile = profile if plugin == "ours" else None
+        split = split and plugin == "ours" and profile is None
+        wrapper = (
+            "benchmarks.profile_side" if profile else "benchmarks.plugin_side" if split else None
+        )
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, wrapper)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         split_out = Path(tmp) / "split.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT), OUT_ENV: str(split_out)}
+        if profile:
+            env[profile_side.DIR_ENV] = str(profile)
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
         timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
@@ -362,6 +373,13 @@ def main(argv: list[str] | None = None) -> int:
         help="ours also times its own share of each create (benchmarks/plugin_side.py)",
     )
     parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="then run ours once more per live count, profiled per event kind "
+        "(benchmarks/profile_side.py), into DIR/live-N",
+    )
+    parser.add_argument(
         "--nri-src",
         metavar="DIR",
         default=os.environ.get(SRC_ENV),
@@ -411,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+        for live in args.live if args.profile else ():  # apart: a profile slows ours down
+            fill = work / f"fill-{live}.bin" if live else None
+            where = args.profile / f"live-{live}"
+            run_once("ours", tools, sysfs, fill, probes, args.samples, profile=where)
+            print(f"\n## Profile of ours, {live} live ({where})", file=sys.stderr)
+            print(profile_side.report(where, 12), file=sys.stderr)
         answers = [
             {"live": live, "probe": probe, **shape}
             for live in args.live
