@@ -67,7 +67,9 @@ class Transports:
         # Re-pins sent through the CRI whose answer is awaited, by container: the runtime relays
         # each to us as an UpdateContainer (`relayed`).
         self.awaiting: dict[str, int] = {}
-        self.riding: dict[str, Placement] = {}
+        # Updates waiting for a reply, by container: kept as given, since building hundreds of
+        # `Update`s anew for the reply that takes them cost more than the rest of its encoding.
+        self.riding: dict[str, Update] = {}
         self._asking: asyncio.Task[None] | None = None
 
     @property
@@ -172,7 +174,7 @@ class Transports:
             )
             return
 
-    def take_riders(self) -> dict[str, Placement]:
+    def take_riders(self) -> dict[str, Update]:
         """The CRI answers now: the updates that waited for a reply go through it instead."""
         riding, self.riding = self.riding, {}
         self.chosen = Transport.CRI
@@ -201,7 +203,7 @@ class Transports:
         riding, self.riding = self.riding, {}
         riding.pop(own, None)
         self.metrics.repins.labels("rode_reply").inc(len(riding))
-        return (*(Update(cid, p) for cid, p in riding.items()), *updates)
+        return (*riding.values(), *updates)
 
     def relayed(self, container_id: str) -> bool:
         """Whether an UpdateContainer for the container is our own CRI re-pin, relayed."""
@@ -214,7 +216,7 @@ class Transports:
             return
         if self.chosen == Transport.REPLY:
             for u in updates:
-                self.riding[u.container_id] = u.placement
+                self.riding[u.container_id] = u
             self.metrics.repins.labels("held_for_reply").inc(len(updates))
             return
         if self.chosen == Transport.CRI:
