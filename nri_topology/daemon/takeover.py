@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from nri_topology.cri.client import DEFAULT_SOCKETS, CriClient, CriError
+from nri_topology.cri.runtimes import DEFAULT_SOCKETS, CriError
 from nri_topology.nri.stub import unreachable
 
 CONNECT_TIMEOUT_S = 1.0
@@ -71,6 +71,8 @@ async def cri_problem(paths: Iterable[str]) -> str:
         if not Path(path).exists():
             tried.append(f"no CRI socket at {path}")
             continue
+        from nri_topology.cri.client import CriClient  # loads gRPC: only to ask the CRI
+
         client = CriClient(path)
         try:
             await client.version(CONNECT_TIMEOUT_S)
