@@ -28,7 +28,8 @@ also restart the plugin before timing and report its registration and Synchroniz
 fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
-        [--samples 500] [--nri-src DIR] [--profile DIR] [--out benchmarks/results/go_side.json]
+        [--samples 500] [--nri-src DIR] [--cpu] [--profile DIR]
+        [--out benchmarks/results/go_side.json]
 """
 
 from __future__ import annotations
@@ -141,13 +142,15 @@ def run_once(
     record: Path | None = None,
     split: bool = False,
     profile: Path | None = None,
+    cpu: bool = False,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
     go-pin answers with the `replies` ours gave on this fill; `record` is where the harness
     writes the replies of this run. With `split`, ours times its own share of each probe's
     create (`plugin_side.py`), added to the report as `split`; with `profile`, ours writes its
-    profiles per event kind there (`profile_side.py`) instead."""
+    profiles per event kind there (`profile_side.py`) instead; with `cpu`, ours counts its CPU
+    time per request of each kind (`profile_side.py`, unprofiled), added as `cpu_us` (medians)."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
@@ -156,17 +159,22 @@ def run_once(
         cmd += ["-restart"] if fill and not profile else []
         cmd += [f"-record={record}"] if record else []
         profile = profile if plugin == "ours" else None
-        split = split and plugin == "ours" and profile is None
+        cpu = cpu and plugin == "ours" and profile is None
+        split = split and plugin == "ours" and profile is None and not cpu
+        counted = profile or (Path(tmp) / "cpu" if cpu else None)
         wrapper = (
-            "benchmarks.profile_side" if profile else "benchmarks.plugin_side" if split else None
+            "benchmarks.profile_side" if counted else "benchmarks.plugin_side" if split else None
         )
         plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, wrapper)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         split_out = Path(tmp) / "split.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT), OUT_ENV: str(split_out)}
-        if profile:
-            env[profile_side.DIR_ENV] = str(profile)
+        if counted:
+            env[profile_side.DIR_ENV] = str(counted)
+        if cpu:
+            env[profile_side.CPU_ONLY_ENV] = "1"
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, check=False)
+        per_kind = json.loads((counted / "cpu.json").read_text()) if cpu and counted else {}
         timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
             logs = "".join(
@@ -174,6 +182,8 @@ def run_once(
             )
             raise SystemExit(f"harness with {plugin} failed: {proc.stderr.strip()}\n{logs}")
     report = json.loads(proc.stdout)
+    if per_kind:
+        report["cpu_us"] = {k: round(statistics.median(v) / 1e3, 1) for k, v in per_kind.items()}
     if split:
         if timed is None:
             raise SystemExit("ours ran with --split but wrote no timings")
@@ -217,6 +227,26 @@ def split_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[s
                 row[f"{part}_ms"] = statistics.median(r["split"][probe][part] for r in reports)
             rows.append(row)
     return rows
+
+
+def cpu_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Ours' CPU µs per request of each event kind: the median over rounds of each run's
+    median, with what follows a reply until the next request counted with that reply's."""
+    rows = []
+    for (live, plugin), reports in sorted(runs.items()):
+        counted = [r["cpu_us"] for r in reports if "cpu_us" in r]
+        if plugin != "ours" or not counted:
+            continue
+        for kind in sorted({k for c in counted for k in c}):
+            us = [c[kind] for c in counted if kind in c]
+            rows.append({"live": live, "kind": kind, "cpu_us": statistics.median(us)})
+    return rows
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| live | event kind | ours' CPU µs per request |", "|---|---|---|"]
+    lines += [f"| {r['live']} | {r['kind']} | {r['cpu_us']:g} |" for r in rows]
+    return "\n".join(lines)
 
 
 def split_table(rows: list[dict[str, Any]]) -> str:
@@ -373,6 +403,12 @@ def main(argv: list[str] | None = None) -> int:
         help="ours also times its own share of each create (benchmarks/plugin_side.py)",
     )
     parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="ours also counts its CPU time per request of each event kind "
+        "(benchmarks/profile_side.py, unprofiled)",
+    )
+    parser.add_argument(
         "--profile",
         type=Path,
         metavar="DIR",
@@ -418,6 +454,7 @@ def main(argv: list[str] | None = None) -> int:
                         replies,
                         record,
                         args.split,
+                        cpu=args.cpu,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -460,12 +497,16 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_gc": collections(runs),
         "restarts": restarts(runs),
         "split": split_rows(runs),
+        "cpu_us": cpu_rows(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(table(rows))
     print()
     print(gc_table(out["runtime_gc"]))
+    if out["cpu_us"]:
+        print()
+        print(cpu_table(out["cpu_us"]))
     if out["split"]:
         print()
         print(split_table(out["split"]))

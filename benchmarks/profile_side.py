@@ -8,6 +8,8 @@ checkpoint slices, updates sent apart). CreateContainer is split by what is crea
 (`fill`) and each probe of `go_side.py`. At exit each profile is written to
 `$NRI_TOPOLOGY_PROFILE_DIR/KIND.prof` with the request count in `counts.json`; `report` turns
 them into tables per kind: CPU µs per request by where it goes, and the costliest functions.
+The CPU time of each request, unprofiled with `$NRI_TOPOLOGY_PROFILE_CPU_ONLY` set, goes to
+`cpu.json` (kind -> nanoseconds per request, until the next request came).
 
     python -m benchmarks.profile_side run --socket=... (the arguments of `nri-topology run`)
     .venv/bin/python benchmarks/profile_side.py DIR [--top 15]
@@ -50,9 +52,13 @@ WHERE = (
     ("event loop", ("asyncio/", "selectors", "socket", "epoll", "'send'", "'recv'")),
 )
 
+CPU_ONLY_ENV = "NRI_TOPOLOGY_PROFILE_CPU_ONLY"  # set: no profiles, the CPU time per request only
+
 _profiles: dict[str, cProfile.Profile] = {}
 _counts: dict[str, int] = {}
 _active: list[cProfile.Profile] = []
+_cpu: dict[str, list[int]] = {}  # kind -> CPU ns of each request, until the next one came
+_last: list[tuple[str, int]] = []  # the kind and CPU clock of the latest request
 
 
 def _kind(event: RequestReceived) -> str:
@@ -68,11 +74,18 @@ def _kind(event: RequestReceived) -> str:
 
 
 def _switch(kind: str) -> None:
-    """Profile from now on into `kind`'s profile."""
+    """Count the CPU time from now on, and profile it unless CPU-only, into `kind`'s."""
+    now = time.thread_time_ns()
+    if _last:
+        last, since = _last.pop()
+        _cpu.setdefault(last, []).append(now - since)
+    _last.append((kind, now))
+    _counts[kind] = _counts.get(kind, 0) + 1
+    if os.environ.get(CPU_ONLY_ENV):
+        return
     if _active:
         _active.pop().disable()
     profile = _profiles.setdefault(kind, cProfile.Profile(time.thread_time))
-    _counts[kind] = _counts.get(kind, 0) + 1
     profile.enable()
     _active.append(profile)
 
@@ -93,6 +106,7 @@ def _write() -> None:
     for kind, profile in _profiles.items():
         profile.dump_stats(out / f"{kind}.prof")
     (out / "counts.json").write_text(json.dumps(_counts))
+    (out / "cpu.json").write_text(json.dumps(_cpu))
 
 
 def _where(func: tuple[str, int, str]) -> str:
