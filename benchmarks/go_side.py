@@ -28,7 +28,8 @@ also restart the plugin before timing and report its registration and Synchroniz
 fill container running (ours reads its checkpoint and must move none).
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
-        [--samples 500] [--nri-src DIR] [--out benchmarks/results/go_side.json]
+        [--samples 500] [--nri-src DIR] [--cpu] [--profile DIR]
+        [--out benchmarks/results/go_side.json]
         [--plugins ours,noop,python-noop,go-pin] [--before DIR] [--cgroups] [--plugin-config YAML]
 
 `--before DIR` adds `before`: ours as served by the source tree DIR (e.g. a worktree of an older
@@ -67,6 +68,7 @@ from typing import Any
 if __name__ == "__main__":  # run as a script: make `benchmarks` and `tests` importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks import profile_side
 from benchmarks.plugin_side import OUT_ENV
 from benchmarks.workload import MACHINES, Spec, daemon_command, fill_spec, nri_pair, sysfs_root
 from nri_topology.nri import api_pb2
@@ -156,7 +158,7 @@ def plugin_command(
     sock: Path,
     sysfs: Path,
     replies: Path | None,
-    split: bool = False,
+    wrapper: str | None = None,
     config: Path | None = None,
 ) -> list[str]:
     if plugin == "noop":
@@ -172,9 +174,9 @@ def plugin_command(
     command = daemon_command(sock, sysfs, sock.parent, "warning")  # ours, or before
     if config is not None:
         command.append(f"--config={config}")
-    if split:  # the same daemon, timing its share (`plugin_side.py`)
+    if wrapper:  # the same daemon, timing its share (`plugin_side.py`) or profiled
         assert command[1:4] == ["-m", "nri_topology.cli", "run"], command
-        command[1:3] = ["-m", "benchmarks.plugin_side"]
+        command[1:3] = ["-m", wrapper]
     return command
 
 
@@ -190,25 +192,42 @@ def run_once(
     split: bool = False,
     before: Path | None = None,
     config: Path | None = None,
+    profile: Path | None = None,
+    cpu: bool = False,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
     go-pin answers with the `replies` ours gave on this fill; `record` is where the harness
     writes the replies of this run. With `split`, ours times its own share of each probe's
-    create (`plugin_side.py`), added to the report as `split`."""
+    create (`plugin_side.py`), added to the report as `split`; with `profile`, ours writes its
+    profiles per event kind there (`profile_side.py`) instead; with `cpu`, ours counts its CPU
+    time per request of each kind (`profile_side.py`, unprofiled), added as `cpu_us` (medians)."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
-        cmd += [f"-fill={fill}", "-restart"] if fill else []
+        cmd += [f"-fill={fill}"] if fill else []
+        # profiled, a full node's Synchronize outlasts the runtime's deadline
+        cmd += ["-restart"] if fill and not profile else []
         cmd += [f"-record={record}"] if record else []
-        split = split and plugin == "ours"
-        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, split, config)
+        profile = profile if plugin == "ours" else None
+        cpu = cpu and plugin == "ours" and profile is None
+        split = split and plugin == "ours" and profile is None and not cpu
+        counted = profile or (Path(tmp) / "cpu" if cpu else None)
+        wrapper = (
+            "benchmarks.profile_side" if counted else "benchmarks.plugin_side" if split else None
+        )
+        plugin_cmd = plugin_command(plugin, tools, sock, sysfs, replies, wrapper, config)
         cmd += [f"-plugin-log={tmp}/out.log", "--", *plugin_cmd]
         split_out = Path(tmp) / "split.json"
         # `python -m` finds the plugin's package in its working directory first
         tree = before if plugin == BEFORE and before is not None else ROOT
         env = {**os.environ, "PYTHONPATH": str(tree), OUT_ENV: str(split_out)}
+        if counted:
+            env[profile_side.DIR_ENV] = str(counted)
+        if cpu:
+            env[profile_side.CPU_ONLY_ENV] = "1"
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, check=False)
+        per_kind = json.loads((counted / "cpu.json").read_text()) if cpu and counted else {}
         timed = json.loads(split_out.read_text()) if split and split_out.exists() else None
         if proc.returncode:
             logs = "".join(
@@ -216,6 +235,8 @@ def run_once(
             )
             raise SystemExit(f"harness with {plugin} failed: {proc.stderr.strip()}\n{logs}")
     report = json.loads(proc.stdout)
+    if per_kind:
+        report["cpu_us"] = {k: round(statistics.median(v) / 1e3, 1) for k, v in per_kind.items()}
     if split:
         if timed is None:
             raise SystemExit("ours ran with --split but wrote no timings")
@@ -260,6 +281,26 @@ def split_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[s
                 row[f"{part}_ms"] = statistics.median(r["split"][probe][part] for r in reports)
             rows.append(row)
     return rows
+
+
+def cpu_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Ours' CPU µs per request of each event kind: the median over rounds of each run's
+    median, with what follows a reply until the next request counted with that reply's."""
+    rows = []
+    for (live, plugin), reports in sorted(runs.items()):
+        counted = [r["cpu_us"] for r in reports if "cpu_us" in r]
+        if plugin != "ours" or not counted:
+            continue
+        for kind in sorted({k for c in counted for k in c}):
+            us = [c[kind] for c in counted if kind in c]
+            rows.append({"live": live, "kind": kind, "cpu_us": statistics.median(us)})
+    return rows
+
+
+def cpu_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| live | event kind | ours' CPU µs per request |", "|---|---|---|"]
+    lines += [f"| {r['live']} | {r['kind']} | {r['cpu_us']:g} |" for r in rows]
+    return "\n".join(lines)
 
 
 def split_table(rows: list[dict[str, Any]]) -> str:
@@ -447,6 +488,19 @@ def main(argv: list[str] | None = None) -> int:
         help="ours also times its own share of each create (benchmarks/plugin_side.py)",
     )
     parser.add_argument(
+        "--cpu",
+        action="store_true",
+        help="ours also counts its CPU time per request of each event kind "
+        "(benchmarks/profile_side.py, unprofiled)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="DIR",
+        help="then run ours once more per live count, profiled per event kind "
+        "(benchmarks/profile_side.py), into DIR/live-N",
+    )
+    parser.add_argument(
         "--nri-src",
         metavar="DIR",
         default=os.environ.get(SRC_ENV),
@@ -525,6 +579,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.split,
                         args.before,
                         config,
+                        cpu=args.cpu,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -536,6 +591,12 @@ def main(argv: list[str] | None = None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+        for live in args.live if args.profile else ():  # apart: a profile slows ours down
+            fill = work / f"fill-{live}.bin" if live else None
+            where = args.profile / f"live-{live}"
+            run_once("ours", tools, sysfs, fill, probes, args.samples, profile=where)
+            print(f"\n## Profile of ours, {live} live ({where})", file=sys.stderr)
+            print(profile_side.report(where, 12), file=sys.stderr)
         answers = [
             {"live": live, "probe": probe, **shape}
             for live in args.live
@@ -566,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         "runtime_gc": collections(runs),
         "restarts": restarts(runs),
         "split": split_rows(runs),
+        "cpu_us": cpu_rows(runs),
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
@@ -575,6 +637,9 @@ def main(argv: list[str] | None = None) -> int:
         print(short_table(rows))
     print()
     print(gc_table(out["runtime_gc"]))
+    if out["cpu_us"]:
+        print()
+        print(cpu_table(out["cpu_us"]))
     if out["split"]:
         print()
         print(split_table(out["split"]))

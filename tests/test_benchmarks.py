@@ -165,3 +165,24 @@ def test_golden_trace_is_deterministic_and_covers_restarts() -> None:
     assert first == list(golden.trace(machine, golden.OPTIONS["daemon"], 1.0, 320, 3))
     assert "300 restart same=True" in first
     assert first[-1].startswith("snapshot ")
+
+
+def test_profile_side_tells_where_the_time_goes_per_kind(tmp_path: Path) -> None:
+    import cProfile
+    import time
+
+    from benchmarks import profile_side
+
+    assert profile_side._where(("~", 0, "<method 'SerializeToString' of 'M'>")) == "protobuf"
+    assert profile_side._where(("/x/nri_topology/policy/engine/a.py", 1, "f")) == "policy"
+    assert profile_side._where(("/x/nri_topology/daemon/convert.py", 1, "f")) == "convert"
+    assert profile_side._where(("/x/nri_topology/nri/stub.py", 1, "f")) == "wire"
+    profile = cProfile.Profile(time.thread_time)
+    profile.enable()
+    sorted(str(i) for i in range(2000))
+    profile.disable()
+    profile.dump_stats(tmp_path / "CreateContainer-fill.prof")
+    (tmp_path / "counts.json").write_text('{"CreateContainer-fill": 2}')
+    text = profile_side.report(tmp_path, 3)
+    assert "### CreateContainer-fill: " in text and "µs CPU per request (2)" in text
+    assert text.count("\n| ") == 4  # the header and the three costliest functions

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import sys
 import tempfile
 from collections.abc import AsyncIterator
 
@@ -261,3 +263,11 @@ async def test_a_cri_socket_that_does_not_answer_is_a_warning_naming_it() -> Non
     warned = [e for e in logs if e["event"] == "the runtime's CRI does not answer"]
     assert [(e["log_level"], e["cri_socket"]) for e in warned] == [("warning", path)]
     assert f"at {path}: DEADLINE_EXCEEDED" in warned[0]["error"]
+
+
+def test_a_daemon_that_asks_no_cri_loads_no_grpc() -> None:
+    """gRPC is 9 MB of the daemon's resident memory: loaded only to ask the CRI."""
+    code = "import sys, nri_topology.commands.run, nri_topology.daemon.service as s; "
+    code += "print(sorted(m for m in sys.modules if m.split('.')[0] == 'grpc'))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

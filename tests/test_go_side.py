@@ -12,6 +12,7 @@ go-pin did not pin every exclusive probe.
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -235,7 +236,7 @@ def test_split_medians_per_probe_and_over_rounds() -> None:
 def test_split_runs_the_daemon_through_the_timing_wrapper(tmp_path: Path) -> None:
     sock, sysfs = tmp_path / "s", tmp_path / "sys"
     plain = go_side.plugin_command("ours", {}, sock, sysfs, None)
-    timed = go_side.plugin_command("ours", {}, sock, sysfs, None, split=True)
+    timed = go_side.plugin_command("ours", {}, sock, sysfs, None, "benchmarks.plugin_side")
     assert plain[1:4] == ["-m", "nri_topology.cli", "run"]
     assert timed == [plain[0], "-m", "benchmarks.plugin_side", *plain[3:]]
 
@@ -280,3 +281,14 @@ def test_go_pin_sends_what_ours_sent(tmp_path: Path) -> None:
     recorded = json.loads(ours.read_text())
     assert json.loads(replayed.read_text()) == recorded
     assert go_side.reply_shape(recorded)["guaranteed-2cpu"]["stop_updates"] > 0
+
+
+def test_cpu_per_event_kind_is_the_median_over_rounds() -> None:
+    all_runs = runs()
+    for n, report in enumerate(all_runs[0, "ours"]):
+        report["cpu_us"] = {"StopContainer": 40.0 + n, "CreateContainer-burstable": 100.0 * (n + 1)}
+    rows = go_side.cpu_rows(all_runs)
+    rounds = len(all_runs[0, "ours"])
+    assert [r["kind"] for r in rows] == ["CreateContainer-burstable", "StopContainer"]
+    assert rows[1]["cpu_us"] == statistics.median(40.0 + n for n in range(rounds))
+    assert go_side.cpu_table(rows).splitlines()[2].startswith("| 0 | CreateContainer-burstable |")

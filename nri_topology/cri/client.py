@@ -17,6 +17,7 @@ import grpc
 import grpc.aio
 
 from nri_topology.cri import api_pb2 as cri
+from nri_topology.cri.runtimes import CriError
 
 _SERVICE = "/runtime.v1.RuntimeService/"
 # The runtime recreates its socket when it restarts: reconnect within seconds, not the default
@@ -26,24 +27,6 @@ _CHANNEL_OPTIONS = (
     ("grpc.max_reconnect_backoff_ms", 2000),
     ("grpc.use_local_subchannel_pool", 1),
 )
-DEFAULT_SOCKETS = {
-    "containerd": "/run/containerd/containerd.sock",
-    "cri-o": "/var/run/crio/crio.sock",
-}
-"""The CRI socket of each runtime, by the name it gives in Configure, where it installs it."""
-
-
-def default_socket(runtime_name: str) -> str | None:
-    """Where `runtime_name` (as in Configure) serves the CRI by default; None when not known."""
-    return DEFAULT_SOCKETS.get(runtime_name.strip().lower())
-
-
-class CriError(Exception):
-    """The runtime could not be asked or refused (the message says which)."""
-
-    def __init__(self, message: str, code: grpc.StatusCode | None = None) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 class CriClient:

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import structlog
 
-from nri_topology.cri.client import DEFAULT_SOCKETS, CriClient, CriError
+from nri_topology.cri.runtimes import DEFAULT_SOCKETS, CriError
 from nri_topology.nri.stub import unreachable
 
 _log = structlog.get_logger("nri_topology.service")
@@ -74,6 +74,8 @@ async def cri_problem(paths: Iterable[str]) -> str:
         if not Path(path).exists():
             tried.append(f"no CRI socket at {path}")
             continue
+        from nri_topology.cri.client import CriClient  # loads gRPC: only to ask the CRI
+
         client = CriClient(path)
         try:
             await client.version(CONNECT_TIMEOUT_S)

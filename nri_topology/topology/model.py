@@ -120,6 +120,19 @@ class Machine:
         return max((len(c) for c in self.cores), default=1)
 
     @cached_property
+    def most_node_cpus(self) -> int:
+        """The most online CPUs one NUMA node has."""
+        per_node: dict[int, int] = {}
+        for c in self.cpus.values():
+            per_node[c.node] = per_node.get(c.node, 0) + 1
+        return max(per_node.values())
+
+    @cached_property
+    def most_threads(self) -> int:
+        """The most hardware threads one CPU's core has (its `threads`)."""
+        return max(len(c.threads) for c in self.cpus.values())
+
+    @cached_property
     def cpu_nodes(self) -> tuple[int, ...]:
         """Ids of NUMA nodes that have online CPUs."""
         return tuple(sorted(n.id for n in self.nodes.values() if n.cpus))

@@ -157,7 +157,7 @@ class UpdatePath:
                     self.schedule.reset(placements().items())
                 riding = self.transports.take_riders()
             self._publish_writes()
-            self._spawn(self.transports.send([Update(c, p) for c, p in riding.items()], "cri"))
+            self._spawn(self.transports.send(list(riding.values()), "cri"))
 
         await self.transports.configure(req, cri_later)
         self._publish_writes()

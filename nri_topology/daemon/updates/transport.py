@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import structlog
 
-from nri_topology.cri.client import CriClient, CriError, default_socket
+from nri_topology.cri.runtimes import CriError, default_socket
 from nri_topology.daemon import convert
 from nri_topology.daemon.metrics import Metrics
 from nri_topology.nri import api_pb2
@@ -25,6 +26,9 @@ from nri_topology.nri.stub import NotConnectedError, Stub, StubError, Updates
 from nri_topology.nri.versions import runtime_serves_updates_apart
 from nri_topology.policy.types import Placement, Update
 from nri_topology.topology import cpuset
+
+if TYPE_CHECKING:
+    from nri_topology.cri.client import CriClient
 
 _log = structlog.get_logger("nri_topology.daemon")
 
@@ -63,11 +67,13 @@ class Transports:
         self.concurrency = concurrency  # CRI calls at once
         self.stub: Stub | None = None
         self.chosen = Transport.REPLY
-        self.cri: CriClient | None = None
+        self.cri: CriClient | None = None  # made only to ask the CRI: it loads gRPC
         # Re-pins sent through the CRI whose answer is awaited, by container: the runtime relays
         # each to us as an UpdateContainer (`relayed`).
         self.awaiting: dict[str, int] = {}
-        self.riding: dict[str, Placement] = {}
+        # Updates waiting for a reply, by container: kept as given, since building hundreds of
+        # `Update`s anew for the reply that takes them cost more than the rest of its encoding.
+        self.riding: dict[str, Update] = {}
         self._asking: asyncio.Task[None] | None = None
 
     @property
@@ -92,6 +98,8 @@ class Transports:
             if self.cri is None or self.cri.socket != socket:
                 if self.cri is not None:
                     await self.cri.close()
+                from nri_topology.cri.client import CriClient
+
                 self.cri = CriClient(socket)
             there = Path(socket).exists()
             if not there:
@@ -172,7 +180,7 @@ class Transports:
             )
             return
 
-    def take_riders(self) -> dict[str, Placement]:
+    def take_riders(self) -> dict[str, Update]:
         """The CRI answers now: the updates that waited for a reply go through it instead."""
         riding, self.riding = self.riding, {}
         self.chosen = Transport.CRI
@@ -201,7 +209,7 @@ class Transports:
         riding, self.riding = self.riding, {}
         riding.pop(own, None)
         self.metrics.repins.labels("rode_reply").inc(len(riding))
-        return (*(Update(cid, p) for cid, p in riding.items()), *updates)
+        return (*riding.values(), *updates)
 
     def relayed(self, container_id: str) -> bool:
         """Whether an UpdateContainer for the container is our own CRI re-pin, relayed."""
@@ -214,7 +222,7 @@ class Transports:
             return
         if self.chosen == Transport.REPLY:
             for u in updates:
-                self.riding[u.container_id] = u.placement
+                self.riding[u.container_id] = u
             self.metrics.repins.labels("held_for_reply").inc(len(updates))
             return
         if self.chosen == Transport.CRI:

