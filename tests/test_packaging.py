@@ -289,6 +289,54 @@ def test_chart_and_static_manifest_agree() -> None:
     assert set(static_args) <= set(chart_args)
 
 
+# Where runtimes keep their sockets: (NRI directory, NRI socket, CRI directory, CRI socket). The
+# node suite applies each render to a real apiserver (tests/node).
+SOCKET_LAYOUTS = {
+    "containerd": ("/var/run/nri", "nri.sock", "/run/containerd", "containerd.sock"),
+    "cri-o": ("/var/run/nri", "nri.sock", "/var/run/crio", "crio.sock"),
+    "k3s": ("/var/run/nri", "nri.sock", "/run/k3s/containerd", "containerd.sock"),
+    # Both in one directory, spelt with a trailing slash once: one mount all the same.
+    "one directory": ("/run/k3s/containerd", "nri.sock", "/run/k3s/containerd/", "containerd.sock"),
+}
+
+
+def socket_layout_values(layout: str) -> dict[str, Any]:
+    nri_dir, nri_sock, cri_dir, cri_sock = SOCKET_LAYOUTS[layout]
+    return {
+        "nri": {"socketDir": nri_dir, "socketName": nri_sock},
+        "cri": {"socketDir": cri_dir, "socketName": cri_sock},
+    }
+
+
+@needs_helm
+@pytest.mark.parametrize("layout", SOCKET_LAYOUTS)
+def test_chart_mounts_each_socket_layout_once(layout: str) -> None:
+    """Duplicate mountPaths pass the schemas but the API server refuses the DaemonSet."""
+    assert helm is not None
+    chart = helm.Chart.load(CHART)
+    rendered = chart.render(
+        socket_layout_values(layout), name="nri-topology", namespace="kube-system"
+    )
+    docs = [d for name in sorted(rendered) for d in yaml.safe_load_all(rendered[name]) if d]
+    pod = _pod(docs)
+    container = pod["containers"][0]
+    paths = [m["mountPath"].rstrip("/") for m in container["volumeMounts"]]
+    assert len(paths) == len(set(paths)), paths
+    host = {v["name"]: v.get("hostPath", {}).get("path", "").rstrip("/") for v in pod["volumes"]}
+    assert len(pod["volumes"]) == len({v["name"] for v in pod["volumes"]})
+    for flag in ("--socket=", "--cri-socket="):
+        (arg,) = [a for a in container["args"] if a.startswith(flag)]
+        socket_dir = os.path.dirname(os.path.normpath(arg.removeprefix(flag)))
+        mounts = container["volumeMounts"]
+        (mount,) = [m for m in mounts if m["mountPath"].rstrip("/") == socket_dir]
+        assert host[mount["name"]] == socket_dir
+        # the runtime's rootfs mounts below come and go with the host's (template comment)
+        assert mount["mountPropagation"] == "HostToContainer"
+        assert not mount.get("readOnly")
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[0], strict=True)
+
+
 def test_chart_values_flow_into_the_pod() -> None:
     pod = _pod(render_chart({"metrics.port": 9999, "stateDir": "/srv/nri", "logLevel": "debug"}))
     container = pod["containers"][0]
