@@ -261,6 +261,21 @@ def test_chart_mounts_a_kubelet_configuration_given_elsewhere() -> None:
     assert volume["hostPath"] == {"path": path, "type": "File"}
 
 
+@needs_helm
+def test_chart_reads_the_kubelets_files_in_another_kubelet_directory() -> None:
+    """k0s, MicroK8s and a kubelet started with its own --root-dir keep its files elsewhere."""
+    kubelet_dir = "/var/lib/k0s/kubelet"
+    rendered = render_chart({"kubeletDir": kubelet_dir, "config.kubelet.config": None})
+    pod, config = _pod(rendered), _pod_config(rendered)
+    for path in (config.kubelet.cpu_manager_state, config.kubelet.memory_manager_state,
+                 config.hints.pod_resources.socket):  # fmt: skip
+        assert path.startswith(kubelet_dir + "/") and _host_file(pod, path), path
+    assert not [v for v in pod["volumes"] if v["name"] == "kubelet-config"]
+    # what the configuration names is kept
+    named = render_chart({"kubeletDir": kubelet_dir, "config.kubelet.cpu_manager_state": ""})
+    assert _pod_config(named).kubelet.cpu_manager_state == ""
+
+
 @pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
 def test_updates_start_the_new_pod_before_the_old_one_goes(docs: Callable[[], list]) -> None:
     daemonset = _by_kind(docs())["DaemonSet"]
@@ -568,3 +583,4 @@ def test_the_pod_may_publish_node_resource_topology(docs: Callable[[], list]) ->
     assert {"create", "patch"} <= rules[("topology.node.k8s.io", "noderesourcetopologies")]
     (env,) = pod["containers"][0]["env"]
     assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
