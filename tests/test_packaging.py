@@ -121,8 +121,13 @@ def _static_docs() -> list[dict[str, Any]]:
     return list(yaml.safe_load_all((PACKAGING / "kubernetes" / "daemonset.yaml").read_text()))
 
 
-def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {d["kind"]: d for d in docs}
+def _hook(doc: dict[str, Any]) -> str:
+    """The Helm hook the object belongs to ("" for the release's own objects)."""
+    return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+
+
+def _by_kind(docs: list[dict[str, Any]], hook: str = "") -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for d in docs if _hook(d) == hook}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -584,3 +589,36 @@ def test_the_pod_may_publish_node_resource_topology(docs: Callable[[], list]) ->
     (env,) = pod["containers"][0]["env"]
     assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
 
+
+@needs_helm
+def test_uninstall_hook_stops_the_plugins_then_removes_their_objects() -> None:
+    """The pre-delete hook runs the image's `uninstall` for this release's DaemonSet, with its
+    own account: allowed that DaemonSet and the NodeResourceTopology objects, nothing more."""
+    docs = render_chart()
+    hook = _by_kind(docs, "pre-delete")
+    assert set(hook) == {
+        "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "Job"
+    }  # fmt: skip
+    weights = {k: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for k, d in hook.items()}
+    assert all(weights[k] < weights["Job"] for k in weights if k != "Job")  # account first
+    pod = hook["Job"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == hook["ServiceAccount"]["metadata"]["name"]
+    (container,) = pod["containers"]
+    assert container["image"] == _pod(docs)["containers"][0]["image"]
+    assert container["args"][:2] == ["uninstall", "--daemonset=kube-system/nri-topology"]
+    assert build_parser().parse_args(container["args"]).timeout > 60
+    (ds_rule, pod_rule) = hook["Role"]["rules"]
+    assert ds_rule["resourceNames"] == [_by_kind(docs)["DaemonSet"]["metadata"]["name"]]
+    assert set(ds_rule["verbs"]) == {"get", "delete"} and pod_rule["verbs"] == ["list"]
+    (nrt_rule,) = hook["ClusterRole"]["rules"]
+    assert set(nrt_rule["verbs"]) == {"list", "delete"}
+    template = hook["Job"]["spec"]["template"]["metadata"]
+    assert template["annotations"]["tolerate-missing-plugins.nri.io"] == "true"
+
+
+def test_uninstall_removes_only_what_the_plugins_published() -> None:
+    from nri_topology.commands.uninstall import published_by_plugin
+
+    assert published_by_plugin({"managedFields": [{"manager": "nri-topology"}]})
+    assert not published_by_plugin({"managedFields": [{"manager": "nfd-topology-updater"}]})
+    assert not published_by_plugin({})
