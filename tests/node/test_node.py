@@ -6,7 +6,6 @@ builds on the state the previous ones left (the release, the pods and where they
 
 from __future__ import annotations
 
-import http.client
 import json
 import threading
 import time
@@ -19,6 +18,7 @@ import yaml
 from tests.e2e import harness
 from tests.node import cluster
 from tests.node.conftest import IMAGE_REF
+from tests.sockets import http_get
 from tests.test_packaging import CHART, SOCKET_LAYOUTS, socket_layout_values
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk (Helm v4) not installed")
@@ -69,13 +69,7 @@ def the_plugin(node: cluster.Cluster) -> dict:
 
 def plugin_http(pod: dict, path: str) -> tuple[int, str]:
     """The plugin's metrics server, at its pod's address on the node's bridge."""
-    conn = http.client.HTTPConnection(pod["status"]["podIP"], 8967, timeout=5)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode()
-    finally:
-        conn.close()
+    return http_get(pod["status"]["podIP"], 8967, path)
 
 
 def workload(name: str, cpu: str | None = None) -> dict:
@@ -147,9 +141,23 @@ def test_guaranteed_pod_is_exclusive_and_besteffort_shrinks(node: cluster.Cluste
     assert exclusive not in cpus(node, the_plugin(node))
 
 
+def without_available(zones: list[dict]) -> list[dict]:
+    return [
+        {**z, "resources": [{**r, "available": None} for r in z.get("resources", [])]}
+        for z in zones
+    ]
+
+
+def cpu_of(zone: dict, field: str) -> int:
+    """A zone's CPU amount in millicores."""
+    (cpu,) = [r[field] for r in zone["resources"] if r["name"] == "cpu"]
+    return int(cpu[:-1]) if cpu.endswith("m") else 1000 * int(cpu)
+
+
 def test_published_topology_is_the_plugins_own(node: cluster.Cluster) -> None:
     """The object the plugin publishes through the chart's account is what `nri-topology
-    topology --nrt` prints in its pod."""
+    topology --nrt` prints in its pod (which places nothing), but for the CPU the Guaranteed
+    pod holds, no longer available."""
     pod = the_plugin(node)
     printed = json.loads(node.kubectl(
         "exec", "-n", NAMESPACE, pod["metadata"]["name"], "--", "nri-topology", "topology",
@@ -157,8 +165,18 @@ def test_published_topology_is_the_plugins_own(node: cluster.Cluster) -> None:
     ))  # fmt: skip
     published = harness.wait_for("the NodeResourceTopology", lambda: nrt(node), 30)
     assert isinstance(published, dict)
-    for key in ("attributes", "topologyPolicies", "zones"):
+    for key in ("attributes", "topologyPolicies"):
         assert published.get(key) == printed.get(key), key
+    assert without_available(published["zones"]) == without_available(printed["zones"])
+    (zone,) = [z for z in printed["zones"] if z["type"] == "Node"]
+    assert cpu_of(zone, "available") == cpu_of(zone, "allocatable")
+    harness.wait_for(
+        "the Guaranteed pod's CPU taken from the published availability",
+        lambda: [
+            cpu_of(z, "available") for z in nrt(node)["zones"] if z["type"] == "Node"
+        ] == [cpu_of(zone, "allocatable") - 1000],
+        30,
+    )  # fmt: skip
 
 
 def mounts_of(node: cluster.Cluster, pod: dict) -> list[str]:
