@@ -365,11 +365,12 @@ class Cluster:
 
     def close(self) -> None:
         """Stops the kubelet, the control plane and the network; the run removes the rest."""
+        uids = self._pod_uids()
         for name in ("kubelet", "kube-scheduler", "kube-controller-manager", "kube-apiserver",
                      "etcd"):  # fmt: skip
             self.stop(name)
         subprocess.run(["iptables", "-t", "nat", "-D", *self._dnat], capture_output=True)
-        self._host_leftovers()
+        self._host_leftovers(uids)
         # The kubelet's canary chains (it makes them even without its utility chains); a kubelet
         # still running elsewhere makes them again when it sees them gone, as they are for.
         for iptables in ("iptables", "ip6tables"):
@@ -378,10 +379,24 @@ class Cluster:
                                capture_output=True)  # fmt: skip
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True)
 
-    def _host_leftovers(self) -> None:
-        """What a kubelet writes outside its directories: container log links (dangling once
-        its pods are gone), libcni's cached results, its device-plugin directory (a fixed path
-        in this version; removed only where this cluster made it)."""
+    def _pod_uids(self) -> set[str]:
+        """Every pod this cluster has had, deleted ones too: their events name them."""
+        uids: set[str] = set()
+        with contextlib.suppress(Exception):
+            for kind in ("events", "pods"):
+                for item in self.get(kind, "-A")["items"]:
+                    ref = item.get("involvedObject", {"kind": "Pod", **item["metadata"]})
+                    if ref["kind"] == "Pod" and ref.get("uid"):
+                        uids.add(ref["uid"])
+        return uids
+
+    def _host_leftovers(self, uids: set[str]) -> None:
+        """What a kubelet writes outside its directories (fixed paths in this version): its
+        pods' log directories and the links to their logs, libcni's cached results, its
+        device-plugin directory (removed only where this cluster made it)."""
+        for pod_logs in Path("/var/log/pods").glob("*_*_*"):
+            if pod_logs.name.rsplit("_", 1)[1] in uids:
+                shutil.rmtree(pod_logs, ignore_errors=True)
         logs = Path("/var/log/containers")
         if logs.is_dir():
             for link in logs.iterdir():
