@@ -614,11 +614,3 @@ def test_uninstall_hook_stops_the_plugins_then_removes_their_objects() -> None:
     assert set(nrt_rule["verbs"]) == {"list", "delete"}
     template = hook["Job"]["spec"]["template"]["metadata"]
     assert template["annotations"]["tolerate-missing-plugins.nri.io"] == "true"
-
-
-def test_uninstall_removes_only_what_the_plugins_published() -> None:
-    from nri_topology.commands.uninstall import published_by_plugin
-
-    assert published_by_plugin({"managedFields": [{"manager": "nri-topology"}]})
-    assert not published_by_plugin({"managedFields": [{"manager": "nfd-topology-updater"}]})
-    assert not published_by_plugin({})
