@@ -155,6 +155,7 @@ class Cluster:
         self.kubelet_dir = run.dir / "kubelet"
         self.kubeconfig = self.dir / "admin.kubeconfig"
         self.port = harness.free_port()
+        self.kubelet_port = harness.free_port()
         self.bridge = f"nrtn{run.id[:8]}"
         octet = int(run.id[:4], 16)
         self.subnet = f"10.{200 + octet % 50}.{octet // 50 % 250}.0/24"
@@ -327,12 +328,6 @@ class Cluster:
             **extra,
         }  # fmt: skip
 
-    @property
-    def kubelet_port(self) -> int:
-        if not hasattr(self, "_kubelet_port"):
-            self._kubelet_port = harness.free_port()
-        return self._kubelet_port
-
     def start_kubelet(self, **config: object) -> None:
         """The kubelet with `kubelet_config(**config)`; returns once the node is Ready."""
         self.kubelet_dir.mkdir(exist_ok=True)
@@ -359,9 +354,6 @@ class Cluster:
         proc = self.procs.pop(name, None)
         if proc is not None:
             harness._stop_process(proc)
-
-    def stop_kubelet(self) -> None:
-        self.stop("kubelet")
 
     def close(self) -> None:
         """Stops the kubelet, the control plane and the network; the run removes the rest."""
@@ -434,10 +426,9 @@ class Cluster:
         assert isinstance(found, dict)
         return found
 
-    def container_id(self, pod: dict, container: str | None = None) -> str:
-        statuses = pod["status"]["containerStatuses"]
-        status = next(s for s in statuses if container in (None, s["name"]))
-        return status["containerID"].split("://", 1)[1]
+    def container_id(self, pod: dict) -> str:
+        """The runtime's id of the pod's (first) container."""
+        return pod["status"]["containerStatuses"][0]["containerID"].split("://", 1)[1]
 
 
 def version() -> str:

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nri_topology.config.schema import DEFAULT_METRICS_PORT
 from tests.e2e import harness
 from tests.node import cluster
 from tests.node.conftest import IMAGE_REF
@@ -69,7 +70,7 @@ def the_plugin(node: cluster.Cluster) -> dict:
 
 def plugin_http(pod: dict, path: str) -> tuple[int, str]:
     """The plugin's metrics server, at its pod's address on the node's bridge."""
-    return http_get(pod["status"]["podIP"], 8967, path)
+    return http_get(pod["status"]["podIP"], DEFAULT_METRICS_PORT, path)
 
 
 def workload(name: str, cpu: str | None = None) -> dict:
