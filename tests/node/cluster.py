@@ -203,8 +203,8 @@ class Cluster:
     # --- start ----------------------------------------------------------------------------
 
     def start(self) -> None:
-        # HostToContainer mounts (the chart's socket and kubelet directories) need a shared or
-        # slave mount, as systemd makes / on a node; this machine's / may be private.
+        # The chart's HostToContainer mount (the kubelet's directory, under the run's) needs a
+        # shared or slave mount, as systemd makes / on a node; this machine's / may be private.
         self.run._shared_mount()
         self.dir.mkdir(parents=True)
         certificates(self.dir)

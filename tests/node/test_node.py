@@ -192,19 +192,30 @@ def mounts_of(node: cluster.Cluster, pod: dict) -> list[str]:
     return [line.split()[4] for line in Path(f"/proc/{pid}/mountinfo").read_text().splitlines()]
 
 
-def test_a_removed_containers_rootfs_leaves_the_plugins_pod(node: cluster.Cluster) -> None:
-    """The socket directory brings the runtime's rootfs mounts into the plugin's pod; with
-    HostToContainer a container's goes when the runtime unmounts it, instead of staying mounted
-    (busy) in the plugin's pod for as long as it runs."""
-    plugin = the_plugin(node)
+def test_the_runtimes_mounts_do_not_stay_in_the_plugins_pod(node: cluster.Cluster) -> None:
+    """The socket directory holds the runtime's rootfs mounts. The plugin's pod (replaced here,
+    to start after a container; its successor adopts every placement unmoved) gets those of its
+    start, and a container's goes when the runtime removes it: the kernel detaches a mount
+    whose directory is removed in every namespace. A container started later never enters
+    (propagation None)."""
     node.apply(workload("short"))
-    short = node.wait_pod_ready(PODS, "short")
-    cid = node.container_id(short)
-    assert [m for m in mounts_of(node, plugin) if cid in m], "the rootfs is seen in the pod"
-    node.kubectl("delete", "pod", "-n", PODS, "short", "--wait=true")
+    short = node.container_id(node.wait_pod_ready(PODS, "short"))
+    before = placements(node)
+    old = the_plugin(node)
+    node.kubectl("delete", "pod", "-n", NAMESPACE, old["metadata"]["name"], "--wait=true")
+    harness.wait_for("the successor", lambda: len(plugin_pods(node)) == 1, 60)
+    plugin = the_plugin(node)
+    assert plugin["metadata"]["name"] != old["metadata"]["name"]
+    assert placements(node) == before
+    node.apply(workload("later"))
+    later = node.container_id(node.wait_pod_ready(PODS, "later"))
+    seen = mounts_of(node, plugin)
+    assert [m for m in seen if short in m], "mounts of the pod's start are copied"
+    assert not [m for m in seen if later in m], "later mounts stay out"
+    node.kubectl("delete", "pod", "-n", PODS, "short", "later", "--wait=true")
     harness.wait_for(
-        "the rootfs unmounted in the plugin's pod",
-        lambda: not [m for m in mounts_of(node, plugin) if cid in m], 30,
+        "the rootfs gone from the plugin's pod",
+        lambda: not [m for m in mounts_of(node, plugin) if short in m], 30,
     )  # fmt: skip
 
 
