@@ -14,6 +14,7 @@ import tempfile
 from collections.abc import AsyncIterator
 
 import pytest
+import structlog.testing
 
 from nri_topology.daemon.plugin import Settings, TopologyPlugin, Transport, _cpusets_only
 from nri_topology.daemon.schedule import Pacing
@@ -223,3 +224,38 @@ async def test_a_cri_that_answers_only_later_is_taken_once_it_does(
         for cid, p in plugin.policy.placements().items():
             assert _cpus(peer, cid) == p.cpus
         assert peer.unsolicited_updates == []
+
+
+@pytest.mark.parametrize("transport", ["auto", "cri"])
+async def test_a_cri_socket_that_is_not_there_is_a_warning_naming_it(transport: str) -> None:
+    """The operator learns at Configure which CRI socket was tried and that nothing is there,
+    whether the transport was chosen for it (`cri`) or might have been (`auto`)."""
+    settings = Settings(pacing=PACING, transport=transport)
+    with structlog.testing.capture_logs() as logs:
+        async with _with_cri(settings, _old_runtime(), serve=False) as (plugin, _, _):
+            socket = plugin.settings.cri_socket
+    warned = [e for e in logs if e["event"].startswith("the runtime's CRI does not answer")]
+    assert [(e["log_level"], e["cri_socket"]) for e in warned] == [("warning", socket)]
+    assert "no socket there" in warned[0]["event"]
+
+
+async def test_a_cri_socket_that_does_not_answer_is_a_warning_naming_it() -> None:
+    with tempfile.TemporaryDirectory(prefix="cri-") as tmp:
+        path = os.path.join(tmp, "cri.sock")
+
+        async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # accepts, never answers
+
+        server = await asyncio.start_unix_server(silent, path)
+        plugin = TopologyPlugin(
+            Policy(DESKTOP, Options()), settings=Settings(pacing=PACING, cri_socket=path)
+        )
+        try:
+            with structlog.testing.capture_logs() as logs:
+                async with connected(plugin, _old_runtime()):
+                    assert plugin.transport == Transport.REPLY
+        finally:
+            server.close()
+    warned = [e for e in logs if e["event"] == "the runtime's CRI does not answer"]
+    assert [(e["log_level"], e["cri_socket"]) for e in warned] == [("warning", path)]
+    assert f"at {path}: DEADLINE_EXCEEDED" in warned[0]["error"]

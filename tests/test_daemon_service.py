@@ -170,18 +170,25 @@ async def test_sigterm_drains_and_exits_zero(tmp_path: Path, short_dir: Path) ->
 
 @pytest.mark.looptime
 async def test_unreachable_runtime_is_retried_until_stopped(tmp_path, short_dir) -> None:
-    """On the loop's virtual clock: a minute of the stub's real backoff (0.5 s doubling)."""
+    """On the loop's virtual clock: a minute of the stub's real backoff (0.5 s doubling). The
+    operator is warned once, with the path tried and where NRI is enabled; the retries are
+    info lines, and `/readyz` says why."""
     stream = io.StringIO()
-    daemon = make_daemon(tmp_path, short_dir / "absent.sock", log_stream=stream)
+    absent = short_dir / "absent.sock"
+    daemon = make_daemon(tmp_path, absent, log_stream=stream)
     task = asyncio.get_running_loop().create_task(daemon.serve())
     await asyncio.sleep(60)
     lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    assert sum(line["event"] == "NRI runtime not reachable" for line in lines) >= 5
+    tries = [line for line in lines if line["event"] == "NRI runtime not reachable"]
+    assert len(tries) >= 5
+    assert [t["level"] for t in tries] == ["warning"] + ["info"] * (len(tries) - 1)
+    why = f"no NRI socket at {absent}: NRI is off in the runtime"
+    assert tries[0]["why"].startswith(why) and "packaging/runtime/" in tries[0]["why"]
+    assert tries[0]["path"] == str(absent)
     assert daemon.status is not None
-    assert await _http(daemon.status.port, "/readyz") == (
-        503,
-        "not ready: not registered with the runtime\n",
-    )
+    status, body = await _http(daemon.status.port, "/readyz")
+    assert status == 503
+    assert body.startswith(f"not ready: not registered with the runtime: {why}")
     assert await _http(daemon.status.port, "/healthz") == (200, "ok\n")
     daemon.stop()
     assert await asyncio.wait_for(task, 5) == 0

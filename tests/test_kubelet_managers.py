@@ -5,13 +5,17 @@ CPUs the kubelet pinned containers to, refusing to run, or taking the kubelet's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from nri_topology.config.load import read_config
+from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.daemon.service import Daemon, Overrides, StartupError
 from nri_topology.kubelet.managers import (
     KubeletView,
@@ -21,7 +25,9 @@ from nri_topology.kubelet.managers import (
     parse_memory_manager_state,
 )
 from nri_topology.nri import api_pb2
+from nri_topology.policy.types import CpuKind
 from nri_topology.testing.runtime import RuntimePeer
+from nri_topology.topology import cpuset
 from tests import machines
 from tests.sockets import free_port
 
@@ -264,3 +270,141 @@ async def test_memory_manager_reservations_left_to_it(tmp_path: Path, short_dir:
     daemon.stop()
     assert await asyncio.wait_for(task, 5) == 0
     await peer.close()
+
+
+# --- the kubelet's pinned containers are the kubelet's ------------------------------------
+
+
+def _write_kubelet_state(path: Path, entries: dict[str, dict[str, str]], default: str) -> None:
+    """A static CPU manager's state file as the kubelet writes it: checksummed, renamed in."""
+    doc = {
+        "policyName": "static",
+        "defaultCpuSet": default,
+        "entries": entries,
+        "checksum": cpu_checksum("static", default, entries),
+    }
+    new = path.with_name(path.name + ".tmp")
+    new.write_text(json.dumps(doc))
+    new.replace(path)
+    assert parse_cpu_manager_state(path.read_text()).checksum_ok
+
+
+def _besteffort(i: int) -> tuple[api_pb2.PodSandbox, api_pb2.Container]:
+    pod = api_pb2.PodSandbox(id=f"p{i}", name=f"pod{i}", namespace="work", uid=f"u{i}")
+    pod.linux.cgroup_parent = f"/kubepods/besteffort/podu{i}"
+    ctr = api_pb2.Container(id=f"c{i}", pod_sandbox_id=pod.id, name="app")
+    ctr.linux.resources.cpu.shares.value = 2
+    return pod, ctr
+
+
+def _running(pair: tuple[api_pb2.PodSandbox, api_pb2.Container], cpus: str) -> api_pb2.Container:
+    ctr = pair[1]
+    ctr.state = api_pb2.CONTAINER_RUNNING
+    ctr.linux.resources.cpu.cpus = cpus
+    ctr.linux.resources.cpu.mems = "0"
+    return ctr
+
+
+def _cpus_of(peer: RuntimePeer, cid: str) -> frozenset[int]:
+    return cpuset.parse(peer.containers[cid].linux.resources.cpu.cpus)
+
+
+@contextlib.asynccontextmanager
+async def _serving(
+    tmp_path: Path, short_dir: Path, state: Path, peer: RuntimePeer
+) -> AsyncIterator[tuple[Daemon, TopologyPlugin, io.StringIO]]:
+    """The daemon beside the kubelet's CPU state file `state`, connected to `peer` and
+    synchronized, stopped cleanly at the end."""
+    sock = short_dir / "nri.sock"
+    await peer.listen(str(sock))
+    daemon, log = _daemon(tmp_path, sock, f"  cpu_manager_state: {state}\n")
+    task = asyncio.get_running_loop().create_task(daemon.serve())
+    await peer.wait_plugin()
+    assert daemon.plugin is not None
+    await daemon.plugin.settle()
+    yield daemon, daemon.plugin, log
+    daemon.stop()
+    assert await asyncio.wait_for(task, 5) == 0
+    await peer.close()
+
+
+async def test_the_kubelets_pinned_container_keeps_its_cpus_at_a_restart_and_a_reload(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """The plugin starts (or restarts) with the kubelet's pinned container running, as a real
+    node's Synchronize reports it: adopted as it is, not re-placed; the others leave its CPUs;
+    a reload keeps it as it is; new containers get the rest."""
+    state = tmp_path / "cpu_manager_state"
+    _write_kubelet_state(state, {"u1": {"app": "2,10"}}, "0-1,3-9,11-15")
+    pinned, shared = _guaranteed(1, 2), _besteffort(2)
+    peer = RuntimePeer(
+        pods=[pinned[0], shared[0]],
+        containers=[_running(pinned, "2,10"), _running(shared, "0-15")],
+    )
+    async with _serving(tmp_path, short_dir, state, peer) as (daemon, plugin, log):
+        assert _cpus_of(peer, "c1") == {2, 10}
+        assert plugin.policy.assignments()["c1"].kind is CpuKind.PRESERVE
+        assert _cpus_of(peer, "c2") == frozenset(range(16)) - {2, 10}
+        events = [json.loads(line) for line in log.getvalue().splitlines()]
+        assert not [e for e in events if e.get("container_id") == "c1" and "placed" in e["event"]]
+
+        await daemon.apply(read_config(tmp_path / "config.yaml").config)  # a reload
+        await plugin.settle()
+        assert _cpus_of(peer, "c1") == {2, 10}
+        assert plugin.policy.assignments()["c1"].kind is CpuKind.PRESERVE
+        assert not [u for u in peer.applied_updates if u.container_id == "c1"]
+        for i in range(3, 6):
+            await peer.create_container(*_guaranteed(i, 2))
+            await peer.create_container(*_besteffort(i + 10))
+        await plugin.settle()
+        for cid in ("c3", "c4", "c5", "c13", "c14", "c15", "c2"):
+            assert not _cpus_of(peer, cid) & {2, 10}, cid
+
+
+async def test_a_container_the_kubelet_pins_keeps_its_cpus_when_created_and_re_pinned(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """The kubelet pins a new container (its state file written before the creation, the
+    cpuset in the creation request): it keeps that cpuset, and the shared containers leave
+    it. After a kubelet restart its reconcile loop re-pins the container through the runtime
+    (an UpdateContainer with only the cpuset): answered with the kubelet's cpuset."""
+    state = tmp_path / "cpu_manager_state"
+    _write_kubelet_state(state, {}, "0-15")
+    peer = RuntimePeer()
+    async with _serving(tmp_path, short_dir, state, peer) as (_, plugin, _):
+        await peer.create_container(*_besteffort(2))
+        assert _cpus_of(peer, "c2") == frozenset(range(16))
+
+        _write_kubelet_state(state, {"u3": {"app": "4,12"}}, "0-3,5-11,13-15")
+        pod, ctr = _guaranteed(3, 2)
+        ctr.linux.resources.cpu.cpus = "4,12"  # the kubelet's CPU manager sets it at creation
+        await peer.create_container(pod, ctr)
+        await plugin.settle()
+        assert _cpus_of(peer, "c3") == {4, 12}
+        assert plugin.policy.assignments()["c3"].kind is CpuKind.PRESERVE
+        assert _cpus_of(peer, "c2") == frozenset(range(16)) - {4, 12}
+
+        repin = api_pb2.LinuxResources()
+        repin.cpu.cpus = "4,12"
+        reply = await peer.update_container(pod, peer.containers["c3"], repin)
+        assert [(u.container_id, u.linux.resources.cpu.cpus) for u in reply.update] == [
+            ("c3", "4,12")
+        ]
+        assert _cpus_of(peer, "c3") == {4, 12}
+        await peer.create_container(*_guaranteed(5, 2))  # the plugin's own exclusive container
+        assert not _cpus_of(peer, "c5") & {4, 12}
+
+
+async def test_a_pinned_container_moved_before_goes_back_to_the_kubelets_cpus(
+    tmp_path: Path, short_dir: Path
+) -> None:
+    """A container of the kubelet's that an earlier plugin moved (or anything else did) runs
+    on other CPUs than the kubelet gave it, which the kubelet does not see: at Synchronize the
+    plugin gives it back the kubelet's cpuset."""
+    state = tmp_path / "cpu_manager_state"
+    _write_kubelet_state(state, {"u1": {"app": "2,10"}}, "0-1,3-9,11-15")
+    pinned = _guaranteed(1, 2)
+    peer = RuntimePeer(pods=[pinned[0]], containers=[_running(pinned, "1,9")])
+    async with _serving(tmp_path, short_dir, state, peer) as (_, plugin, _):
+        assert _cpus_of(peer, "c1") == {2, 10}
+        assert plugin.policy.assignments()["c1"].cpus == {2, 10}

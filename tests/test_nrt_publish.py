@@ -315,3 +315,43 @@ class WrittenAtShutdown(io.StringIO):
         if '"shut down"' in text:
             self.written_at_shutdown = self.api.written
         return super().write(text)
+
+
+@pytest.mark.usefixtures("restore_logging")
+async def test_a_daemon_not_registered_publishes_nothing(api: ApiServer, tmp_path: Path) -> None:
+    """Its placements are not the node's while the runtime has not registered it (wrong socket
+    path, NRI off, a standby): the object is first written after the runtime's Synchronize."""
+    import tempfile
+
+    from nri_topology.daemon.service import Daemon, Overrides
+    from nri_topology.testing.runtime import RuntimePeer
+    from tests import machines
+    from tests.sockets import free_port
+
+    with tempfile.TemporaryDirectory(prefix="nri-") as short:
+        sock = Path(short) / "nri.sock"
+        sysfs = machines.write_sysfs(tmp_path, machines.SyntheticSpec(nodes=2, cores=2, threads=1))
+        config = tmp_path / "config.yaml"
+        config.write_text(
+            f"nrt: {{publish: true, kubeconfig: {kubeconfig(tmp_path / 'kc', api.url)}, "
+            "node_name: worker-1, min_interval_seconds: 0, resync_seconds: 0.2}\n"
+        )
+        overrides = Overrides(
+            socket=str(sock),
+            sysfs=str(sysfs),
+            state=str(tmp_path / "state.json"),
+            metrics_port=free_port(),
+            log_format="json",
+        )
+        daemon = Daemon(config, overrides, log_stream=io.StringIO(), environ={})
+        daemon.setup()
+        task = asyncio.get_running_loop().create_task(daemon.serve())
+        await asyncio.sleep(1.0)  # retrying the absent socket, resyncs due every 0.2 s
+        assert api.applies() == [] and "worker-1" not in api.objects
+        peer = RuntimePeer()
+        await peer.listen(str(sock))
+        await peer.wait_plugin(timeout=10)
+        await until(lambda: "worker-1" in api.objects)
+        daemon.stop()
+        assert await asyncio.wait_for(task, 5) == 0
+        await peer.close()

@@ -678,3 +678,28 @@ def test_namespace_globs_match_as_fnmatch_does(globs, namespace):
     from fnmatch import fnmatchcase
 
     assert in_namespaces(namespace, globs) == any(fnmatchcase(namespace, g) for g in globs)
+
+
+OURS = ("", "app")  # the pod uid and container name `req` classifies
+
+
+@pytest.mark.parametrize(
+    ("milli", "qos", "annotations", "pinned", "kind", "exclusive", "shared"),
+    [
+        (2000, QoS.GUARANTEED, {}, OURS, CpuKind.PRESERVE, 0, 0),
+        (2000, QoS.GUARANTEED, {f"prefer-shared-cpus.{D}": "true"}, OURS, CpuKind.PRESERVE, 0, 0),
+        (2000, QoS.GUARANTEED, {f"prefer-reserved-cpus.{D}": "1"}, OURS, CpuKind.PRESERVE, 0, 0),
+        (500, QoS.BURSTABLE, {}, OURS, CpuKind.PRESERVE, 0, 0),
+        (2000, QoS.GUARANTEED, {}, ("", "sidecar"), CpuKind.EXCLUSIVE, 2, 0),
+        (2000, QoS.GUARANTEED, {}, ("other-pod", "app"), CpuKind.EXCLUSIVE, 2, 0),
+    ],
+)
+def test_a_container_the_kubelet_pinned_is_preserved_and_charged_nothing(
+    milli, qos, annotations, pinned, kind, exclusive, shared
+) -> None:
+    """The kubelet's static CPU manager's containers, by pod uid and container name, whatever
+    else they ask: their cpusets are the kubelet's, their CPUs outside those granted."""
+    options = Options(kubelet_pinned={pinned: frozenset({2, 3})})
+    r = req(milli, qos, annotations=annotations, options=options)
+    assert (r.kind, r.exclusive, r.shared) == (kind, exclusive, shared)
+    assert r.kubelet_cpus == (frozenset({2, 3}) if kind is CpuKind.PRESERVE else None)

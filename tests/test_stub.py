@@ -791,6 +791,31 @@ async def test_unreachable_runtime_is_logged_with_its_errno_and_a_short_delay() 
     assert entry["retry_in"] == round(entry["retry_in"], 2)
 
 
+async def test_unreachable_runtime_warns_once_per_reason_with_the_path_and_the_snippets() -> None:
+    """No socket, then a socket nobody listens on (the runtime stopped): a warning each time
+    the reason changes, naming the path and where NRI is enabled; the retries between at info."""
+    with tempfile.TemporaryDirectory(prefix="nri-") as tmp:
+        path = os.path.join(tmp, "nri.sock")
+        s = Stub(Plugin(), "p", "10", path, environ={}, backoff_initial=0.001, backoff_max=0.01)
+        with structlog.testing.capture_logs() as logs, socket.socket(socket.AF_UNIX) as dead:
+            task = asyncio.create_task(s.run())
+            await _until(lambda: len(logs) >= 3)
+            dead.bind(path)  # a socket file that takes no connection
+            n = len(logs)
+            await _until(lambda: len(logs) >= n + 3)
+            await s.stop()
+            await asyncio.wait_for(task, 5)
+        tries = [(e["log_level"], e["why"]) for e in logs if "why" in e]
+    absent = f"no NRI socket at {path}: NRI is off in the runtime (containerd 1.7's default)"
+    refused = f"nothing accepts connections on {path}: the runtime that made it is not running"
+    warned = [why for level, why in tries if level == "warning"]
+    assert [w.split(": ")[0] for w in warned] == [absent.split(": ")[0], refused.split(": ")[0]]
+    assert warned[0].startswith(absent) and warned[1].startswith(refused)
+    assert all("packaging/runtime/" in why for why in warned)
+    assert {why for level, why in tries if level == "info"} <= set(warned)
+    assert len(tries) >= 5 and s.unreachable == warned[1]
+
+
 async def test_one_synchronized_line_at_info_level() -> None:
     with structlog.testing.capture_logs() as logs:
         async with connected(Recorder()):

@@ -5,11 +5,15 @@ configuration. With the static CPU manager or the Memory Manager on, the kubelet
 containers itself and writes its choice back to their cgroups: the daemon says so (log, metric,
 `status`) and either keeps every other container off the CPUs the kubelet pinned containers to
 and out of the memory and hugepages its Memory Manager reserved on each NUMA node, or refuses to
-run. Asked to, it takes the reserved CPUs from the kubelet's `reservedSystemCPUs`.
+run. The containers in the static CPU manager's entries (pod uid and container name) keep the
+cpusets the kubelet gives them (`Options.kubelet_pinned`), at a restart and a reload as when it
+creates or re-pins them: it writes its state before either, and the daemon reads it again then
+when it changed. Asked to, it takes the reserved CPUs from the kubelet's `reservedSystemCPUs`.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -57,6 +61,18 @@ def _read(path: str | None, parse: Callable[[str], T], problems: list[str]) -> T
     except (ValueError, TypeError, AttributeError, yaml.YAMLError) as exc:
         problems.append(f"{path}: not as the kubelet writes it: {exc}")
         return None
+
+
+def stamp(path: str | None) -> tuple[int, int, int] | None:
+    """What tells a new version of a state file from the one read (the kubelet replaces its
+    checkpoints by a rename): inode, size, modification time; None when there is none."""
+    if not path:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def read_view(section: KubeletSection) -> KubeletView:
@@ -119,9 +135,15 @@ def _memory_words(view: KubeletView) -> str:
 
 
 def outside(options: Options, view: KubeletView, section: KubeletSection) -> Options:
-    """`options` with the memory and hugepages the Memory Manager reserved for its containers
-    per NUMA node left out of what the policy grants (`when_active: avoid`)."""
-    if section.when_active != "avoid" or not view.static_memory:
+    """`options` with what the kubelet's managers hold left to them (`when_active: avoid`): the
+    containers its static CPU manager pinned keep its cpusets, and the memory and hugepages
+    the Memory Manager reserved for its containers per NUMA node are left out of what the
+    policy grants."""
+    if section.when_active != "avoid":
+        return options
+    if view.static_cpu and view.cpu is not None:
+        options = replace(options, kubelet_pinned=dict(view.cpu.assigned))
+    if not view.static_memory:
         return options
     memory: list[tuple[int, int]] = []
     huge: list[tuple[int, int, int]] = []

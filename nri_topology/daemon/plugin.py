@@ -200,6 +200,9 @@ class TopologyPlugin(Plugin):
         self.hints = hints
         self.files = files
         self.on_change: Callable[[], None] | None = None  # e.g. the NRT publisher
+        # Reads again what the kubelet's static CPU manager pins, before a container it may pin
+        # is placed, and applies it (the daemon's `_kubelet_refresh`); None: nothing to read.
+        self.kubelet_refresh: Callable[[], Awaitable[None]] | None = None
         self.checkpoint = checkpoint
         self.metrics = metrics or Metrics(self.state_view)
         self.settings = settings
@@ -268,7 +271,8 @@ class TopologyPlugin(Plugin):
         if self.stub is None:
             return False, "not started"
         if not self.stub.registered:
-            return False, "not registered with the runtime"
+            why = self.stub.unreachable  # while the runtime's NRI socket cannot be reached
+            return False, "not registered with the runtime" + (f": {why}" if why else "")
         if not self.stub.ready:
             return False, "registered, waiting for Synchronize"
         return True, ""
@@ -303,13 +307,21 @@ class TopologyPlugin(Plugin):
                 if self.cri is not None:
                     await self.cri.close()
                 self.cri = CriClient(socket)
+            there = Path(socket).exists()
+            if not there:
+                _log.warning(
+                    "the runtime's CRI does not answer: no socket there (updates.cri_socket)",
+                    cri_socket=socket,
+                )
             if s.transport == Transport.CRI:
                 answered = "(not asked)"
-            elif Path(socket).exists():
+            elif there:
                 try:
                     answered = await self.cri.version()
                 except CriError as exc:
-                    _log.warning("the runtime's CRI does not answer", error=str(exc))
+                    _log.warning(
+                        "the runtime's CRI does not answer", error=str(exc), cri_socket=socket
+                    )
         if answered:
             transport = Transport.CRI
         elif s.transport == Transport.CRI:
@@ -363,6 +375,8 @@ class TopologyPlugin(Plugin):
         self, pods: Sequence[api_pb2.PodSandbox], containers: Sequence[api_pb2.Container]
     ) -> Updates:
         self.metrics.request("Synchronize")
+        if self.kubelet_refresh is not None:  # it may have pinned containers while we were away
+            await self.kubelet_refresh()
         pod_infos = [convert.pod_info(p) for p in pods]
         live = [c for c in containers if c.state in _LIVE_STATES]
         infos = [convert.container_info(c) for c in live]
@@ -527,6 +541,8 @@ class TopologyPlugin(Plugin):
     ) -> tuple[api_pb2.ContainerAdjustment | None, Updates]:
         self._event("CreateContainer")
         pod_info, info = convert.pod_info(pod), convert.container_info(ctr)
+        if self.kubelet_refresh is not None and info.resources.cpuset_cpus:  # the kubelet's?
+            await self.kubelet_refresh()
         if self.hints is not None:  # before the lock: other events go on while it looks
             refs = convert.device_refs(ctr)
             found = await self.hints.find(pod_info, info, refs, self.policy.options)
@@ -593,6 +609,10 @@ class TopologyPlugin(Plugin):
         self.schedule.event(self._clock())
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
+        if self.kubelet_refresh is not None and info.resources.cpuset_cpus:  # the kubelet's?
+            await self.kubelet_refresh()
+        if _cpusets_only(resources) and (pod.uid, ctr.name) in self.policy.options.kubelet_pinned:
+            return self._kubelet_repin(info)
         async with self._lock:
             known = self.policy.container(info.id)
             if known is not None and known[1].hints:  # found at creation; devices do not change
@@ -642,6 +662,13 @@ class TopologyPlugin(Plugin):
             )
             self._send_later([Update(cid, p) for cid, p in riding.items()], "cri_ready")
             return
+
+    def _kubelet_repin(self, info: ContainerInfo) -> Updates:
+        """The kubelet re-pins a container its static CPU manager pinned (after it restarted, or
+        from its reconcile loop): the cpuset is the kubelet's to give, the memory nodes stay."""
+        now = self.policy.placements([info.id]).get(info.id)
+        cpus = cpuset.parse(info.resources.cpuset_cpus)
+        return [convert.container_update(info.id, Placement(cpus, now.mems if now else None))]
 
     def _own_repin(self, container_id: str) -> Updates:
         """The runtime relays our own CRI re-pin: answer with the container's current cpusets

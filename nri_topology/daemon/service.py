@@ -21,7 +21,7 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ from nri_topology.config.load import (
 )
 from nri_topology.config.schema import Config
 from nri_topology.configured import policy_options, tier_overrides
-from nri_topology.daemon import coexist, logs
+from nri_topology.daemon import coexist, logs, takeover
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
 from nri_topology.daemon.hints import HintFinder
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from nri_topology.nrt.publish import Publisher
 
 _log = structlog.get_logger("nri_topology.service")
+TAKEOVER_CHECK_S = 10.0  # how often a standby proves again that it could take over
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +203,12 @@ class Daemon:
         self.launched = bool(env.get(SOCKET_ENV))
         """Launched by the runtime: configured by its first Configure (see the module doc)."""
         self.standby: str | None = None  # who holds the state file while this one waits
+        # Why the standby could not take over ("" : it could; None: not checked yet).
+        self.cannot_take_over: str | None = None
         self.kubelet = KubeletView()  # the kubelet's managers, read at start and on reloads
+        self._kubelet_stamp: tuple[int, int, int] | None = None  # its CPU state file's, as read
+        # The configuration as given, before what the kubelet holds is taken out of it.
+        self._asked = self.config
         self._stop = asyncio.Event()
         self._failed = 0  # exit status of a start-up that failed after connecting
         self._watcher: asyncio.Task[None] | None = None
@@ -229,6 +235,7 @@ class Daemon:
 
     def _start(self) -> None:
         """Take the state file and build the plugin from `self.config`; raises StartupError."""
+        self._asked = self.config
         try:
             self.config = self._beside_kubelet(self.config)
         except coexist.KubeletActive as exc:
@@ -282,6 +289,7 @@ class Daemon:
             hints=hint_finder(self.config),
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
+        self.plugin.kubelet_refresh = self._kubelet_refresh
         self._show_kubelet()
         self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
@@ -299,9 +307,11 @@ class Daemon:
     async def apply(self, config: Config) -> None:
         """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
         assert self.plugin is not None
-        new = self._beside_kubelet(effective(config, self.overrides))
+        asked = effective(config, self.overrides)
+        new = self._beside_kubelet(asked)
         self._show_kubelet()
         await self.plugin.reconfigure(self._options(new))
+        self._asked = asked
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
@@ -379,13 +389,17 @@ class Daemon:
             await self.status.start()
 
     def _open_watchers(self) -> None:
-        """Start publishing NodeResourceTopology and watching the configuration file."""
-        if self.publisher is not None:
-            self.publisher.start()
+        """Watch the configuration file (publishing starts once synchronized: `_connected`)."""
         if self.reloader is not None:
             loop = asyncio.get_running_loop()
             self.reloader.install_sighup(loop)
             self._watcher = loop.create_task(self.reloader.watch())
+
+    def _connected(self) -> None:
+        """Registered and synchronized: from now on the placements are this instance's to
+        publish; an instance that never registers publishes none it is not making."""
+        if self.publisher is not None:
+            self.publisher.start()
 
     def _disconnected(self, error: BaseException | None) -> None:
         if self.plugin is not None:
@@ -409,6 +423,7 @@ class Daemon:
                 config.nri.plugin_index,
                 config.nri.socket,
                 environ=self._environ,
+                on_connect=self._connected,
                 on_disconnect=self._disconnected,
             )
         except StubError as exc:
@@ -466,10 +481,38 @@ class Daemon:
     def _beside_kubelet(self, config: Config) -> Config:
         """`config` as it applies beside the kubelet's managers now (`coexist`); raises
         KubeletActive when they run and the configuration says to refuse."""
+        stamp = coexist.stamp(config.kubelet.cpu_manager_state)  # before reading: never newer
         view = coexist.read_view(config.kubelet)
         coexist.check(view, config.kubelet)
-        self.kubelet = view
+        self.kubelet, self._kubelet_stamp = view, stamp
         return coexist.beside(config, view)
+
+    async def _kubelet_refresh(self) -> None:
+        """Before placing a container the kubelet's static CPU manager may pin: it writes its
+        state file before it creates or re-pins one, so a changed file is read again and applied,
+        and the container keeps the kubelet's cpuset, every other one kept off it."""
+        section = self.config.kubelet
+        if section.when_active != "avoid" or not self.kubelet.static_cpu:
+            return
+        stamp = coexist.stamp(section.cpu_manager_state)
+        if stamp == self._kubelet_stamp:
+            return
+        view = replace(self.kubelet, cpu=coexist.read_view(section).cpu)
+        self._kubelet_stamp = stamp
+        if view.cpu == self.kubelet.cpu:
+            return
+        before, self.kubelet = self.kubelet, view
+        assert self.plugin is not None
+        try:
+            new = coexist.beside(self._asked, view)
+            await self.plugin.reconfigure(self._options(new))
+        except (ConfigError, PolicyError) as exc:
+            self.kubelet = before
+            _log.error("the kubelet's new pins cannot be left to it", error=str(exc))
+            return
+        self.config = self.config.model_copy(update={"policy": new.policy})
+        self._show_kubelet()
+        _log.info("the kubelet's static CPU manager pins anew", **view.summary())
 
     def _options(self, config: Config) -> Options:
         """The policy options of `config` beside the kubelet's managers as last read."""
@@ -486,12 +529,41 @@ class Daemon:
                 metrics.kubelet_memory.labels(str(node), resource).set(size)
 
     def _ready(self) -> tuple[bool, str]:
-        """Readiness: a standby is ready to take over (a DaemonSet's surge update removes the
-        old pod only once the new one is ready); else the plugin's own."""
+        """Readiness: a standby once it has shown it could take over (a DaemonSet's surge update
+        removes the old pod as soon as the new one is ready: `takeover`); else the plugin's."""
         if self.standby is not None:
+            why = self.cannot_take_over
+            if why is None:
+                return False, "standby, checking that it could take over"
+            if why:
+                return False, f"standby, could not take over: {why}"
             return True, f"standby, waiting for the state file: {self.standby}"
         assert self.plugin is not None
         return self.plugin.ready()
+
+    def _takeover_needs(self) -> takeover.Needs:
+        plugin = self.plugin
+        assert plugin is not None
+        s = plugin.settings
+        return takeover.Needs(
+            self.config.nri.socket,
+            takeover.cri_sockets(s.transport, s.cri_socket),
+            s.cgroup_root if plugin.verifier is not None else None,
+        )
+
+    async def _prove_takeover(self) -> None:
+        """While standing by: check what taking over needs, now and every
+        `TAKEOVER_CHECK_S`; a warning each time the reason changes, not at every check."""
+        needs = self._takeover_needs()
+        while True:
+            why = await takeover.problem(needs)
+            if why != self.cannot_take_over:
+                if why:
+                    _log.warning("standing by, but could not take over: not ready", reason=why)
+                else:
+                    _log.info("standing by, could take over: ready")
+            self.cannot_take_over = why
+            await asyncio.sleep(TAKEOVER_CHECK_S)
 
     async def _wait_for_lock(self) -> int | None:
         """Stand by until the instance holding the state file stops (bounded by
@@ -515,11 +587,15 @@ class Daemon:
 
         waiter = loop.create_task(self.lock.wait(limit, still))
         stopper = loop.create_task(self._stop.wait())
+        prover = loop.create_task(self._prove_takeover())
         try:
             await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopper.cancel()
             waiter.cancel()
+            prover.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prover
             self.plugin.metrics.standby.set(0)
         if not waiter.done() or waiter.cancelled():
             _log.info("stopping", reason="signal while standing by")

@@ -344,6 +344,8 @@ class Stub:
         self._tasks: set[asyncio.Task[None]] = set()
         self.connections = 0
         """How many connections reached registration; a reconnect shows as an increment."""
+        self.unreachable = ""
+        """Why the last attempt to connect failed ("" once one succeeded), for readiness."""
 
     @property
     def registered(self) -> bool:
@@ -391,8 +393,14 @@ class Stub:
                     raise StubError(f"cannot use the NRI socket handed over: {exc}") from exc
                 delay = self.backoff(attempt)
                 attempt += 1
-                log.info(
+                why = unreachable(self.socket_path, exc)
+                # A warning for the operator when the reason is new; its retries at info level.
+                level = logging.INFO if why == self.unreachable else logging.WARNING
+                self.unreachable = why
+                log.log(
+                    level,
                     "NRI runtime not reachable",
+                    why=why,
                     path=self.socket_path,
                     error=exc.strerror or str(exc),
                     errno=errno.errorcode.get(exc.errno or 0, exc.errno),
@@ -400,6 +408,7 @@ class Stub:
                 )
                 await self._sleep(delay)
                 continue
+            self.unreachable = ""
             registered = await self._serve(trunk, writer)
             if self.launched:
                 return
@@ -493,6 +502,27 @@ class Stub:
             log.info("NRI connection closed", error=str(error) if error else None)
             await _call_hook(self.on_disconnect, error)
         return was_registered
+
+
+ENABLE_NRI = "the snippets that enable NRI in each runtime are in packaging/runtime/"
+
+
+def unreachable(path: str, exc: OSError) -> str:
+    """Why the runtime's NRI socket at `path` could not be connected to, and what to check, for
+    the operator: the runtimes ship with NRI off or on another path often enough."""
+    if isinstance(exc, FileNotFoundError):
+        return (
+            f"no NRI socket at {path}: NRI is off in the runtime (containerd 1.7's default) or "
+            f"listens on another path (nri.socket); {ENABLE_NRI}"
+        )
+    if isinstance(exc, ConnectionRefusedError):
+        return (
+            f"nothing accepts connections on {path}: the runtime that made it is not running, "
+            f"or its NRI is off; {ENABLE_NRI}"
+        )
+    if isinstance(exc, PermissionError):
+        return f"no permission to connect to {path}: run as root (the directory is mode 0700)"
+    return f"cannot connect to {path}: {exc.strerror or exc}"
 
 
 async def _first_of(*waits: Coroutine[Any, Any, Any]) -> None:

@@ -6,7 +6,8 @@ this value.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from nri_topology.topology.model import MemoryTier
 
@@ -80,3 +81,7 @@ class Options:
     # kB, pages).
     outside_memory: tuple[tuple[int, int], ...] = ()
     outside_hugepages: tuple[tuple[int, int, int], ...] = ()
+    # The cpusets the kubelet's static CPU manager pins containers to, by (pod uid, container
+    # name): those containers keep them (preserved, charged nothing: the kubelet's CPUs are
+    # outside the available ones, `daemon.coexist`).
+    kubelet_pinned: Mapping[tuple[str, str], frozenset[int]] = field(default_factory=dict)

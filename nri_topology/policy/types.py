@@ -280,6 +280,7 @@ class Request:
     strict_hints: bool = False  # refuse pools outside the hinted nodes instead of preferring
     warnings: tuple[AnnotationWarning, ...] = ()  # annotations ignored or cut back
     hugepages: tuple[tuple[int, int], ...] = ()  # (page size kB, bytes) asked, sizes ascending
+    kubelet_cpus: frozenset[int] | None = None  # PRESERVE: the cpuset the kubelet pinned it to
     # The container data it was built from, as the policy records it (`Policy.container`); not
     # part of the request's value.
     origin: ContainerInfo | None = field(default=None, compare=False, repr=False)

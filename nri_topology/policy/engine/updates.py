@@ -53,8 +53,10 @@ class Pins:
 
     def pin(self, g: Grant) -> frozenset[int] | None:
         """The cpuset a grant pins its container to (None when CPU pinning is left alone)."""
-        if not self.options.pin_cpu or g.kind is CpuKind.PRESERVE:
+        if not self.options.pin_cpu:
             return None
+        if g.kind is CpuKind.PRESERVE:  # the kubelet's cpuset, or the runtime's left as it is
+            return g.request.kubelet_cpus
         if g.kind is CpuKind.RESERVED:
             cpus = self._reserved_all
         elif g.uses_shared:

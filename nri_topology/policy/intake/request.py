@@ -15,6 +15,9 @@ Hugepages are the cgroup's hugetlb limits (0 for a size means none), or the anno
 `hugepages-<size>` amounts, each cut to the cgroup's limit of its size when there is one.
 
 CPU classification, first match wins:
+0. pinned by the kubelet's static CPU manager (`Options.kubelet_pinned`) → PRESERVE with
+   `shared` = 0 and `kubelet_cpus`, the cpuset it keeps: the kubelet's CPUs, outside those the
+   policy grants from.
 1. `cpu.preserve` → PRESERVE (pinning untouched; `shared` = request).
 2. `prefer-reserved-cpus: true` → RESERVED; a namespace matching `Options.reserved_namespaces`
    (globs) → RESERVED unless `prefer-reserved-cpus` is annotated at all (`false` opts out).
@@ -567,6 +570,8 @@ def _classify(
     reserved = a.privileged("prefer-reserved-cpus", trust.reserved_cpus)
     shared_annotation = a.boolean("prefer-shared-cpus")
     isolation = _isolation(a, trust.isolated_cpus)
+    if (a.pod.uid, a.container.name) in options.kubelet_pinned:
+        return CpuKind.PRESERVE, 0, 0, False
     if preserve is not None and preserve[0]:
         return CpuKind.PRESERVE, 0, cpu_req, False
     if reserved is not None and reserved[0]:
@@ -827,5 +832,6 @@ def build_request(
         strict_hints=strict[0] if strict is not None else options.strict_topology_hints,
         warnings=tuple(a.warnings),
         hugepages=huge,
+        kubelet_cpus=options.kubelet_pinned.get((pod.uid, container.name)),
         origin=container if origin is None else origin,
     )
