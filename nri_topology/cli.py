@@ -22,6 +22,7 @@ COMMANDS: dict[str, str] = {
     "validate-config": "validate_config",
     "status": "status",
     "explain": "explain",
+    "uninstall": "uninstall",
 }
 
 

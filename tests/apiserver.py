@@ -1,5 +1,7 @@
 """A small Kubernetes API server for tests: the requests the NRT publisher makes (GET a Node, GET
-and server-side apply of a NodeResourceTopology), over real HTTP, with failures on demand.
+and server-side apply of a NodeResourceTopology) and those of `nri-topology uninstall` (GET and
+DELETE a DaemonSet, list its pods, list and DELETE NodeResourceTopology objects), over real HTTP,
+with failures on demand.
 
 What the publisher relies on behaves as on a real server: an apply answers 201 when it creates
 the object and 200 when it updates it, the stored object carries the fields the server adds
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -41,6 +44,10 @@ class ApiServer:
     delay: float = 0.0  # seconds before each answer
     written: int = 0  # applies stored so far (counted when stored, not when received)
     url: str = ""
+    daemonsets: dict[str, dict[str, str]] = field(default_factory=dict)  # ns/name -> selector
+    pods: dict[str, dict[str, str]] = field(default_factory=dict)  # ns/name -> labels
+    # Pod lists that still show a deleted DaemonSet's pods (they take a while to stop).
+    pods_linger: int = 1
     _serial: int = 0
 
     def applies(self) -> list[Request]:
@@ -92,7 +99,62 @@ class ApiServer:
             self.written += 1
             self._collect()
             return (200 if old else 201), stored
+        if req.method == "GET" and req.path == NRT_PATH.rstrip("/"):
+            items = list(self.objects.values())
+            return 200, {
+                "apiVersion": "topology.node.k8s.io/v1alpha2",
+                "kind": "NodeResourceTopologyList",
+                "metadata": {},
+                "items": items,
+            }
+        if req.method == "DELETE" and req.path.startswith(NRT_PATH):
+            name = req.path.removeprefix(NRT_PATH)
+            if self.objects.pop(name, None) is None:
+                return 404, _status(404, f'noderesourcetopologies "{name}" not found', "NotFound")
+            return 200, _status(200, "deleted", "")
+        if m := re.fullmatch(r"/apis/apps/v1/namespaces/([^/]+)/daemonsets/([^/]+)", req.path):
+            key = f"{m[1]}/{m[2]}"
+            if key not in self.daemonsets:
+                return 404, _status(404, f'daemonsets.apps "{m[2]}" not found', "NotFound")
+            if req.method == "DELETE":
+                del self.daemonsets[key]
+                return 200, _status(200, "deleted", "")
+            meta = {"name": m[2], "namespace": m[1]}
+            spec = {"selector": {"matchLabels": self.daemonsets[key]}, "template": {}}
+            return 200, {
+                "apiVersion": "apps/v1",
+                "kind": "DaemonSet",
+                "metadata": meta,
+                "spec": spec,
+            }
+        if req.method == "GET" and (
+            m := re.fullmatch(r"/api/v1/namespaces/([^/]+)/pods", req.path)
+        ):
+            return 200, self._pod_list(m[1], req.query.get("labelSelector", [""])[0])
         return 404, _status(404, "no such path", "NotFound")
+
+    def _pod_list(self, namespace: str, selector: str) -> dict[str, Any]:
+        """The pods matching `k=v,...`; those no DaemonSet selects any more go after
+        `pods_linger` lists."""
+        wanted = dict(term.split("=", 1) for term in selector.split(",") if term)
+        found = [
+            key for key, labels in self.pods.items()
+            if key.startswith(namespace + "/") and wanted.items() <= labels.items()
+        ]  # fmt: skip
+        orphans = [
+            key for key in found
+            if not any(sel.items() <= self.pods[key].items() for sel in self.daemonsets.values())
+        ]  # fmt: skip
+        if orphans and self.pods_linger > 0:
+            self.pods_linger -= 1
+        elif orphans:
+            for key in orphans:
+                del self.pods[key]
+            found = [key for key in found if key not in orphans]
+        items = [
+            {"metadata": {"name": key.split("/", 1)[1], "namespace": namespace}} for key in found
+        ]
+        return {"apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": items}
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

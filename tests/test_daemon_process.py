@@ -4,7 +4,6 @@ environment, and started externally and stopped with SIGTERM."""
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import os
 import shlex
@@ -19,7 +18,7 @@ from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.testing.runtime import PluginError, RuntimePeer
 from nri_topology.topology.cpuset import parse as parse_cpus
 from tests import machines
-from tests.sockets import free_port
+from tests.sockets import free_port, http_get
 from tests.test_daemon_plugin import ctr, pod
 from tests.test_daemon_restore import guaranteed
 
@@ -208,7 +207,9 @@ async def test_launched_plugin_takes_every_setting_from_its_first_configure(
         p, c = guaranteed(1, 4)  # more CPUs than this host has; the conf.d machine has them
         reply = await peer.create_container(p, c)
         assert len(parse_cpus(reply.adjust.linux.resources.cpu.cpus)) == 4
-        status, body = await asyncio.wait_for(asyncio.to_thread(_get, port, "/readyz"), 30)
+        status, body = await asyncio.wait_for(
+            asyncio.to_thread(http_get, "127.0.0.1", port, "/readyz"), 30
+        )
         assert status == 200, body
     finally:
         await peer.close()
@@ -219,16 +220,6 @@ async def test_launched_plugin_takes_every_setting_from_its_first_configure(
     events = _log_events(tmp_path)
     assert not [e for e in events if e["event"] == "changed settings take effect on restart"]
     assert any(e["level"] == "debug" for e in events)
-
-
-def _get(port: int, path: str) -> tuple[int, str]:
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    try:
-        conn.request("GET", path)
-        resp = conn.getresponse()
-        return resp.status, resp.read().decode()
-    finally:
-        conn.close()
 
 
 @pytest.mark.parametrize(

@@ -121,8 +121,13 @@ def _static_docs() -> list[dict[str, Any]]:
     return list(yaml.safe_load_all((PACKAGING / "kubernetes" / "daemonset.yaml").read_text()))
 
 
-def _by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {d["kind"]: d for d in docs}
+def _hook(doc: dict[str, Any]) -> str:
+    """The Helm hook the object belongs to ("" for the release's own objects)."""
+    return (doc["metadata"].get("annotations") or {}).get("helm.sh/hook", "")
+
+
+def _by_kind(docs: list[dict[str, Any]], hook: str = "") -> dict[str, dict[str, Any]]:
+    return {d["kind"]: d for d in docs if _hook(d) == hook}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -261,6 +266,21 @@ def test_chart_mounts_a_kubelet_configuration_given_elsewhere() -> None:
     assert volume["hostPath"] == {"path": path, "type": "File"}
 
 
+@needs_helm
+def test_chart_reads_the_kubelets_files_in_another_kubelet_directory() -> None:
+    """k0s, MicroK8s and a kubelet started with its own --root-dir keep its files elsewhere."""
+    kubelet_dir = "/var/lib/k0s/kubelet"
+    rendered = render_chart({"kubeletDir": kubelet_dir, "config.kubelet.config": None})
+    pod, config = _pod(rendered), _pod_config(rendered)
+    for path in (config.kubelet.cpu_manager_state, config.kubelet.memory_manager_state,
+                 config.hints.pod_resources.socket):  # fmt: skip
+        assert path.startswith(kubelet_dir + "/") and _host_file(pod, path), path
+    assert not [v for v in pod["volumes"] if v["name"] == "kubelet-config"]
+    # what the configuration names is kept
+    named = render_chart({"kubeletDir": kubelet_dir, "config.kubelet.cpu_manager_state": ""})
+    assert _pod_config(named).kubelet.cpu_manager_state == ""
+
+
 @pytest.mark.parametrize("docs", [_static_docs, render_chart], ids=["daemonset", "chart"])
 def test_updates_start_the_new_pod_before_the_old_one_goes(docs: Callable[[], list]) -> None:
     daemonset = _by_kind(docs())["DaemonSet"]
@@ -287,6 +307,54 @@ def test_chart_and_static_manifest_agree() -> None:
     static_args = static["containers"][0]["args"]
     chart_args = chart["containers"][0]["args"]
     assert set(static_args) <= set(chart_args)
+
+
+# Where runtimes keep their sockets: (NRI directory, NRI socket, CRI directory, CRI socket). The
+# node suite applies each render to a real apiserver (tests/node).
+SOCKET_LAYOUTS = {
+    "containerd": ("/var/run/nri", "nri.sock", "/run/containerd", "containerd.sock"),
+    "cri-o": ("/var/run/nri", "nri.sock", "/var/run/crio", "crio.sock"),
+    "k3s": ("/var/run/nri", "nri.sock", "/run/k3s/containerd", "containerd.sock"),
+    # Both in one directory, spelt with a trailing slash once: one mount all the same.
+    "one directory": ("/run/k3s/containerd", "nri.sock", "/run/k3s/containerd/", "containerd.sock"),
+}
+
+
+def socket_layout_values(layout: str) -> dict[str, Any]:
+    nri_dir, nri_sock, cri_dir, cri_sock = SOCKET_LAYOUTS[layout]
+    return {
+        "nri": {"socketDir": nri_dir, "socketName": nri_sock},
+        "cri": {"socketDir": cri_dir, "socketName": cri_sock},
+    }
+
+
+@needs_helm
+@pytest.mark.parametrize("layout", SOCKET_LAYOUTS)
+def test_chart_mounts_each_socket_layout_once(layout: str) -> None:
+    """Duplicate mountPaths pass the schemas but the API server refuses the DaemonSet."""
+    assert helm is not None
+    chart = helm.Chart.load(CHART)
+    rendered = chart.render(
+        socket_layout_values(layout), name="nri-topology", namespace="kube-system"
+    )
+    docs = [d for name in sorted(rendered) for d in yaml.safe_load_all(rendered[name]) if d]
+    pod = _pod(docs)
+    container = pod["containers"][0]
+    paths = [m["mountPath"].rstrip("/") for m in container["volumeMounts"]]
+    assert len(paths) == len(set(paths)), paths
+    host = {v["name"]: v.get("hostPath", {}).get("path", "").rstrip("/") for v in pod["volumes"]}
+    assert len(pod["volumes"]) == len({v["name"] for v in pod["volumes"]})
+    for flag in ("--socket=", "--cri-socket="):
+        (arg,) = [a for a in container["args"] if a.startswith(flag)]
+        socket_dir = os.path.dirname(os.path.normpath(arg.removeprefix(flag)))
+        mounts = container["volumeMounts"]
+        (mount,) = [m for m in mounts if m["mountPath"].rstrip("/") == socket_dir]
+        assert host[mount["name"]] == socket_dir
+        # chosen: the runtime's later mounts stay out (the template says why)
+        assert mount["mountPropagation"] == "None"
+        assert not mount.get("readOnly")
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[0], strict=True)
 
 
 def test_chart_values_flow_into_the_pod() -> None:
@@ -520,3 +588,29 @@ def test_the_pod_may_publish_node_resource_topology(docs: Callable[[], list]) ->
     assert {"create", "patch"} <= rules[("topology.node.k8s.io", "noderesourcetopologies")]
     (env,) = pod["containers"][0]["env"]
     assert env == {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}}
+
+
+@needs_helm
+def test_uninstall_hook_stops_the_plugins_then_removes_their_objects() -> None:
+    """The pre-delete hook runs the image's `uninstall` for this release's DaemonSet, with its
+    own account: allowed that DaemonSet and the NodeResourceTopology objects, nothing more."""
+    docs = render_chart()
+    hook = _by_kind(docs, "pre-delete")
+    assert set(hook) == {
+        "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", "Job"
+    }  # fmt: skip
+    weights = {k: int(d["metadata"]["annotations"]["helm.sh/hook-weight"]) for k, d in hook.items()}
+    assert all(weights[k] < weights["Job"] for k in weights if k != "Job")  # account first
+    pod = hook["Job"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == hook["ServiceAccount"]["metadata"]["name"]
+    (container,) = pod["containers"]
+    assert container["image"] == _pod(docs)["containers"][0]["image"]
+    assert container["args"][:2] == ["uninstall", "--daemonset=kube-system/nri-topology"]
+    assert build_parser().parse_args(container["args"]).timeout > 60
+    (ds_rule, pod_rule) = hook["Role"]["rules"]
+    assert ds_rule["resourceNames"] == [_by_kind(docs)["DaemonSet"]["metadata"]["name"]]
+    assert set(ds_rule["verbs"]) == {"get", "delete"} and pod_rule["verbs"] == ["list"]
+    (nrt_rule,) = hook["ClusterRole"]["rules"]
+    assert set(nrt_rule["verbs"]) == {"list", "delete"}
+    template = hook["Job"]["spec"]["template"]["metadata"]
+    assert template["annotations"]["tolerate-missing-plugins.nri.io"] == "true"

@@ -71,6 +71,7 @@ def values_schema() -> dict[str, Any]:
                     ("socketDir", "socketName"),
                 ),
                 "stateDir": _ABSOLUTE_PATH,
+                "kubeletDir": _ABSOLUTE_PATH,
                 # passed as --log-format and --log-level, whose spellings are exact
                 "logFormat": {"enum": [f.value for f in LogFormat]},
                 "logLevel": {"enum": list(LEVELS)},

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import http.client
 import json
 import os
 import re
@@ -36,6 +35,7 @@ from nri_topology.nri.versions import parse_version
 from nri_topology.policy.types import QoS
 from nri_topology.testing import ociimage
 from nri_topology.topology.cpuset import parse as parse_cpus
+from tests import sockets
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -647,13 +647,7 @@ class Run:
             self.plugin = None
 
     def plugin_http(self, path: str) -> tuple[int, str]:
-        conn = http.client.HTTPConnection("127.0.0.1", self.plugin_port, timeout=5)
-        try:
-            conn.request("GET", path)
-            resp = conn.getresponse()
-            return resp.status, resp.read().decode()
-        finally:
-            conn.close()
+        return sockets.http_get("127.0.0.1", self.plugin_port, path)
 
     def wait_plugin_ready(self, timeout: float = 30) -> None:
         def ready() -> bool:
