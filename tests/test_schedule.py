@@ -468,6 +468,23 @@ def test_a_stale_growth_write_landing_after_the_next_grant_is_followed_by_the_la
     assert not s.writes_due("h")
 
 
+def test_a_grant_waits_for_a_re_pin_in_flight_that_would_put_its_cpu_back() -> None:
+    """Written off CPU 3, then a release sent to the runtime (still short of CPU 0, so due at
+    once): while that batch flies, CPU 3 is granted again. The cgroup does not hold it, but the
+    runtime may apply the batch at any moment: the window waits for it, and for the write of
+    the latest placement behind it."""
+    s = held(1, cpus(0, 1, 2, 3))
+    s.change([Update("c0", Placement(frozenset({1, 2}), None))], 0.0)  # 0 and 3 granted
+    s.written(s.to_write(), (), 0.0)
+    s.change([Update("c0", Placement(frozenset({1, 2, 3}), None))], 0.0)  # 3 released
+    assert s.next_batch(0.0) == {"c0": Placement(frozenset({1, 2, 3}), None)}
+    s.change([Update("c0", Placement(frozenset({1, 2}), None))], 0.001)  # 3 granted again
+    assert s.grant("h", frozenset({3}), 0.001) is None
+    assert s.done(0.01).closed == ()  # the runtime put 3 back
+    assert s.to_write() == {"c0": Placement(frozenset({1, 2}), None)}
+    assert s.written({"c0": Placement(frozenset({1, 2}), None)}, (), 0.02) == (Closed("h", 0.0),)
+
+
 def test_a_write_landing_after_a_reply_placed_the_container_anew_is_written_back() -> None:
     s = held(1, cpus(0, 1, 2))
     s.change([Update("c0", cpus(0, 1))], 0.0)

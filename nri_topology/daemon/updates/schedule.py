@@ -179,7 +179,7 @@ class Schedule:
         waiting = {
             cid
             for cid in (*self._pending, *self._in_flight, *self._writing)
-            if cid != owner and _may_hold(self._runs_on(cid), cpus)
+            if cid != owner and self._may_run_on(cid, cpus)
         }
         if not waiting:
             return Closed(owner, 0.0) if cpus else None
@@ -382,6 +382,14 @@ class Schedule:
         self._ready_at = now
 
     # --- internals ---------------------------------------------------------------------------
+
+    def _may_run_on(self, cid: str, cpus: frozenset[int]) -> bool:
+        """Whether the container runs, or may soon, on some of `cpus`: by what its cgroup holds,
+        or by a re-pin in flight, which the runtime may apply at any moment."""
+        flying = self._in_flight.get(cid)
+        return _may_hold(self._runs_on(cid), cpus) or (
+            flying is not None and _may_hold(flying.placement, cpus)
+        )
 
     def _runs_on(self, cid: str) -> Placement | None:
         """What the container's cgroup holds: written by us, else as the runtime applied it;
