@@ -269,14 +269,18 @@ def test_our_plugin_under_the_go_adaptation(tmp_path: Path) -> None:
 
 @needs_go
 def test_go_pin_sends_what_ours_sent(tmp_path: Path) -> None:
-    """Replayed, ours' replies reach the runtime side as they did from ours."""
+    """Replayed, ours' replies reach the runtime side as they did from ours. The Guaranteed
+    probe's CPUs are given back at its stop (no hold for a next attempt, which would keep them
+    until its removal and send the re-pins on the next reply), so its stop reply carries them."""
     tools = go_side.build()
     sysfs = sysfs_root("4-socket", tmp_path)
     probes, fill = tmp_path / "probes.bin", tmp_path / "fill.bin"
     go_side.write_requests(probes, [nri_pair(n, s) for n, s in go_side.PROBES.items()])
     go_side.write_requests(fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(60)])
+    config = tmp_path / "config.yaml"
+    config.write_text("restarts:\n  hold_seconds: 0\n")
     ours, replayed = tmp_path / "ours.json", tmp_path / "go-pin.json"
-    go_side.run_once("ours", tools, sysfs, fill, probes, 3, record=ours)
+    go_side.run_once("ours", tools, sysfs, fill, probes, 3, record=ours, config=config)
     go_side.run_once("go-pin", tools, sysfs, fill, probes, 3, replies=ours, record=replayed)
     recorded = json.loads(ours.read_text())
     assert json.loads(replayed.read_text()) == recorded

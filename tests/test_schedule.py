@@ -273,6 +273,19 @@ def test_a_shrink_is_written_at_once_and_closes_the_window_before_any_batch() ->
     assert s.open_windows() == 0
 
 
+def test_a_grant_without_exclusive_cpus_opens_no_window_while_a_write_is_on_its_way() -> None:
+    """A container being written may hold any CPU: it may hold none of a grant with none."""
+    s = held(3, cpus(0, 1, 2, 3))
+    s.holds("g", cpus(3))
+    s.change([Update(f"c{i}", cpus(0, 1, 2)) for i in range(3)], 0.0)
+    s.grant("g", frozenset({3}), 0.0)
+    s.to_write()
+    s.holds("be", cpus(0, 1, 2))
+    assert s.grant("be", frozenset(), 0.001) is None
+    assert s.open_windows() == 1
+    assert s.written({f"c{i}": cpus(0, 1, 2) for i in range(3)}, (), 0.004) == (Closed("g", 0.0),)
+
+
 def test_growth_is_written_at_once_and_reaches_the_runtime_after_the_delay() -> None:
     s = held(1, cpus(0, 1))
     s.change([Update("c0", cpus(0, 1, 2))], 0.0)

@@ -48,6 +48,7 @@ type runtime struct {
 	mu         sync.Mutex
 	pods       map[string]*api.PodSandbox
 	containers map[string]*api.Container
+	lastUpdate time.Time // when the plugin's last updates apart from a reply came
 }
 
 // apply merges updates into the containers they name; unknown ids are skipped, as containerd
@@ -72,6 +73,22 @@ func resources(c *api.Container) *api.LinuxResources {
 		c.Linux.Resources = &api.LinuxResources{}
 	}
 	return c.Linux.Resources
+}
+
+// settle waits until no updates apart from a reply came for `quiet` (at most `limit`); how
+// long it waited.
+func (r *runtime) settle(quiet, limit time.Duration) time.Duration {
+	started := time.Now()
+	for time.Since(started) < limit {
+		r.mu.Lock()
+		since := time.Since(r.lastUpdate)
+		r.mu.Unlock()
+		if since >= quiet {
+			break
+		}
+		time.Sleep(quiet - since)
+	}
+	return time.Since(started)
 }
 
 func (r *runtime) snapshot() ([]*api.PodSandbox, []*api.Container) {
@@ -135,9 +152,11 @@ type collected struct {
 	CPUms   float64 `json:"cpu_ms"` // CPU the collection took from the program (not idle time)
 }
 
-// restarted is a plugin restart with the fill running: process start to synchronized, and how
-// many containers the updates of its Synchronize reply touched.
+// restarted is a plugin restart with the fill running: how long the fill's re-pins sent after
+// the replies took to arrive (the restart waits for them), process start to synchronized, and
+// how many containers the updates of its Synchronize reply touched.
 type restarted struct {
+	SettledMs     float64 `json:"settled_ms"`
 	SynchronizeMs float64 `json:"synchronize_ms"`
 	Moved         int     `json:"moved"`
 }
@@ -291,6 +310,9 @@ func run() error {
 	}
 	updateFn := func(_ context.Context, u []*api.ContainerUpdate) ([]*api.ContainerUpdate, error) {
 		rt.apply(u)
+		rt.mu.Lock()
+		rt.lastUpdate = time.Now()
+		rt.mu.Unlock()
 		return nil, nil // none failed
 	}
 	dir := filepath.Dir(*socket)
@@ -340,12 +362,15 @@ func run() error {
 	}
 	rep.FillMs = ms(time.Since(fillStart))
 	if *restart {
+		// Re-pins still on their way when the plugin stops are lost with it and come in its
+		// Synchronize reply instead, which would count them as moved by the restart.
+		settled := rt.settle(time.Second, 120*time.Second)
 		p.stop()
 		took, moved, err := p.start(synced)
 		if err != nil {
 			return fmt.Errorf("restarting the plugin: %w", err)
 		}
-		rep.Restart = &restarted{SynchronizeMs: ms(took), Moved: moved}
+		rep.Restart = &restarted{SettledMs: ms(settled), SynchronizeMs: ms(took), Moved: moved}
 	}
 	for _, req := range probes {
 		if err := rt.runPod(ctx, nri, req.Pod); err != nil {

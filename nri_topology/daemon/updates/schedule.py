@@ -175,14 +175,17 @@ class Schedule:
             self._pending[cid] = _Pending(placement, due)
 
     def grant(self, owner: str, cpus: frozenset[int], now: float) -> Closed | None:
-        """`owner` got `cpus` for itself: open its window; closed at once when nobody waits."""
+        """`owner` got `cpus` for itself: open its window; closed at once when nobody waits.
+        None got, no window: a container being written may hold any CPU, but none of none."""
+        if not cpus:
+            return None
         waiting = {
             cid
             for cid in (*self._pending, *self._in_flight, *self._writing)
             if cid != owner and self._may_run_on(cid, cpus)
         }
         if not waiting:
-            return Closed(owner, 0.0) if cpus else None
+            return Closed(owner, 0.0)
         self._windows[owner] = _Window(cpus, waiting)
         return None
 
