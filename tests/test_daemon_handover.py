@@ -222,7 +222,7 @@ async def _readyz_until(daemon: Daemon, done: Callable[[int, str], bool]) -> tup
     status, body = 0, ""
     for _ in range(200):
         await asyncio.sleep(0.02)
-        if daemon.status is None:  # not listening yet
+        if daemon.status is None or not daemon.status.listening:  # not listening yet
             continue
         status, body = await _http(daemon.status.port, "/readyz")
         if done(status, body):

@@ -52,6 +52,10 @@ class StatusServer:
         self._server: asyncio.Server | None = None
 
     @property
+    def listening(self) -> bool:
+        return self._server is not None
+
+    @property
     def port(self) -> int:
         """The bound port (useful when constructed with port 0)."""
         if self._server is None:
