@@ -66,6 +66,8 @@ class Node:
     def __init__(self) -> None:
         self.cri = Cri(Path("/run/containerd/containerd.sock"))
         self.containers: dict[str, str] = {}  # name -> id
+        self.pods: dict[str, str] = {}  # name -> sandbox id
+        self.guaranteed: set[str] = set()
 
     def run_pod(
         self,
@@ -74,7 +76,9 @@ class Node:
         cpu_milli: int = 0,
         memory: int = 64 << 20,
         hugepages: dict[int, int] | None = None,
+        handler: str = "",
     ) -> str:
+        """A pod of one container, started; `handler` the runtime handler (containerd.toml)."""
         qos = qos_named(qos_name)
         uid = str(uuid.uuid4())
         parent = pod_slice(qos, uid)
@@ -91,7 +95,7 @@ class Node:
             ),
         )
         pod = self.cri.runtime(
-            "RunPodSandbox", cri.RunPodSandboxRequest(config=config), 300
+            "RunPodSandbox", cri.RunPodSandboxRequest(config=config, runtime_handler=handler), 300
         ).pod_sandbox_id
         ccfg = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name="c0"),
@@ -113,7 +117,35 @@ class Node:
         ).container_id
         self.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=cid), 300)
         self.containers[name] = cid
+        self.pods[name] = pod
+        if qos is QoS.GUARANTEED:
+            self.guaranteed.add(name)
         return cid
+
+    def fill(self, prefix: str, handler: str = "") -> None:
+        """BestEffort pods `prefix`N until every NUMA node's CPUs hold a Guaranteed container or
+        one of these (any container, without a handler): a Guaranteed pod then takes its CPU
+        from some of them."""
+
+        def counted(name: str) -> bool:
+            return not handler or name.startswith(prefix) or name in self.guaranteed
+
+        n = 0
+        while n < 4 and any(
+            not any(cpus & c for name, (cpus, _) in self.snapshot().items() if counted(name))
+            for c in numa_cpus()
+        ):
+            self.run_pod(f"{prefix}{n}", "besteffort", handler=handler)
+            n += 1
+
+    def remove_pod(self, name: str) -> None:
+        """Stop and remove a pod, as the kubelet does when it is deleted."""
+        cid, pod = self.containers.pop(name), self.pods.pop(name)
+        self.guaranteed.discard(name)
+        self.cri.runtime("StopContainer", cri.StopContainerRequest(container_id=cid), 300)
+        self.cri.runtime("RemoveContainer", cri.RemoveContainerRequest(container_id=cid), 300)
+        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod), 300)
+        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod), 300)
 
     def pid(self, cid: str) -> int:
         resp = self.cri.runtime(
@@ -121,13 +153,19 @@ class Node:
         )
         return int(json.loads(resp.info["info"])["pid"])
 
-    def scope(self, cid: str) -> Path:
-        """The container's cgroup (v2), from its process."""
+    def cgroup(self, cid: str) -> Path:
+        """The cgroup (v2) of the container's process: its scope, or a child of it (crun's
+        `container`)."""
         line = Path(f"/proc/{self.pid(cid)}/cgroup").read_text().splitlines()[0]
         return CGROUP / line.split(":", 2)[2].lstrip("/")
 
+    def scope(self, cid: str) -> Path:
+        """The container's systemd scope: where the runtime and the plugin write."""
+        d = self.cgroup(cid)
+        return d if d.name.endswith(".scope") else d.parent
+
     def effective(self, cid: str) -> tuple[set[int], set[int]]:
-        d = self.scope(cid)
+        d = self.cgroup(cid)
         return (
             parse_cpus((d / "cpuset.cpus.effective").read_text()),
             parse_cpus((d / "cpuset.mems.effective").read_text()),
@@ -199,6 +237,14 @@ def plugin_ready() -> bool:
     return proc.returncode == 0
 
 
+def restart_plugin() -> None:
+    """`systemctl restart nri-topology`, until it has synchronized again and is ready."""
+    synced = journal_count("synchronized with the runtime")
+    sh("systemctl", "restart", "nri-topology")
+    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
+    wait_for("plugin ready", plugin_ready, 120)
+
+
 def journal_count(text: str) -> int:
     out = sh("journalctl", "-u", "nri-topology", "-o", "cat", "--no-pager")
     return sum(text in line for line in out.splitlines())
@@ -238,13 +284,7 @@ def numa_cpus() -> list[set[int]]:
 def check_placement(node: Node) -> str:
     node.run_pod("be", "besteffort")
     node.run_pod("bu", "burstable", 200)
-    # shared containers on every NUMA node, so that the Guaranteed pod takes its CPU from some
-    fill = 0
-    while fill < 4 and any(
-        not any(cpus & n for cpus, _ in node.snapshot().values()) for n in numa_cpus()
-    ):
-        node.run_pod(f"fill{fill}", "besteffort")
-        fill += 1
+    node.fill("fill")
     node.agree("shared containers placed")
     before = node.snapshot()
     node.run_pod("g", "guaranteed", 1000, GIB // 4)
@@ -286,10 +326,7 @@ def check_drift(node: Node) -> str:
 
 def check_plugin_restart(node: Node) -> str:
     before = node.snapshot()
-    synced = journal_count("synchronized with the runtime")
-    sh("systemctl", "restart", "nri-topology")
-    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
-    wait_for("plugin ready", plugin_ready, 120)
+    restart_plugin()
     assert node.snapshot() == before
     assert not node.mismatches(), node.mismatches()
     return "placements unchanged after systemctl restart nri-topology"
@@ -319,10 +356,7 @@ def check_hugepages(node: Node) -> str:
     knob.write_text(f"{count}\n")
     held = int(knob.read_text())
     assert held == count, f"the kernel gave {held} of {count} pages on node 1"
-    synced = journal_count("synchronized with the runtime")
-    sh("systemctl", "restart", "nri-topology")  # it reads the nodes' pages at start
-    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
-    wait_for("plugin ready", plugin_ready, 120)
+    restart_plugin()  # it reads the nodes' pages at start
     limit = count * size_kb * 1024
     cid = node.run_pod("hp", "guaranteed", 1000, GIB // 8, hugepages={size_kb: limit})
     _, mems = node.effective(cid)
@@ -349,7 +383,61 @@ def check_hugepages(node: Node) -> str:
         assert shown == str(limit), f"hugetlb.2MB.max {shown}, limit {limit}"
     else:
         shown = "absent (no hugetlb controller in the container's cgroup)"
+    node.remove_pod("hp")  # its CPU back to the shared pool, for the grants that follow
     return f"memory nodes {sorted(mems)}, booked {c['hugepages']}, hugetlb.2MB.max {shown}"
+
+
+def explained_window(name: str) -> float:
+    """The exclusivity window `explain` gives for the pod's container, once it closed."""
+    url = f"http://127.0.0.1:8967/explain?container=vm/{name}/c0&format=json"
+
+    def window() -> float | None:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            (c,) = json.load(r)["containers"]
+        return (c["decision"] or {}).get("exclusive_window_seconds")
+
+    wait_for(f"{name}'s window closed", lambda: window() is not None, 60)
+    return window()
+
+
+def check_crun(node: Node) -> str:
+    """Debian's crun as the runtime (systemd driver, cgroup v2): shared containers re-pinned
+    by a Guaranteed pod's grant, as the plugin's writes and the runtime's record land."""
+    node.fill("crun", handler="crun")
+    shared = sorted(n for n in node.containers if n.startswith("crun"))
+    node.agree("crun's containers placed", 120)
+    before = {n: node.effective(node.containers[n])[0] for n in shared}
+    layout = {
+        n: str(node.cgroup(node.containers[n]).relative_to(node.scope(node.containers[n])))
+        for n in shared
+    }
+    outcomes = ("written", "busy", "refused", "gone", "outside")
+    counts = {o: metric("nri_topology_cgroup_writes_total", outcome=o) for o in outcomes}
+    cid = node.run_pod("crun-g", "guaranteed", 1000, GIB // 8, handler="crun")
+    try:
+        cpus = node.effective(cid)[0]
+        holders = sorted(n for n, held in before.items() if held & cpus)
+        at_start = [n for n in holders if node.effective(node.containers[n])[0] & cpus]
+        assert holders, f"no crun container held CPU {sorted(cpus)}: {before}"
+        node.agree("crun's containers re-pinned, systemd agrees", 120)
+        window = explained_window("crun-g")
+        assert not at_start or window > 0, f"window {window} s, yet {at_start} on {cpus} at start"
+        delta = {o: metric("nri_topology_cgroup_writes_total", outcome=o) - counts[o]
+                 for o in outcomes}  # fmt: skip
+        # written: the window may be 0; refused (busy, ...): it stays open until the runtime's
+        # re-pin, so it cannot be
+        assert delta["written"] >= len(holders) or window > 0, f"{delta}, window {window} s"
+        return json.dumps({
+            "crun": sh("crun", "--version").splitlines()[0],
+            "process_cgroup_under_scope": layout,
+            "cpu": sorted(cpus),
+            "holders": holders,
+            "on_cpu_at_start": at_start,
+            "writes": delta,
+            "window_s": window,
+        })  # fmt: skip
+    finally:
+        node.remove_pod("crun-g")
 
 
 def main(out: Path) -> int:
@@ -372,6 +460,7 @@ def main(out: Path) -> int:
     record("plugin_restart", lambda: check_plugin_restart(node))
     record("runtime_restart", lambda: check_runtime_restart(node))
     record("hugepages", lambda: check_hugepages(node))
+    record("crun", lambda: check_crun(node))
     return 0
 
 
