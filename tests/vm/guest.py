@@ -387,6 +387,24 @@ def check_hugepages(node: Node) -> str:
     return f"memory nodes {sorted(mems)}, booked {c['hugepages']}, hugetlb.2MB.max {shown}"
 
 
+# The runtime's record of a written re-pin lags updates.grow_delay_seconds (at most 10 s), as on
+# a busy node: systemd's view of the scope (AllowedCPUs) is the old placement until then.
+LAG_S = 10
+# A revert is read back every Pacing.recheck_s (0.5 s) and written again; allowed here: that,
+# the read and the write, with room for software emulation.
+REPAIR_S = 2.0
+
+
+def lag_record() -> None:
+    """Make the runtime's record of written re-pins lag LAG_S (a setting read at start)."""
+    conf = Path("/etc/nri-topology/config.yaml")
+    text = conf.read_text()
+    want = f"  grow_delay_seconds: {LAG_S}\n"
+    if want not in text:
+        conf.write_text(text.replace("  grow_delay_seconds: 0.5\n", want))
+        restart_plugin()
+
+
 def explained_window(name: str) -> float:
     """The exclusivity window `explain` gives for the pod's container, once it closed."""
     url = f"http://127.0.0.1:8967/explain?container=vm/{name}/c0&format=json"
@@ -398,6 +416,94 @@ def explained_window(name: str) -> float:
 
     wait_for(f"{name}'s window closed", lambda: window() is not None, 60)
     return window()
+
+
+def revert_round(node: Node, pod: str, act: Callable[[list[str]], None]) -> dict:
+    """Grant a Guaranteed pod a CPU shared containers hold, then `act` on their scopes while
+    the runtime's record of their re-pins still lags: what their cgroups did over the next
+    seconds, and what the plugin counted and said of the grant's window."""
+    lag_record()
+    node.fill(f"{pod}-be")
+    node.agree("the runtime's record holds every placement", 120)
+    before = node.snapshot()
+    reverts = metric("nri_topology_cgroup_drift_total", check="revert")
+    warned = journal_count("written cgroups were set back")
+    cid = node.run_pod(pod, "guaranteed", 1000, GIB // 8)
+    try:
+        cpus = node.effective(cid)[0]
+        holders = sorted(n for n, (held, _) in before.items() if held & cpus)
+        files = {n: node.cgroup(node.containers[n]) / "cpuset.cpus.effective" for n in holders}
+
+        def on() -> list[str]:
+            return [n for n, f in files.items() if parse_cpus(f.read_text()) & cpus]
+
+        at_start = on()
+        # systemd's view of them is still the old one: what it would re-apply
+        lagging = [n for n in holders if node.systemd_view(node.containers[n])[0] & cpus]
+        assert lagging, (
+            f"no shared container's record still held CPU {sorted(cpus)} after the start "
+            f"(holders {holders}): nothing for systemd to re-apply"
+        )
+        t0 = time.monotonic()
+        act([node.scope(node.containers[n]).name for n in lagging])
+        acted = time.monotonic() - t0
+        seen: list[float] = []  # when, after the action returned, a holder was on the CPU
+        off: list[float] = []  # and when none was
+        t1 = time.monotonic()
+        while (now := time.monotonic() - t1) < 4:
+            (seen if on() else off).append(now)
+            time.sleep(0.02)
+        back = [t for t in off if seen and t > seen[-1]]  # off again after the last time on
+        rose = metric("nri_topology_cgroup_drift_total", check="revert") - reverts
+        window = explained_window(pod)
+        # The window counts from the workload's start to the writes: holders found on the CPU
+        # after StartContainer returned mean it cannot be 0.
+        assert not at_start or window > 0, f"window {window} s, yet {at_start} on {cpus} at start"
+        return {
+            "cpu": sorted(cpus),
+            "holders": lagging,
+            "on_cpu_at_start": at_start,
+            "action_s": round(acted, 2),
+            "seen_on_cpu_after_s": [round(seen[0], 2), round(seen[-1], 2)] if seen else None,
+            "off_again_after_s": round(back[0], 2) if back else None,
+            "off_again": bool(back) or not seen,
+            "drift_revert_rose": rose,
+            "window_s": window,
+            "warnings": journal_count("written cgroups were set back") - warned,
+        }
+    finally:
+        node.remove_pod(pod)
+
+
+def check_set_property(node: Node) -> str:
+    """systemd re-applies a scope's properties, AllowedCPUs included, when one is set: the
+    plugin reads back what it wrote and writes it again."""
+
+    def act(scopes: list[str]) -> None:
+        for scope in scopes:
+            sh("systemctl", "set-property", "--runtime", scope, "CPUWeight=99")
+
+    r = revert_round(node, "sp", act)
+    assert r["seen_on_cpu_after_s"] or r["drift_revert_rose"], (
+        f"systemd did not put a holder back on the CPU after set-property: {r}"
+    )
+    assert r["off_again"] and r["drift_revert_rose"] >= 1, f"the revert was not repaired: {r}"
+    assert not r["seen_on_cpu_after_s"] or r["off_again_after_s"] <= REPAIR_S, r
+    return json.dumps(r)
+
+
+def check_daemon_reload(node: Node) -> str:
+    """`systemctl daemon-reload`: systemd 252 re-applies every unit's properties on it; whether
+    this systemd does is recorded, and a revert, if any, is repaired."""
+    version = sh("systemctl", "--version").split()[1]
+    r = revert_round(node, "dr", lambda _: sh("systemctl", "daemon-reload"))
+    reverted = bool(r["seen_on_cpu_after_s"] or r["drift_revert_rose"])
+    if reverted:
+        assert r["off_again"] and r["drift_revert_rose"] >= 1, f"not repaired: {r}"
+        assert not r["seen_on_cpu_after_s"] or r["off_again_after_s"] <= REPAIR_S, r
+    assert r["off_again"], r
+    said = "re-applied AllowedCPUs, repaired" if reverted else "did not re-apply AllowedCPUs"
+    return f"systemd {version} on daemon-reload {said}: {json.dumps(r)}"
 
 
 def check_crun(node: Node) -> str:
@@ -460,6 +566,8 @@ def main(out: Path) -> int:
     record("plugin_restart", lambda: check_plugin_restart(node))
     record("runtime_restart", lambda: check_runtime_restart(node))
     record("hugepages", lambda: check_hugepages(node))
+    record("set_property", lambda: check_set_property(node))
+    record("daemon_reload", lambda: check_daemon_reload(node))
     record("crun", lambda: check_crun(node))
     return 0
 

@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 HERE = Path(__file__).resolve().parent
 CHECKS = (
     "topology", "placement", "drift", "plugin_restart", "runtime_restart", "hugepages",
-    "crun",
+    "set_property", "daemon_reload", "crun",
 )  # fmt: skip
 GUEST_PYTHON = "3.13"
 BOOT_TIMEOUT = float(os.environ.get("NRI_TOPOLOGY_VM_TIMEOUT", 3600))
