@@ -66,6 +66,8 @@ class Node:
     def __init__(self) -> None:
         self.cri = Cri(Path("/run/containerd/containerd.sock"))
         self.containers: dict[str, str] = {}  # name -> id
+        self.pods: dict[str, str] = {}  # name -> sandbox id
+        self.guaranteed: set[str] = set()
 
     def run_pod(
         self,
@@ -74,7 +76,9 @@ class Node:
         cpu_milli: int = 0,
         memory: int = 64 << 20,
         hugepages: dict[int, int] | None = None,
+        handler: str = "",
     ) -> str:
+        """A pod of one container, started; `handler` the runtime handler (containerd.toml)."""
         qos = qos_named(qos_name)
         uid = str(uuid.uuid4())
         parent = pod_slice(qos, uid)
@@ -91,7 +95,7 @@ class Node:
             ),
         )
         pod = self.cri.runtime(
-            "RunPodSandbox", cri.RunPodSandboxRequest(config=config), 300
+            "RunPodSandbox", cri.RunPodSandboxRequest(config=config, runtime_handler=handler), 300
         ).pod_sandbox_id
         ccfg = cri.ContainerConfig(
             metadata=cri.ContainerMetadata(name="c0"),
@@ -113,7 +117,35 @@ class Node:
         ).container_id
         self.cri.runtime("StartContainer", cri.StartContainerRequest(container_id=cid), 300)
         self.containers[name] = cid
+        self.pods[name] = pod
+        if qos is QoS.GUARANTEED:
+            self.guaranteed.add(name)
         return cid
+
+    def fill(self, prefix: str, handler: str = "") -> None:
+        """BestEffort pods `prefix`N until every NUMA node's CPUs hold a Guaranteed container or
+        one of these (any container, without a handler): a Guaranteed pod then takes its CPU
+        from some of them."""
+
+        def counted(name: str) -> bool:
+            return not handler or name.startswith(prefix) or name in self.guaranteed
+
+        n = 0
+        while n < 4 and any(
+            not any(cpus & c for name, (cpus, _) in self.snapshot().items() if counted(name))
+            for c in numa_cpus()
+        ):
+            self.run_pod(f"{prefix}{n}", "besteffort", handler=handler)
+            n += 1
+
+    def remove_pod(self, name: str) -> None:
+        """Stop and remove a pod, as the kubelet does when it is deleted."""
+        cid, pod = self.containers.pop(name), self.pods.pop(name)
+        self.guaranteed.discard(name)
+        self.cri.runtime("StopContainer", cri.StopContainerRequest(container_id=cid), 300)
+        self.cri.runtime("RemoveContainer", cri.RemoveContainerRequest(container_id=cid), 300)
+        self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod), 300)
+        self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod), 300)
 
     def pid(self, cid: str) -> int:
         resp = self.cri.runtime(
@@ -121,13 +153,19 @@ class Node:
         )
         return int(json.loads(resp.info["info"])["pid"])
 
-    def scope(self, cid: str) -> Path:
-        """The container's cgroup (v2), from its process."""
+    def cgroup(self, cid: str) -> Path:
+        """The cgroup (v2) of the container's process: its scope, or a child of it (crun's
+        `container`)."""
         line = Path(f"/proc/{self.pid(cid)}/cgroup").read_text().splitlines()[0]
         return CGROUP / line.split(":", 2)[2].lstrip("/")
 
+    def scope(self, cid: str) -> Path:
+        """The container's systemd scope: where the runtime and the plugin write."""
+        d = self.cgroup(cid)
+        return d if d.name.endswith(".scope") else d.parent
+
     def effective(self, cid: str) -> tuple[set[int], set[int]]:
-        d = self.scope(cid)
+        d = self.cgroup(cid)
         return (
             parse_cpus((d / "cpuset.cpus.effective").read_text()),
             parse_cpus((d / "cpuset.mems.effective").read_text()),
@@ -199,6 +237,14 @@ def plugin_ready() -> bool:
     return proc.returncode == 0
 
 
+def restart_plugin() -> None:
+    """`systemctl restart nri-topology`, until it has synchronized again and is ready."""
+    synced = journal_count("synchronized with the runtime")
+    sh("systemctl", "restart", "nri-topology")
+    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
+    wait_for("plugin ready", plugin_ready, 120)
+
+
 def journal_count(text: str) -> int:
     out = sh("journalctl", "-u", "nri-topology", "-o", "cat", "--no-pager")
     return sum(text in line for line in out.splitlines())
@@ -238,13 +284,7 @@ def numa_cpus() -> list[set[int]]:
 def check_placement(node: Node) -> str:
     node.run_pod("be", "besteffort")
     node.run_pod("bu", "burstable", 200)
-    # shared containers on every NUMA node, so that the Guaranteed pod takes its CPU from some
-    fill = 0
-    while fill < 4 and any(
-        not any(cpus & n for cpus, _ in node.snapshot().values()) for n in numa_cpus()
-    ):
-        node.run_pod(f"fill{fill}", "besteffort")
-        fill += 1
+    node.fill("fill")
     node.agree("shared containers placed")
     before = node.snapshot()
     node.run_pod("g", "guaranteed", 1000, GIB // 4)
@@ -286,10 +326,7 @@ def check_drift(node: Node) -> str:
 
 def check_plugin_restart(node: Node) -> str:
     before = node.snapshot()
-    synced = journal_count("synchronized with the runtime")
-    sh("systemctl", "restart", "nri-topology")
-    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
-    wait_for("plugin ready", plugin_ready, 120)
+    restart_plugin()
     assert node.snapshot() == before
     assert not node.mismatches(), node.mismatches()
     return "placements unchanged after systemctl restart nri-topology"
@@ -319,10 +356,7 @@ def check_hugepages(node: Node) -> str:
     knob.write_text(f"{count}\n")
     held = int(knob.read_text())
     assert held == count, f"the kernel gave {held} of {count} pages on node 1"
-    synced = journal_count("synchronized with the runtime")
-    sh("systemctl", "restart", "nri-topology")  # it reads the nodes' pages at start
-    wait_for("resynchronized", lambda: journal_count("synchronized with the runtime") > synced, 120)
-    wait_for("plugin ready", plugin_ready, 120)
+    restart_plugin()  # it reads the nodes' pages at start
     limit = count * size_kb * 1024
     cid = node.run_pod("hp", "guaranteed", 1000, GIB // 8, hugepages={size_kb: limit})
     _, mems = node.effective(cid)
@@ -349,7 +383,167 @@ def check_hugepages(node: Node) -> str:
         assert shown == str(limit), f"hugetlb.2MB.max {shown}, limit {limit}"
     else:
         shown = "absent (no hugetlb controller in the container's cgroup)"
+    node.remove_pod("hp")  # its CPU back to the shared pool, for the grants that follow
     return f"memory nodes {sorted(mems)}, booked {c['hugepages']}, hugetlb.2MB.max {shown}"
+
+
+# The runtime's record of a written re-pin lags updates.grow_delay_seconds (at most 10 s), as on
+# a busy node: systemd's view of the scope (AllowedCPUs) is the old placement until then.
+LAG_S = 10
+# A revert is read back every Pacing.recheck_s (0.5 s) and written again; allowed here: that,
+# the read and the write, with room for software emulation.
+REPAIR_S = 2.0
+
+
+def lag_record() -> None:
+    """Make the runtime's record of written re-pins lag LAG_S (a setting read at start)."""
+    conf = Path("/etc/nri-topology/config.yaml")
+    text = conf.read_text()
+    want = f"  grow_delay_seconds: {LAG_S}\n"
+    if want not in text:
+        conf.write_text(text.replace("  grow_delay_seconds: 0.5\n", want))
+        restart_plugin()
+
+
+def explained_window(name: str) -> float:
+    """The exclusivity window `explain` gives for the pod's container, once it closed."""
+    url = f"http://127.0.0.1:8967/explain?container=vm/{name}/c0&format=json"
+
+    def window() -> float | None:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            (c,) = json.load(r)["containers"]
+        return (c["decision"] or {}).get("exclusive_window_seconds")
+
+    wait_for(f"{name}'s window closed", lambda: window() is not None, 60)
+    return window()
+
+
+def revert_round(node: Node, pod: str, act: Callable[[list[str]], None]) -> dict:
+    """Grant a Guaranteed pod a CPU shared containers hold, then `act` on their scopes while
+    the runtime's record of their re-pins still lags: what their cgroups did over the next
+    seconds, and what the plugin counted and said of the grant's window."""
+    lag_record()
+    node.fill(f"{pod}-be")
+    node.agree("the runtime's record holds every placement", 120)
+    before = node.snapshot()
+    reverts = metric("nri_topology_cgroup_drift_total", check="revert")
+    warned = journal_count("written cgroups were set back")
+    cid = node.run_pod(pod, "guaranteed", 1000, GIB // 8)
+    try:
+        cpus = node.effective(cid)[0]
+        holders = sorted(n for n, (held, _) in before.items() if held & cpus)
+        files = {n: node.cgroup(node.containers[n]) / "cpuset.cpus.effective" for n in holders}
+
+        def on() -> list[str]:
+            return [n for n, f in files.items() if parse_cpus(f.read_text()) & cpus]
+
+        at_start = on()
+        # systemd's view of them is still the old one: what it would re-apply
+        lagging = [n for n in holders if node.systemd_view(node.containers[n])[0] & cpus]
+        assert lagging, (
+            f"no shared container's record still held CPU {sorted(cpus)} after the start "
+            f"(holders {holders}): nothing for systemd to re-apply"
+        )
+        t0 = time.monotonic()
+        act([node.scope(node.containers[n]).name for n in lagging])
+        acted = time.monotonic() - t0
+        seen: list[float] = []  # when, after the action returned, a holder was on the CPU
+        off: list[float] = []  # and when none was
+        t1 = time.monotonic()
+        while (now := time.monotonic() - t1) < 4:
+            (seen if on() else off).append(now)
+            time.sleep(0.02)
+        back = [t for t in off if seen and t > seen[-1]]  # off again after the last time on
+        rose = metric("nri_topology_cgroup_drift_total", check="revert") - reverts
+        window = explained_window(pod)
+        # The window counts from the workload's start to the writes: holders found on the CPU
+        # after StartContainer returned mean it cannot be 0.
+        assert not at_start or window > 0, f"window {window} s, yet {at_start} on {cpus} at start"
+        return {
+            "cpu": sorted(cpus),
+            "holders": lagging,
+            "on_cpu_at_start": at_start,
+            "action_s": round(acted, 2),
+            "seen_on_cpu_after_s": [round(seen[0], 2), round(seen[-1], 2)] if seen else None,
+            "off_again_after_s": round(back[0], 2) if back else None,
+            "off_again": bool(back) or not seen,
+            "drift_revert_rose": rose,
+            "window_s": window,
+            "warnings": journal_count("written cgroups were set back") - warned,
+        }
+    finally:
+        node.remove_pod(pod)
+
+
+def check_set_property(node: Node) -> str:
+    """systemd re-applies a scope's properties, AllowedCPUs included, when one is set: the
+    plugin reads back what it wrote and writes it again."""
+
+    def act(scopes: list[str]) -> None:
+        for scope in scopes:
+            sh("systemctl", "set-property", "--runtime", scope, "CPUWeight=99")
+
+    r = revert_round(node, "sp", act)
+    assert r["seen_on_cpu_after_s"] or r["drift_revert_rose"], (
+        f"systemd did not put a holder back on the CPU after set-property: {r}"
+    )
+    assert r["off_again"] and r["drift_revert_rose"] >= 1, f"the revert was not repaired: {r}"
+    assert not r["seen_on_cpu_after_s"] or r["off_again_after_s"] <= REPAIR_S, r
+    return json.dumps(r)
+
+
+def check_daemon_reload(node: Node) -> str:
+    """`systemctl daemon-reload`: systemd 252 re-applies every unit's properties on it; whether
+    this systemd does is recorded, and a revert, if any, is repaired."""
+    version = sh("systemctl", "--version").split()[1]
+    r = revert_round(node, "dr", lambda _: sh("systemctl", "daemon-reload"))
+    reverted = bool(r["seen_on_cpu_after_s"] or r["drift_revert_rose"])
+    if reverted:
+        assert r["off_again"] and r["drift_revert_rose"] >= 1, f"not repaired: {r}"
+        assert not r["seen_on_cpu_after_s"] or r["off_again_after_s"] <= REPAIR_S, r
+    assert r["off_again"], r
+    said = "re-applied AllowedCPUs, repaired" if reverted else "did not re-apply AllowedCPUs"
+    return f"systemd {version} on daemon-reload {said}: {json.dumps(r)}"
+
+
+def check_crun(node: Node) -> str:
+    """Debian's crun as the runtime (systemd driver, cgroup v2): shared containers re-pinned
+    by a Guaranteed pod's grant, as the plugin's writes and the runtime's record land."""
+    node.fill("crun", handler="crun")
+    shared = sorted(n for n in node.containers if n.startswith("crun"))
+    node.agree("crun's containers placed", 120)
+    before = {n: node.effective(node.containers[n])[0] for n in shared}
+    layout = {
+        n: str(node.cgroup(node.containers[n]).relative_to(node.scope(node.containers[n])))
+        for n in shared
+    }
+    outcomes = ("written", "busy", "refused", "gone", "outside")
+    counts = {o: metric("nri_topology_cgroup_writes_total", outcome=o) for o in outcomes}
+    cid = node.run_pod("crun-g", "guaranteed", 1000, GIB // 8, handler="crun")
+    try:
+        cpus = node.effective(cid)[0]
+        holders = sorted(n for n, held in before.items() if held & cpus)
+        at_start = [n for n in holders if node.effective(node.containers[n])[0] & cpus]
+        assert holders, f"no crun container held CPU {sorted(cpus)}: {before}"
+        node.agree("crun's containers re-pinned, systemd agrees", 120)
+        window = explained_window("crun-g")
+        assert not at_start or window > 0, f"window {window} s, yet {at_start} on {cpus} at start"
+        delta = {o: metric("nri_topology_cgroup_writes_total", outcome=o) - counts[o]
+                 for o in outcomes}  # fmt: skip
+        # written: the window may be 0; refused (busy, ...): it stays open until the runtime's
+        # re-pin, so it cannot be
+        assert delta["written"] >= len(holders) or window > 0, f"{delta}, window {window} s"
+        return json.dumps({
+            "crun": sh("crun", "--version").splitlines()[0],
+            "process_cgroup_under_scope": layout,
+            "cpu": sorted(cpus),
+            "holders": holders,
+            "on_cpu_at_start": at_start,
+            "writes": delta,
+            "window_s": window,
+        })  # fmt: skip
+    finally:
+        node.remove_pod("crun-g")
 
 
 def main(out: Path) -> int:
@@ -372,6 +566,9 @@ def main(out: Path) -> int:
     record("plugin_restart", lambda: check_plugin_restart(node))
     record("runtime_restart", lambda: check_runtime_restart(node))
     record("hugepages", lambda: check_hugepages(node))
+    record("set_property", lambda: check_set_property(node))
+    record("daemon_reload", lambda: check_daemon_reload(node))
+    record("crun", lambda: check_crun(node))
     return 0
 
 

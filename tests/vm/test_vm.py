@@ -3,10 +3,11 @@
 image.sh builds (or finds cached) the guest from Debian's packages; the host adds a 9p share with
 the repository, a wheelhouse for the guest's Python (the guest reaches no package index) with the
 project's wheel, and the test image. In the guest, run.sh installs the plugin as the shipped
-systemd unit (docs/operations.md), starts containerd with the systemd cgroup driver and runs
-guest.py, whose checks each become one test here. The machine: 2 sockets x 2 cores, one CPU per
-NUMA node (0-3) and node 4 memory-only, with SLIT distances and HMAT latencies and bandwidths.
-Timings in the guest mean nothing under software emulation; only results count.
+systemd unit (docs/operations.md), starts containerd with the systemd cgroup driver (runc, and
+crun as a second runtime handler) and runs guest.py, whose checks each become one test here.
+The machine: 2 sockets x 2 cores, one CPU per NUMA node (0-3) and node 4 memory-only, with SLIT
+distances and HMAT latencies and bandwidths. Timings in the guest mean nothing under software
+emulation; only results count.
 """
 
 from __future__ import annotations
@@ -30,7 +31,10 @@ from tests.e2e.harness import IMAGE, REPO, SLEEP
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 
 HERE = Path(__file__).resolve().parent
-CHECKS = ("topology", "placement", "drift", "plugin_restart", "runtime_restart", "hugepages")
+CHECKS = (
+    "topology", "placement", "drift", "plugin_restart", "runtime_restart", "hugepages",
+    "set_property", "daemon_reload", "crun",
+)  # fmt: skip
 GUEST_PYTHON = "3.13"
 BOOT_TIMEOUT = float(os.environ.get("NRI_TOPOLOGY_VM_TIMEOUT", 3600))
 CPU_NODES, MEMORY_ONLY, NODE_MIB = 4, 4, 512
