@@ -99,6 +99,20 @@ def test_quantity_reservation_is_exact_to_the_milli_cpu() -> None:
     assert "reserved capacity exhausted" in d.reason
 
 
+def test_a_fraction_may_reserve_the_last_available_cpu_its_rest_stays_shared() -> None:
+    """The kubelet's static CPU manager pins the other CPUs of a small node: 750m reserved of
+    the one CPU left takes that CPU, and its other 250m stay shared capacity (a whole CPU
+    there would leave none, and is refused)."""
+    m = machines.load("desktop")
+    left = CpuAmount(cpus=frozenset({0}))
+    e = Engine(m, Options(available_resources=left, reserved_resources=CpuAmount(milli=750)))
+    assert e.reserved_cpus == {0} and e.capacity(0) == 250
+    d = e.place(req("be", CpuKind.SHARED, shared=0))
+    assert d.kind is CpuKind.SHARED and d.placement.cpus == {0}
+    with pytest.raises(PolicyError, match="needs 1 CPUs but only 1"):
+        Engine(m, Options(available_resources=left, reserved_resources=CpuAmount(milli=1000)))
+
+
 def test_reserved_cpu_list_leaves_shared_sets_and_is_never_sliced() -> None:
     m = machines.load("desktop")
     p = Policy(m, Options(reserved_resources=CpuAmount(cpus=frozenset({0, 10}))))

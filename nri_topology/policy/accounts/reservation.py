@@ -83,7 +83,8 @@ def reserve(
         return Reservation(frozenset(), frozenset(), 0, 0)
     count = -(-milli // 1000)
     pool = allowed - isolated
-    if count >= len(pool):
+    # a fraction leaves the rest of its last CPU shared: it may take the last one there is
+    if count > len(pool) or (count == len(pool) and milli % 1000 == 0):
         raise PolicyError(
             f"reserved_resources: {milli}m needs {count} CPUs but only {len(pool)} "
             "non-isolated CPUs are available"
