@@ -136,6 +136,7 @@ def make_share(share: Path) -> None:
         shutil.copytree(REPO / part, repo / part, ignore=shutil.ignore_patterns("__pycache__"))
     (repo / "tests/e2e").mkdir(parents=True)
     shutil.copyfile(REPO / "tests/e2e/harness.py", repo / "tests/e2e/harness.py")
+    shutil.copyfile(REPO / "tests/sockets.py", repo / "tests/sockets.py")  # the harness's
     shutil.copyfile(HERE / "run.sh", share / "run.sh")
     layer = ociimage.layer(ociimage.busybox_entries(Path("/bin/busybox")))
     (share / "busybox.tar").write_bytes(ociimage.image_archive(IMAGE, [layer], cmd=SLEEP))
