@@ -6,7 +6,7 @@ serialized; a refusal fails the event with the policy's message and changes noth
 (`admission`); other containers' re-pins go to the update path (`updates`), which writes them
 into their cgroups and sends them to the runtime after the reply, or hands them back for it,
 and never holds up a reply beyond a granted container's own start; placements that end without
-a decision (stopped, removed, left by a pod, a hold or a cold start over) are `releases`'; the
+a decision (stopped, removed, left by a pod, a hold or a cold start over) are `lifecycle`'s; the
 state is checkpointed off the request path (`persistence`), and a crash loses no placement
 because Synchronize reports every container's cpuset; decided == applied is checked in the
 cgroups after a start and periodically (`verify`); decisions are kept for `explain`.
@@ -198,7 +198,7 @@ class TopologyPlugin(Plugin):
     def _event(self, name: str) -> None:
         """A runtime event for a pod: counted, and the runtime's record re-pins give way to it."""
         self.metrics.request(name)
-        self.updates.event(_clock())
+        self.updates.event()
 
     async def configure(self, req: api_pb2.ConfigureRequest) -> int | None:
         self.metrics.request("Configure")
@@ -359,7 +359,7 @@ class TopologyPlugin(Plugin):
         self.metrics.request("UpdateContainer")
         if self.updates.transports.relayed(ctr.id) and _cpusets_only(resources):
             return self._own_repin(ctr.id)
-        self.updates.event(_clock())
+        self.updates.event()
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         if self.kubelet_refresh is not None and info.resources.cpuset_cpus:  # the kubelet's?
@@ -498,14 +498,11 @@ class TopologyPlugin(Plugin):
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
-        """Current placements (cpus, mems) of `ids` (all when None), read under the lock."""
-        async with self._lock:
-            return self.policy.placements(ids)
-
     async def _settled_placements(self, ids: Iterable[str] | None) -> dict[str, Placement]:
-        """Placements to check cgroups against: not those whose re-pin is still on its way."""
-        found = await self._placements(ids)
+        """Placements to check cgroups against (read under the lock): not those whose re-pin
+        is still on its way."""
+        async with self._lock:
+            found = self.policy.placements(ids)
         busy = self.updates.schedule.busy
         return {cid: p for cid, p in found.items() if not busy(cid)}
 
@@ -515,8 +512,3 @@ class TopologyPlugin(Plugin):
             await self.verifier.check(ids, why)
         except Exception as exc:  # checking is best effort; the periodic check tries again
             _log.error("cgroup check failed", check=why, error=str(exc))
-
-
-def _clock() -> float:
-    """The update schedule's clock: the event loop's, which its timers run on."""
-    return asyncio.get_running_loop().time()

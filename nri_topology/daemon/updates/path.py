@@ -167,8 +167,9 @@ class UpdatePath:
         self.schedule.reset(held)
         self.transports.riding.clear()
 
-    def event(self, now: float) -> None:
-        self.schedule.event(now)
+    def event(self) -> None:
+        """The runtime handles an event for a pod: the runtime's record re-pins give way."""
+        self.schedule.event(_clock())
 
     def decided(self, decision: Decision) -> tuple[Update, ...]:
         """Hand the decision's re-pins of other containers to the schedule, or, in in-reply
@@ -270,7 +271,7 @@ class UpdatePath:
             _log.error("writing cgroups failed", error=str(exc))
             results = dict.fromkeys(batch, Result(Outcome.REFUSED))
         ok = {cid: batch[cid] for cid, r in results.items() if r.outcome is Outcome.WRITTEN}
-        absent = [cid for cid, r in results.items() if r.outcome is Outcome.GONE]
+        absent = {cid for cid, r in results.items() if r.outcome is Outcome.GONE}
         failed = [cid for cid in batch if cid not in ok and cid not in absent]
         self._closed(self.schedule.written(ok, failed, _clock(), absent=absent))
         outcomes = Counter(r.outcome for r in results.values())
