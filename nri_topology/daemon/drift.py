@@ -8,8 +8,10 @@ trustworthy view of what a container runs on is its cgroup.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
+from nri_topology.policy.types import Placement
 from nri_topology.topology import cpuset
 
 
@@ -46,6 +48,17 @@ def compare(
     if cpu is None and mem is None:
         return None
     return Drift(container_id, cpu, mem)
+
+
+def drifted(wanted: Mapping[str, Placement], applied: Mapping[str, Applied]) -> list[Drift]:
+    """The containers whose cgroup (as read: `applied`) differs from their placement (those
+    with none in `wanted` are not judged)."""
+    found = (
+        compare(c, wanted[c].cpus, wanted[c].mems, seen)
+        for c, seen in applied.items()
+        if c in wanted
+    )
+    return [d for d in found if d is not None]
 
 
 def parse_list(text: str) -> frozenset[int] | None:

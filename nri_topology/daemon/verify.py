@@ -23,7 +23,7 @@ from pathlib import Path
 import structlog
 
 from nri_topology.daemon.cgroupfs import CgroupFS, Outcome, Result
-from nri_topology.daemon.drift import Applied, Drift, compare
+from nri_topology.daemon.drift import Applied, Drift, drifted
 from nri_topology.policy.types import Placement, Update
 from nri_topology.topology import cpuset
 
@@ -80,7 +80,7 @@ class Verifier:
     async def check(self, ids: Iterable[str] | None, why: str) -> list[Drift]:
         """Compare and repair; returns the drifts repaired."""
         wanted = await self._expected(None if ids is None else list(ids))
-        drifts = _drifts(wanted, await self.read(wanted))
+        drifts = drifted(wanted, await self.read(wanted))
         if not drifts:
             return []
         # The runtime applies the updates of a reply after the reply: give a change made just
@@ -92,7 +92,7 @@ class Verifier:
             for d in drifts
             if now.get(d.container_id) == wanted[d.container_id]
         }
-        drifts = _drifts(unchanged, await self.read(unchanged))
+        drifts = drifted(unchanged, await self.read(unchanged))
         updates = []
         for d in drifts:
             self._on_drift(why)
@@ -191,9 +191,3 @@ def _fields(d: Drift) -> dict[str, str]:
     if d.mems is not None:
         out["decided_mems"], out["applied_mems"] = (cpuset.format(s) for s in d.mems)
     return out
-
-
-def _drifts(wanted: Mapping[str, Placement], applied: Mapping[str, Applied]) -> list[Drift]:
-    """The containers whose cgroup (read) differs from their placement."""
-    found = (compare(c, wanted[c].cpus, wanted[c].mems, seen) for c, seen in applied.items())
-    return [d for d in found if d is not None]

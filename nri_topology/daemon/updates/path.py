@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from nri_topology.daemon.cgroupfs import Outcome, Result
-from nri_topology.daemon.drift import compare
+from nri_topology.daemon.drift import compare, drifted
 from nri_topology.daemon.metrics import Metrics
 from nri_topology.daemon.updates.schedule import PACED, Closed, Pacing, Schedule
 from nri_topology.daemon.updates.transport import Transports
@@ -299,12 +299,8 @@ class UpdatePath:
                 return
             seen = await self.cgroups.read(written, self._writer())
             now = sched.unrecorded()  # what changed while reading is not judged
-            reverted = [
-                cid
-                for cid, applied in seen.items()
-                if now.get(cid) == written[cid]
-                and compare(cid, written[cid].cpus, written[cid].mems, applied) is not None
-            ]
+            kept = {cid: p for cid, p in written.items() if now.get(cid) == p}
+            reverted = [d.container_id for d in drifted(kept, seen)]
             if reverted:
                 self.metrics.cgroup_drift.labels("revert").inc(len(reverted))
                 _log.warning(
