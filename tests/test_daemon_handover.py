@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from nri_topology.daemon import service
+from nri_topology.daemon import takeover
 from nri_topology.daemon.lock import InstanceLock
 from nri_topology.daemon.service import Daemon
 from nri_topology.daemon.settings import Overrides
@@ -89,7 +89,7 @@ async def test_a_second_instance_stands_by_then_adopts_everything_unmoved(
     cpusets = {cid: c.linux.resources.cpu.cpus for cid, c in peer.containers.items()}
 
     second, log = _daemon(tmp_path, sock)  # the new pod of a surge update: no exit 2
-    assert second.standby is not None and f"pid {os.getpid()}" in second.standby
+    assert second.standby is not None and f"pid {os.getpid()}" in second.standby.holder
     new = asyncio.get_running_loop().create_task(second.serve())
     await asyncio.sleep(0.3)
     assert second.status is not None
@@ -252,7 +252,7 @@ async def test_a_standby_that_could_not_take_over_is_not_ready_and_says_why(
     """The old instance holds the state file; the new one finds something it would need broken:
     not ready (a surge rollout stalls, the old one serving on), the reason in `/readyz` and once
     in a warning however often it checks; repaired, it is ready, standing by, never registered."""
-    monkeypatch.setattr(service, "TAKEOVER_CHECK_S", 0.05)
+    monkeypatch.setattr(takeover, "CHECK_S", 0.05)
     b = Broken(tmp_path, short_dir)
     old = InstanceLock(tmp_path / "state" / "state.json")
     old.acquire()  # a lock of its own: this daemon cannot take it while the test holds it

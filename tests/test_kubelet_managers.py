@@ -183,7 +183,7 @@ def test_refuses_to_start_when_asked(tmp_path: Path, short_dir: Path) -> None:
 def test_the_none_policy_is_no_reason_to_refuse(tmp_path: Path, short_dir: Path) -> None:
     refuse = _paths("cpu_manager_state.none") + "  when_active: refuse\n"
     daemon, _ = _daemon(tmp_path, short_dir / "nri.sock", refuse)
-    assert not daemon.kubelet.static_cpu
+    assert not daemon.kubelet.view.static_cpu
     daemon.close()
 
 
@@ -208,10 +208,10 @@ async def test_reload_reads_the_kubelet_again(tmp_path: Path, short_dir: Path) -
     daemon, _ = _daemon(tmp_path, sock, f"  cpu_manager_state: {state}\n")
     task = asyncio.get_running_loop().create_task(daemon.serve())
     await peer.wait_plugin()
-    assert not daemon.kubelet.static_cpu
+    assert not daemon.kubelet.view.static_cpu
     state.write_text((DATA / "cpu_manager_state.static").read_text())  # the kubelet went static
     await daemon.apply(daemon.config)
-    assert daemon.kubelet.static_cpu
+    assert daemon.kubelet.view.static_cpu
     for i in range(4):
         await peer.create_container(*_guaranteed(i, 2))
     assert daemon.plugin is not None

@@ -14,17 +14,18 @@ when it changed. Asked to, it takes the reserved CPUs from the kubelet's `reserv
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 import yaml
 
 from nri_topology.bounded_read import TooLarge, read_bounded
-from nri_topology.config.load import with_overrides
+from nri_topology.config.load import ConfigError, with_overrides
 from nri_topology.config.schema import Config, KubeletSection, read_cpu_amount
+from nri_topology.configured import policy_options
 from nri_topology.kubelet.managers import (
     KubeletView,
     memory_by_node,
@@ -34,8 +35,12 @@ from nri_topology.kubelet.managers import (
 )
 from nri_topology.policy.accounts.hugepages import page_size_kb, pages
 from nri_topology.policy.options import Options
+from nri_topology.policy.types import PolicyError
 from nri_topology.quantity import format_bytes
 from nri_topology.topology import cpuset
+
+if TYPE_CHECKING:
+    from nri_topology.daemon.metrics import Metrics
 
 _log = structlog.get_logger("nri_topology.daemon")
 _LIMIT = 16 << 20  # bytes of one state or configuration file
@@ -178,3 +183,68 @@ def beside(config: Config, view: KubeletView) -> Config:
         policy["reserved_resources"] = {"cpu": f"cpuset:{cpuset.format(kubelet.reserved_cpus)}"}
         policy["strict_reserved_cpus"] = kubelet.strict_reservation
     return with_overrides(config, {"policy": policy}, "the kubelet's state")
+
+
+class KubeletWatch:
+    """The daemon's view of the kubelet's managers, read at start and on reloads, and read again
+    before a container its static CPU manager may pin is placed (`refresh`)."""
+
+    def __init__(self) -> None:
+        self.view = KubeletView()
+        self._stamp: tuple[int, int, int] | None = None  # the CPU state file's, as read
+        # The configuration as given, before what the kubelet holds is taken out of it.
+        self._asked: Config | None = None
+
+    def beside(self, asked: Config) -> Config:
+        """`asked` as it applies beside the kubelet's managers now (read again); raises
+        KubeletActive when they run and the configuration says to refuse."""
+        stamp_now = stamp(asked.kubelet.cpu_manager_state)  # before reading: never newer
+        view = read_view(asked.kubelet)
+        check(view, asked.kubelet)
+        self.view, self._stamp = view, stamp_now
+        return beside(asked, view)
+
+    def applied(self, asked: Config) -> None:
+        """`asked` is now the configuration in force (its `beside` applied to the policy)."""
+        self._asked = asked
+
+    def options(self, config: Config) -> Options:
+        """The policy options of `config` beside the kubelet's managers as last read."""
+        return outside(policy_options(config), self.view, config.kubelet)
+
+    async def refresh(self, reconfigure: Callable[[Options], Awaitable[None]]) -> Config | None:
+        """The kubelet writes its CPU state file before it creates or re-pins a container, so a
+        changed file is read again and applied (`reconfigure`): the containers it pins keep its
+        cpusets, every other one kept off them. The new configuration, or None when nothing
+        changed or the new pins could not be applied (said in the log)."""
+        asked = self._asked
+        if asked is None:
+            return None
+        section = asked.kubelet
+        if section.when_active != "avoid" or not self.view.static_cpu:
+            return None
+        stamp_now = stamp(section.cpu_manager_state)
+        if stamp_now == self._stamp:
+            return None
+        view = replace(self.view, cpu=read_view(section).cpu)
+        self._stamp = stamp_now
+        if view.cpu == self.view.cpu:
+            return None
+        before, self.view = self.view, view
+        try:
+            new = beside(asked, view)
+            await reconfigure(self.options(new))
+        except (ConfigError, PolicyError) as exc:
+            self.view = before
+            _log.error("the kubelet's new pins cannot be left to it", error=str(exc))
+            return None
+        _log.info("the kubelet's static CPU manager pins anew", **view.summary())
+        return new
+
+    def show(self, metrics: Metrics) -> None:
+        """The managers in force and the memory they reserved, as metrics."""
+        for manager, on in (("cpu", self.view.static_cpu), ("memory", self.view.static_memory)):
+            metrics.kubelet_manager.labels(manager).set(int(on))
+        metrics.kubelet_memory.clear()
+        for (node, resource), size in self.view.memory_taken.items():
+            metrics.kubelet_memory.labels(str(node), resource).set(size)

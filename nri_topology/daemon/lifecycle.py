@@ -1,6 +1,7 @@
 """Placements' lives outside their container's own create and update: released (stopped,
 removed, left by its pod, its hold over), held for a stopped container's next attempt, widened
-when a cold start ends, placed again under new policy options or for a pod resized in place.
+when a cold start ends, placed again under new policy options, for a pod resized in place or
+from what the runtime reports at Synchronize.
 Each is a policy call under the plugin's lock, with what is kept beside a placement
 (explanation, timers, cgroup path, pending re-pins) dropped with it.
 """
@@ -19,13 +20,15 @@ from nri_topology.daemon import logs
 from nri_topology.daemon.admission import Admission
 from nri_topology.daemon.explain import Explanations
 from nri_topology.daemon.metrics import Metrics
+from nri_topology.daemon.persistence import State
 from nri_topology.daemon.timers import Timers
 from nri_topology.daemon.updates.path import UpdatePath
 from nri_topology.daemon.verify import Verifier
 from nri_topology.policy.intake import podlevel
 from nri_topology.policy.options import Options
 from nri_topology.policy.port import PolicyPort
-from nri_topology.policy.types import PodInfo, PolicyError, Update
+from nri_topology.policy.types import ContainerInfo, Placement, PodInfo, PolicyError, Update
+from nri_topology.policy.views import RestoreReport
 
 if TYPE_CHECKING:
     from nri_topology.daemon.placement_file import PlacementFiles
@@ -45,6 +48,7 @@ class Lifecycle:
         admission: Admission,
         explained: Explanations,
         timers: Timers,
+        state: State,
         updates: UpdatePath,
         verifier: Verifier | None,
         files: PlacementFiles | None,
@@ -56,6 +60,7 @@ class Lifecycle:
         self.admission = admission
         self.explained = explained
         self.timers = timers
+        self.state = state
         self.updates = updates
         self.verifier = verifier
         self.files = files
@@ -174,6 +179,38 @@ class Lifecycle:
                 self.files.replaced(decision)
             self.files.updated(updates)
         self.updates.defer(updates, "reconfigure")
+
+    async def restore(
+        self, pods: list[PodInfo], containers: list[ContainerInfo], created: set[str]
+    ) -> RestoreReport:
+        """Take over what the runtime reports at Synchronize (`created`: not started yet): the
+        checkpoint's placements kept where they still fit, the others placed again."""
+        async with self._lock:
+            saved = self.state.saved()
+            # Placed by this process before a reconnection, and no longer reported: their
+            # removal was missed while the connection was down.
+            missing = set(self.policy.assignments()).difference(c.id for c in containers)
+            started = time.perf_counter()
+            report = self.state.restore(pods, containers, saved)
+            self.admission.observe("restore", started)
+            self.explained.synchronized()
+            self.timers.restore(saved.get("cold_starts"), report.cold_starts, created)
+            self.timers.end_holds(list(self.timers.held))  # the policy holds none after a restore
+            held = self.policy.assignments()  # as the reply sets them
+            # the reply sets every container's placement anew
+            self.updates.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held.items())
+            self._commit()
+            if self.files is not None:
+                from nri_topology.daemon.placement_file import assigned
+
+                placed = {cid: assigned(a) for cid, a in held.items()}
+        if self.files is not None:
+            await self.files.adopt(placed)
+        for cid, decision in report.decisions.items():  # the re-placed ones only
+            self.explained.log(decision, "re-placed", report.replaced.get(cid, ""))
+        self.explained.adopted(report.adopted)
+        self.admission.restored(report, missing, pods, containers)
+        return report
 
     async def resize_pod(self, pod: PodInfo) -> None:
         """A pod resized in place: the container holding its budget (`podlevel`) is placed again

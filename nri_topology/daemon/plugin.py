@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -65,6 +65,24 @@ def _cpusets_only(res: api_pb2.LinuxResources) -> bool:
     if any(getattr(cpu, name).value for name in _NOT_IN_A_REPIN):
         return False
     return not res.memory.limit.value
+
+
+def _kubelet_repin(policy: PolicyPort, info: ContainerInfo) -> Updates:
+    """The kubelet re-pins a container its static CPU manager pinned (after it restarted, or
+    from its reconcile loop): the cpuset is the kubelet's to give, the memory nodes stay."""
+    now = policy.placements([info.id]).get(info.id)
+    cpus = cpuset.parse(info.resources.cpuset_cpus)
+    return [convert.container_update(info.id, Placement(cpus, now.mems if now else None))]
+
+
+def _current(policy: PolicyPort, container_id: str) -> Updates:
+    """The answer when the runtime relays our own CRI re-pin: the container's current cpusets
+    (newer than those sent, when the policy moved it since), nothing else. No lock and no wait:
+    the runtime holds its NRI lock until we answer, and our CRI call waits for it."""
+    now = policy.placements([container_id]).get(container_id)
+    if now is None:  # released meanwhile: the runtime applies what was sent
+        return []
+    return [convert.container_update(container_id, Placement(now.cpus, now.mems))]
 
 
 # Containers in these states hold resources; stopped and unknown ones do not.
@@ -157,6 +175,7 @@ class TopologyPlugin(Plugin):
             admission=self.admission,
             explained=self.explained,
             timers=self.timers,
+            state=self.state,
             updates=self.updates,
             verifier=self.verifier,
             files=files,
@@ -219,29 +238,8 @@ class TopologyPlugin(Plugin):
         if self.hints is not None:  # device hints, for containers re-placed or resized later
             refs = [convert.device_refs(c) for c in live]
             infos = await self.hints.restored(pod_infos, infos, refs, self.policy.options)
-        async with self._lock:
-            saved = self.state.saved()
-            # Placed by this process before a reconnection, and no longer reported: their
-            # removal was missed while the connection was down.
-            missing = set(self.policy.assignments()).difference(c.id for c in live)
-            started = time.perf_counter()
-            report = self.state.restore(pod_infos, infos, saved)
-            self.admission.observe("restore", started)
-            self.explained.synchronized()
-            created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
-            self.timers.restore(saved.get("cold_starts"), report.cold_starts, created)
-            self.timers.end_holds(list(self.timers.held))  # the policy holds none after a restore
-            held = self.policy.assignments().items()  # as the reply sets them
-            # the reply sets every container's placement anew
-            self.updates.reset((cid, Placement(a.cpus, a.mems)) for cid, a in held)
-            self._commit()
-            placed = self._placement_docs() if self.files is not None else {}
-        if self.files is not None:
-            await self.files.adopt(placed)
-        for cid, decision in report.decisions.items():  # the re-placed ones only
-            self.explained.log(decision, "re-placed", report.replaced.get(cid, ""))
-        self.explained.adopted(report.adopted)
-        self.admission.restored(report, missing, pod_infos, infos)
+        created = {c.id for c in live if c.state == api_pb2.CONTAINER_CREATED}
+        report = await self.lifecycle.restore(pod_infos, infos, created)
         if self.verifier is not None:
             found = await self.verifier.reset({c.id: c.linux.cgroups_path for c in live})
             # running ones only: a container created but not started may have no cgroup yet
@@ -358,14 +356,15 @@ class TopologyPlugin(Plugin):
     ) -> Updates:
         self.metrics.request("UpdateContainer")
         if self.updates.transports.relayed(ctr.id) and _cpusets_only(resources):
-            return self._own_repin(ctr.id)
+            self.metrics.own_repins.inc()
+            return _current(self.policy, ctr.id)
         self.updates.event()
         pod_info = convert.pod_info(pod)
         info = convert.container_info(ctr, resources)
         if self.kubelet_refresh is not None and info.resources.cpuset_cpus:  # the kubelet's?
             await self.kubelet_refresh()
         if _cpusets_only(resources) and (pod.uid, ctr.name) in self.policy.options.kubelet_pinned:
-            return self._kubelet_repin(info)
+            return _kubelet_repin(self.policy, info)
         async with self._lock:
             known = self.policy.container(info.id)
             if known is not None and known[1].hints:  # found at creation; devices do not change
@@ -386,23 +385,6 @@ class TopologyPlugin(Plugin):
         own = convert.container_update(info.id, decision.placement)
         others = [u for u in in_reply if u.container_id != info.id]
         return [*convert.updates(others, ignore_failure=True), own]
-
-    def _kubelet_repin(self, info: ContainerInfo) -> Updates:
-        """The kubelet re-pins a container its static CPU manager pinned (after it restarted, or
-        from its reconcile loop): the cpuset is the kubelet's to give, the memory nodes stay."""
-        now = self.policy.placements([info.id]).get(info.id)
-        cpus = cpuset.parse(info.resources.cpuset_cpus)
-        return [convert.container_update(info.id, Placement(cpus, now.mems if now else None))]
-
-    def _own_repin(self, container_id: str) -> Updates:
-        """The runtime relays our own CRI re-pin: answer with the container's current cpusets
-        (newer than those sent, when the policy moved it since), nothing else. No lock and no
-        wait: the runtime holds its NRI lock until we answer, and our CRI call waits for it."""
-        self.metrics.own_repins.inc()
-        now = self.policy.placements([container_id]).get(container_id)
-        if now is None:  # released meanwhile: the runtime applies what was sent
-            return []
-        return [convert.container_update(container_id, Placement(now.cpus, now.mems))]
 
     async def stop_container(self, pod: api_pb2.PodSandbox, ctr: api_pb2.Container) -> Updates:
         self._event("StopContainer")
@@ -474,11 +456,6 @@ class TopologyPlugin(Plugin):
             await asyncio.gather(*list(self._background), return_exceptions=True)
 
     # --- internals ----------------------------------------------------------------------------
-
-    def _placement_docs(self) -> dict[str, dict[str, Any]]:
-        from nri_topology.daemon.placement_file import assigned
-
-        return {cid: assigned(a) for cid, a in self.policy.assignments().items()}
 
     def _placed(self, container_id: str) -> bool:
         return self.policy.container(container_id) is not None

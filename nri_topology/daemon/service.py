@@ -21,7 +21,6 @@ import os
 import signal
 import sys
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -36,7 +35,7 @@ from nri_topology.config.load import (
     read_config,
 )
 from nri_topology.config.schema import Config
-from nri_topology.configured import policy_options, tier_overrides
+from nri_topology.configured import tier_overrides
 from nri_topology.daemon import coexist, logs, takeover
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.health import StatusServer
@@ -51,7 +50,6 @@ from nri_topology.daemon.settings import (
     replace_config,
     settings_of,
 )
-from nri_topology.kubelet.managers import KubeletView
 from nri_topology.nri import api_pb2
 from nri_topology.nri.stub import SOCKET_ENV, Plugin, Refused, Stub, StubError
 from nri_topology.nrt.build import node_name, node_resource_topology
@@ -66,7 +64,6 @@ if TYPE_CHECKING:
     from nri_topology.nrt.publish import Publisher
 
 _log = structlog.get_logger("nri_topology.service")
-TAKEOVER_CHECK_S = 10.0  # how often a standby proves again that it could take over
 
 
 class StartupError(Exception):
@@ -122,13 +119,8 @@ class Daemon:
         env = os.environ if environ is None else environ
         self.launched = bool(env.get(SOCKET_ENV))
         """Launched by the runtime: configured by its first Configure (see the module doc)."""
-        self.standby: str | None = None  # who holds the state file while this one waits
-        # Why the standby could not take over ("" : it could; None: not checked yet).
-        self.cannot_take_over: str | None = None
-        self.kubelet = KubeletView()  # the kubelet's managers, read at start and on reloads
-        self._kubelet_stamp: tuple[int, int, int] | None = None  # its CPU state file's, as read
-        # The configuration as given, before what the kubelet holds is taken out of it.
-        self._asked = self.config
+        self.standby: takeover.Standby | None = None  # while another holds the state file
+        self.kubelet = coexist.KubeletWatch()
         self._stop = asyncio.Event()
         self._failed = 0  # exit status of a start-up that failed after connecting
         self._watcher: asyncio.Task[None] | None = None
@@ -155,13 +147,14 @@ class Daemon:
 
     def _start(self) -> None:
         """Take the state file and build the plugin from `self.config`; raises StartupError."""
-        self._asked = self.config
+        asked = self.config
         try:
-            self.config = self._beside_kubelet(self.config)
+            self.config = self.kubelet.beside(asked)
         except coexist.KubeletActive as exc:
             raise StartupError(str(exc)) from None
         except ConfigError as exc:
             raise StartupError(f"the kubelet's state does not fit:\n{exc}") from None
+        self.kubelet.applied(asked)
         self.lock = InstanceLock(Path(self.config.state.path))
         try:
             self.lock.acquire()
@@ -169,7 +162,7 @@ class Daemon:
             # A plugin the runtime launches cannot stand by inside its Configure.
             if not self.config.state.lock_wait_seconds or self.launched:
                 raise StartupError(str(exc)) from None
-            self.standby = str(exc)  # `serve` waits for it, the health endpoint up
+            self.standby = takeover.Standby(str(exc))  # `serve` waits, the health endpoint up
         except OSError as exc:
             raise StartupError(f"cannot lock {self.lock.path}: {exc.strerror or exc}") from None
         try:
@@ -198,7 +191,7 @@ class Daemon:
             _log.warning("topology", detail=warning)
         self.machine = machine
         try:
-            policy = self._policy_factory(machine, self._options(self.config))
+            policy = self._policy_factory(machine, self.kubelet.options(self.config))
         except PolicyError as exc:
             raise StartupError(f"the policy cannot run on this machine: {exc}") from None
         self.plugin = TopologyPlugin(
@@ -210,7 +203,7 @@ class Daemon:
             files=PlacementFiles(Path(self.config.state.path).parent / "containers"),
         )
         self.plugin.kubelet_refresh = self._kubelet_refresh
-        self._show_kubelet()
+        self.kubelet.show(self.plugin.metrics)
         self.publisher = self._publisher(machine)
         self.reloader = self._reloader()
         if self.reloader is not None:
@@ -228,10 +221,10 @@ class Daemon:
         """Apply a new configuration's live parts; the rest needs a restart (said in the log)."""
         assert self.plugin is not None
         asked = effective(config, self.overrides)
-        new = self._beside_kubelet(asked)
-        self._show_kubelet()
-        await self.plugin.reconfigure(self._options(new))
-        self._asked = asked
+        new = self.kubelet.beside(asked)
+        self.kubelet.show(self.plugin.metrics)
+        await self.plugin.reconfigure(self.kubelet.options(new))
+        self.kubelet.applied(asked)
         self.plugin.settings = settings_of(new)
         restart_only = [
             name
@@ -297,7 +290,7 @@ class Daemon:
 
             assert self.machine is not None
             pages = StatusPages(
-                plugin, self.machine, self.node_name(), kubelet=lambda: self.kubelet.summary()
+                plugin, self.machine, self.node_name(), kubelet=lambda: self.kubelet.view.summary()
             )
             self.status = StatusServer(
                 plugin.metrics.registry,
@@ -398,61 +391,19 @@ class Daemon:
     def stop(self) -> None:
         self._stop.set()
 
-    def _beside_kubelet(self, config: Config) -> Config:
-        """`config` as it applies beside the kubelet's managers now (`coexist`); raises
-        KubeletActive when they run and the configuration says to refuse."""
-        stamp = coexist.stamp(config.kubelet.cpu_manager_state)  # before reading: never newer
-        view = coexist.read_view(config.kubelet)
-        coexist.check(view, config.kubelet)
-        self.kubelet, self._kubelet_stamp = view, stamp
-        return coexist.beside(config, view)
-
     async def _kubelet_refresh(self) -> None:
-        """Before placing a container the kubelet's static CPU manager may pin: it writes its
-        state file before it creates or re-pins one, so a changed file is read again and applied,
-        and the container keeps the kubelet's cpuset, every other one kept off it."""
-        section = self.config.kubelet
-        if section.when_active != "avoid" or not self.kubelet.static_cpu:
-            return
-        stamp = coexist.stamp(section.cpu_manager_state)
-        if stamp == self._kubelet_stamp:
-            return
-        view = replace(self.kubelet, cpu=coexist.read_view(section).cpu)
-        self._kubelet_stamp = stamp
-        if view.cpu == self.kubelet.cpu:
-            return
-        before, self.kubelet = self.kubelet, view
+        """Before placing a container the kubelet's static CPU manager may pin (`coexist`)."""
         assert self.plugin is not None
-        try:
-            new = coexist.beside(self._asked, view)
-            await self.plugin.reconfigure(self._options(new))
-        except (ConfigError, PolicyError) as exc:
-            self.kubelet = before
-            _log.error("the kubelet's new pins cannot be left to it", error=str(exc))
-            return
-        self.config = self.config.model_copy(update={"policy": new.policy})
-        self._show_kubelet()
-        _log.info("the kubelet's static CPU manager pins anew", **view.summary())
-
-    def _options(self, config: Config) -> Options:
-        """The policy options of `config` beside the kubelet's managers as last read."""
-        return coexist.outside(policy_options(config), self.kubelet, config.kubelet)
-
-    def _show_kubelet(self) -> None:
-        if self.plugin is not None:
-            kubelet = self.kubelet
-            metrics = self.plugin.metrics
-            for manager, on in (("cpu", kubelet.static_cpu), ("memory", kubelet.static_memory)):
-                metrics.kubelet_manager.labels(manager).set(int(on))
-            metrics.kubelet_memory.clear()
-            for (node, resource), size in kubelet.memory_taken.items():
-                metrics.kubelet_memory.labels(str(node), resource).set(size)
+        new = await self.kubelet.refresh(self.plugin.reconfigure)
+        if new is not None:
+            self.config = self.config.model_copy(update={"policy": new.policy})
+            self.kubelet.show(self.plugin.metrics)
 
     def _ready(self) -> tuple[bool, str]:
         """Readiness: a standby once it has shown it could take over (a DaemonSet's surge update
         removes the old pod as soon as the new one is ready: `takeover`); else the plugin's."""
         if self.standby is not None:
-            return takeover.readiness(self.standby, self.cannot_take_over)
+            return self.standby.readiness()
         assert self.plugin is not None
         return self.plugin.ready()
 
@@ -466,56 +417,23 @@ class Daemon:
             s.cgroup_root if plugin.verifier is not None else None,
         )
 
-    def _could_take_over(self, why: str) -> None:
-        self.cannot_take_over = why
-
     async def _wait_for_lock(self) -> int | None:
         """Stand by until the instance holding the state file stops (bounded by
         `state.lock_wait_seconds`); then this one connects and adopts every placement as the
-        runtime reports it. None once the lock is held; else the exit status: 0 when stopped
-        while waiting, 2 when the wait ran out."""
-        assert self.lock is not None and self.plugin is not None
-        limit = self.config.state.lock_wait_seconds
+        runtime reports it. None once the lock is held; else the exit status (`Standby.wait`)."""
+        assert self.lock is not None and self.plugin is not None and self.standby is not None
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop.set)
         self.plugin.metrics.standby.set(1)
-        _log.warning(
-            "another instance holds the state file, standing by",
-            holder=self.standby,
-            wait_seconds=limit,
-        )
-
-        def still(exc: LockedError) -> None:
-            self.standby = str(exc)
-
-        waiter = loop.create_task(self.lock.wait(limit, still))
-        stopper = loop.create_task(self._stop.wait())
-        prover = loop.create_task(
-            takeover.prove(self._takeover_needs(), self._could_take_over, TAKEOVER_CHECK_S)
-        )
         try:
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+            limit = self.config.state.lock_wait_seconds
+            status = await self.standby.wait(self.lock, limit, self._takeover_needs(), self._stop)
         finally:
-            stopper.cancel()
-            waiter.cancel()
-            prover.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await prover
             self.plugin.metrics.standby.set(0)
-        if not waiter.done() or waiter.cancelled():
-            _log.info("stopping", reason="signal while standing by")
-            return 0
-        error = waiter.exception()
-        if isinstance(error, LockedError):
-            _log.error("the state file stayed locked, giving up", error=str(error))
-            return 2
-        if error is not None:
-            _log.error("cannot lock the state file", error=str(error))
-            return 2
-        _log.info("took over the state file", after=self.standby)
-        self.standby = None
-        return None
+        if status is None:
+            self.standby = None
+        return status
 
     def _publisher(self, machine: Machine) -> Publisher | None:
         """The NodeResourceTopology publisher, when publishing is wanted (see `nrt.publish`)."""

@@ -28,10 +28,12 @@ from pathlib import Path
 import structlog
 
 from nri_topology.cri.runtimes import DEFAULT_SOCKETS, CriError
+from nri_topology.daemon.lock import InstanceLock, LockedError
 from nri_topology.nri.stub import unreachable
 
 _log = structlog.get_logger("nri_topology.service")
 CONNECT_TIMEOUT_S = 1.0
+CHECK_S = 10.0  # how often a standby proves again that it could take over
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,16 +116,6 @@ async def problem(needs: Needs) -> str:
     return "; ".join(p for p in found if p)
 
 
-def readiness(holder: str, why: str | None) -> tuple[bool, str]:
-    """A standby's readiness, waiting for `holder` to give the state file up: ready once it was
-    shown it could take over (`why` empty), not while unchecked (None) or when it could not."""
-    if why is None:
-        return False, "standby, checking that it could take over"
-    if why:
-        return False, f"standby, could not take over: {why}"
-    return True, f"standby, waiting for the state file: {holder}"
-
-
 async def prove(needs: Needs, seen: Callable[[str], None], every_s: float) -> None:
     """Check what taking over needs, now and every `every_s`, telling `seen` the reason it could
     not ("" when it could); a warning each time the reason changes, not at every check."""
@@ -138,3 +130,61 @@ async def prove(needs: Needs, seen: Callable[[str], None], every_s: float) -> No
             last = why
         seen(why)
         await asyncio.sleep(every_s)
+
+
+class Standby:
+    """An instance waiting for the one holding the state file (`holder` says who) to stop."""
+
+    def __init__(self, holder: str) -> None:
+        self.holder = holder
+        self.cannot: str | None = None  # why it could not take over; "": it could; None: unchecked
+
+    def readiness(self) -> tuple[bool, str]:
+        """Ready once shown that it could take over; not while unchecked or when it could not."""
+        if self.cannot is None:
+            return False, "standby, checking that it could take over"
+        if self.cannot:
+            return False, f"standby, could not take over: {self.cannot}"
+        return True, f"standby, waiting for the state file: {self.holder}"
+
+    async def wait(
+        self, lock: InstanceLock, limit: float, needs: Needs, stop: asyncio.Event
+    ) -> int | None:
+        """Wait for the lock (at most `limit` seconds), proving meanwhile that this instance
+        could take over. None once the lock is held; else the exit status: 0 when `stop` was
+        set, 2 when the wait ran out or the lock cannot be taken."""
+        _log.warning(
+            "another instance holds the state file, standing by",
+            holder=self.holder,
+            wait_seconds=limit,
+        )
+
+        def still(exc: LockedError) -> None:
+            self.holder = str(exc)
+
+        def seen(why: str) -> None:
+            self.cannot = why
+
+        waiter = asyncio.ensure_future(lock.wait(limit, still))
+        stopper = asyncio.ensure_future(stop.wait())
+        prover = asyncio.ensure_future(prove(needs, seen, CHECK_S))
+        try:
+            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+            waiter.cancel()
+            prover.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await prover
+        if not waiter.done() or waiter.cancelled():
+            _log.info("stopping", reason="signal while standing by")
+            return 0
+        error = waiter.exception()
+        if isinstance(error, LockedError):
+            _log.error("the state file stayed locked, giving up", error=str(error))
+            return 2
+        if error is not None:
+            _log.error("cannot lock the state file", error=str(error))
+            return 2
+        _log.info("took over the state file", after=self.holder)
+        return None
