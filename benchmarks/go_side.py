@@ -25,7 +25,8 @@ plugins (which goes first alternates too); the figures are the medians over roun
 run's p50 and p99, with ours' ratios to the no-op (the target) and to go-pin (the part left to
 the plugin once the runtime side's handling of a placement reply is paid). Runs with a fill
 also restart the plugin before timing and report its registration and Synchronize with every
-fill container running (ours reads its checkpoint and must move none).
+fill container running (ours reads its checkpoint and must move none). Each plugin's peak
+resident set is read by the harness from its process's end (wait4), the restarted one's too.
 
     .venv/bin/python benchmarks/go_side.py [--machine 4-socket] [--live 0 1000] [--rounds 7]
         [--samples 500] [--nri-src DIR] [--cpu] [--profile DIR]
@@ -210,7 +211,7 @@ def run_once(
         cmd += ["-restart"] if fill and not profile else []
         cmd += [f"-record={record}"] if record else []
         profile = profile if plugin == "ours" else None
-        cpu = cpu and plugin == "ours" and profile is None
+        cpu = cpu and plugin in ("ours", BEFORE) and profile is None
         split = split and plugin == "ours" and profile is None and not cpu
         counted = profile or (Path(tmp) / "cpu" if cpu else None)
         wrapper = (
@@ -284,22 +285,23 @@ def split_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[s
 
 
 def cpu_rows(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Ours' CPU µs per request of each event kind: the median over rounds of each run's
-    median, with what follows a reply until the next request counted with that reply's."""
+    """Ours' (and before's) CPU µs per request of each event kind: the median over rounds of
+    each run's median, with what follows a reply until the next request counted with that
+    reply's."""
     rows = []
     for (live, plugin), reports in sorted(runs.items()):
         counted = [r["cpu_us"] for r in reports if "cpu_us" in r]
-        if plugin != "ours" or not counted:
-            continue
         for kind in sorted({k for c in counted for k in c}):
             us = [c[kind] for c in counted if kind in c]
-            rows.append({"live": live, "kind": kind, "cpu_us": statistics.median(us)})
+            rows.append(
+                {"live": live, "plugin": plugin, "kind": kind, "cpu_us": statistics.median(us)}
+            )
     return rows
 
 
 def cpu_table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| live | event kind | ours' CPU µs per request |", "|---|---|---|"]
-    lines += [f"| {r['live']} | {r['kind']} | {r['cpu_us']:g} |" for r in rows]
+    lines = ["| live | plugin | event kind | CPU µs per request |", "|---|---|---|---|"]
+    lines += [f"| {r['live']} | {r['plugin']} | {r['kind']} | {r['cpu_us']:g} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -415,6 +417,24 @@ def collections(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[
     return out
 
 
+def peaks(runs: dict[tuple[int, str], list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per live count and plugin, the largest resident set of its process(es) in a run (the
+    harness reads it from wait4 as the plugin ends), median and highest over the rounds."""
+    out = []
+    for (live, plugin), reports in sorted(runs.items()):
+        each = [r["plugin_peak_rss_kb"] / 1024 for r in reports if r.get("plugin_peak_rss_kb")]
+        if each:
+            out.append(
+                {
+                    "live": live,
+                    "plugin": plugin,
+                    "peak_rss_mb": round(statistics.median(each), 1),
+                    "peak_rss_mb_max": round(max(each), 1),
+                }
+            )
+    return out
+
+
 def gc_table(gcs: list[dict[str, Any]]) -> str:
     lines = [
         "| live | plugin | runtime side's allocation per create, "
@@ -490,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cpu",
         action="store_true",
-        help="ours also counts its CPU time per request of each event kind "
+        help="ours (and before) also count their CPU time per request of each event kind "
         "(benchmarks/profile_side.py, unprofiled)",
     )
     parser.add_argument(
@@ -626,6 +646,7 @@ def main(argv: list[str] | None = None) -> int:
         "go_pin_answers": answers,
         "runtime_gc": collections(runs),
         "restarts": restarts(runs),
+        "peak_rss": peaks(runs),
         "split": split_rows(runs),
         "cpu_us": cpu_rows(runs),
     }
@@ -648,6 +669,11 @@ def main(argv: list[str] | None = None) -> int:
             f"go-pin answers {a['probe']} at {a['live']} live as ours did: cpus {a['cpus']} "
             f"mems {a['mems']} shares {a['shares']}, {a['env']} env, updates of "
             f"{a['create_updates']} containers on create and {a['stop_updates']} on stop"
+        )
+    for r in out["peak_rss"]:
+        print(
+            f"peak RSS of {r['plugin']} at {r['live']} live: {r['peak_rss_mb']} MB (median of "
+            f"the rounds, highest {r['peak_rss_mb_max']} MB)"
         )
     for r in out["restarts"]:
         print(

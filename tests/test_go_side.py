@@ -245,6 +245,8 @@ def test_split_runs_the_daemon_through_the_timing_wrapper(tmp_path: Path) -> Non
 def test_our_plugin_under_the_go_adaptation(tmp_path: Path) -> None:
     out = tmp_path / "go_side.json"
     argv = ["--rounds", "1", "--samples", "5", "--live", "60", "--out", str(out), "--split"]
+    # re-pins in the reply whatever the adaptation's version (auto sends them apart on 0.12.x)
+    argv += ["--plugin-config", "updates: {in_reply: true}"]
     assert go_side.main(argv) == 0
     result = json.loads(out.read_text())
     rows = {(r["live"], r["probe"]): r for r in result["rows"]}
@@ -278,7 +280,7 @@ def test_go_pin_sends_what_ours_sent(tmp_path: Path) -> None:
     go_side.write_requests(probes, [nri_pair(n, s) for n, s in go_side.PROBES.items()])
     go_side.write_requests(fill, [nri_pair(f"fill{i:04}", fill_spec(i)) for i in range(60)])
     config = tmp_path / "config.yaml"
-    config.write_text("restarts:\n  hold_seconds: 0\n")
+    config.write_text("restarts:\n  hold_seconds: 0\nupdates:\n  in_reply: true\n")
     ours, replayed = tmp_path / "ours.json", tmp_path / "go-pin.json"
     go_side.run_once("ours", tools, sysfs, fill, probes, 3, record=ours, config=config)
     go_side.run_once("go-pin", tools, sysfs, fill, probes, 3, replies=ours, record=replayed)
@@ -295,4 +297,5 @@ def test_cpu_per_event_kind_is_the_median_over_rounds() -> None:
     rounds = len(all_runs[0, "ours"])
     assert [r["kind"] for r in rows] == ["CreateContainer-burstable", "StopContainer"]
     assert rows[1]["cpu_us"] == statistics.median(40.0 + n for n in range(rounds))
-    assert go_side.cpu_table(rows).splitlines()[2].startswith("| 0 | CreateContainer-burstable |")
+    first = go_side.cpu_table(rows).splitlines()[2]
+    assert first.startswith("| 0 | ours | CreateContainer-burstable |")

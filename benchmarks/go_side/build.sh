@@ -67,11 +67,12 @@ goroot=$(ls -d "$d"/root/usr/lib/go-1.* | tail -1)
 export GOROOT=$goroot GOPATH=$gopath GO111MODULE=off GOTOOLCHAIN=local
 export GOCACHE=$CACHE/gocache CGO_ENABLED=0 GOFLAGS=
 mkdir -p "$bin"
-stamp=$( (cat "$HERE"/*/*.go "$goroot/VERSION"; echo "$src $nri $tags") | sha256sum | cut -d' ' -f1)
+stamp=$( (cat "$0" "$HERE"/*/*.go "$goroot/VERSION"; echo "$src $nri $tags") | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$bin/.stamp" 2>/dev/null)" != "$stamp" ]; then
     say "building harness and noop against containerd/nri $nri with $("$goroot/bin/go" version)"
     for prog in harness noop; do
-        (cd "$HERE/$prog" && "$goroot/bin/go" build -trimpath -tags "$tags" -o "$bin/$prog.tmp" .) \
+        (cd "$HERE/$prog" && "$goroot/bin/go" build -trimpath -tags "$tags" \
+            -ldflags "-X main.nriVersion=${tags:+$nri}" -o "$bin/$prog.tmp" .) \
             || die "go build $prog failed"
         mv "$bin/$prog.tmp" "$bin/$prog"
     done

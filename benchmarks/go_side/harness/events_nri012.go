@@ -5,10 +5,27 @@ package main
 
 import (
 	"context"
+	"reflect"
+	"unsafe"
 
 	"github.com/containerd/nri/pkg/adaptation"
 	"github.com/containerd/nri/pkg/api"
 )
+
+// reportVersion makes the adaptation tell plugins, in Configure, the containerd/nri release it
+// was built from, as containerd does. It reads its own version from the Go module's build
+// information, which a GOPATH build has none of: it would say 0.0.0-unknown, and a plugin
+// deciding from it (ours' `auto` transport) would act as on a runtime too old to say.
+func reportVersion(nri *adaptation.Adaptation, version string) {
+	if version == "" {
+		return
+	}
+	field := reflect.ValueOf(nri).Elem().FieldByName("nriVersion")
+	if !field.IsValid() || field.Kind() != reflect.String {
+		panic("containerd/nri's Adaptation keeps its version elsewhere: update reportVersion")
+	}
+	reflect.NewAt(field.Type(), unsafe.Pointer(field.UnsafeAddr())).Elem().SetString(version)
+}
 
 type step func(context.Context, *api.PodSandbox, *api.Container) error
 

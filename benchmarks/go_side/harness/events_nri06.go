@@ -12,6 +12,9 @@ import (
 
 type step func(context.Context, *api.PodSandbox, *api.Container) error
 
+// reportVersion does nothing: containerd/nri 0.6.x tells plugins no version in Configure.
+func reportVersion(*adaptation.Adaptation, string) {}
+
 func runPodSandbox(ctx context.Context, nri *adaptation.Adaptation, pod *api.PodSandbox) error {
 	return nri.RunPodSandbox(ctx, &api.StateChangeEvent{Pod: pod})
 }

@@ -168,6 +168,7 @@ type report struct {
 	Restart       *restarted        `json:"restart,omitempty"`
 	Cases         map[string]result `json:"cases"`
 	GC            collected         `json:"gc"`
+	PeakRSSKB     int64             `json:"plugin_peak_rss_kb"` // of its processes, the largest
 }
 
 // gcMetrics are read through runtime/metrics, which does not stop the world: the allocation,
@@ -197,6 +198,9 @@ func gcSoFar() (uint64, float64) {
 	return gcMetrics[1].Value.Uint64(), cpu
 }
 
+// nriVersion is the containerd/nri release built against (build.sh sets it), for Configure.
+var nriVersion string
+
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
 
 // process is the plugin's process, started again for a restart.
@@ -206,6 +210,7 @@ type process struct {
 	log  string
 	cmd  *exec.Cmd
 	done chan error
+	peak int64 // the largest resident set of the processes that ended, KB
 }
 
 // start runs the plugin and waits until the adaptation synchronized it; returns the time from
@@ -254,6 +259,9 @@ func (p *process) stop() {
 	case <-time.After(30 * time.Second):
 		_ = p.cmd.Process.Kill()
 		<-p.done
+	}
+	if usage, ok := p.cmd.ProcessState.SysUsage().(*syscall.Rusage); ok && usage.Maxrss > p.peak {
+		p.peak = usage.Maxrss // wait4's rusage: the child's own peak, in KB on Linux
 	}
 	p.cmd = nil
 }
@@ -323,6 +331,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	reportVersion(nri, nriVersion)
 	if err := nri.Start(); err != nil {
 		return err
 	}
@@ -430,6 +439,8 @@ func run() error {
 			return err
 		}
 	}
+	p.stop()
+	rep.PeakRSSKB = p.peak
 	return json.NewEncoder(os.Stdout).Encode(rep)
 }
 
