@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -456,6 +458,51 @@ def test_with_writes_every_cgroup_and_the_runtimes_record_end_on_the_latest_plac
             break
     assert cgroup == latest
     assert record == latest
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["c0", "c1"]),
+            st.frozensets(st.integers(0, 4), min_size=1),
+            st.sampled_from(["change", "land", "fail", "batch", "ack", "lost"]),
+        ),
+        max_size=50,
+    )
+)
+@settings(max_examples=1000)
+def test_writes_asked_for_the_containers_an_event_touched_leave_none_behind(
+    steps: list[tuple[str, frozenset[int], str]],
+) -> None:
+    """The plugin asks `to_write` only about the containers an event touched (changed, written,
+    acknowledged, lost in flight), as a full node holds hundreds pending: asked so, nothing
+    writable is ever left behind for a later event to find."""
+    s = held(3, cpus(0, 1, 2, 3, 4))
+    now = 0.0
+    writing: dict[str, Placement] = {}
+    flying: dict[str, Placement] = {}
+    for cid, ids, action in steps:
+        now += 0.01
+        touched: Iterable[str] = ()
+        if action == "change":
+            s.change([Update(cid, Placement(ids, frozenset({0})))], now)
+            touched = (cid,)
+        elif action in ("land", "fail") and writing:
+            touched, writing = writing, {}
+            if action == "land":
+                s.written(touched, (), now)
+            else:
+                s.written({}, list(touched), now)
+        elif action == "batch" and not flying:
+            flying = s.next_batch(now)
+        elif action in ("ack", "lost") and flying:
+            touched, flying = flying, {}
+            if action == "ack":
+                s.done(now)
+            else:
+                s.lost(now)
+        writing.update(s.to_write(touched))
+        assert s.to_write() == {}
 
 
 # --- one ordered writer per container

@@ -190,7 +190,7 @@ class UpdatePath:
         elif decision.exclusive:
             sched.starting(cid, now)
         if others:
-            self._write_ahead()
+            self._write_ahead(u.container_id for u in others)
             self._wake()
         return ()
 
@@ -203,7 +203,7 @@ class UpdatePath:
             self._spawn(self.transports.send(updates, why))
             return
         self.schedule.change(updates, _clock())
-        self._write_ahead()
+        self._write_ahead(u.container_id for u in updates)
         self._wake()
 
     async def send(self, updates: Sequence[Update], why: str) -> None:
@@ -232,7 +232,7 @@ class UpdatePath:
         self.schedule.has_cgroup(container_id)
         if self.schedule.started(container_id):
             self._wake()
-        self._write_ahead()
+        self._write_ahead((container_id,))
 
     async def close(self) -> None:
         for task in (self._pump, self._recheck):
@@ -253,12 +253,13 @@ class UpdatePath:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="nri-topology-cgroups")
         return self._pool
 
-    def _write_ahead(self) -> None:
+    def _write_ahead(self, ids: Iterable[str] | None = None) -> None:
         """Re-pins pending in the schedule go into the containers' cgroups now: the runtime
-        applies them later, paced, but no container keeps running on CPUs taken from it."""
+        applies them later, paced, but no container keeps running on CPUs taken from it.
+        `ids`: only those can have become writable (`Schedule.to_write`); None: any."""
         if not self.writes_cgroups():
             return
-        batch = self.schedule.to_write()
+        batch = self.schedule.to_write(ids)
         if batch:
             self._spawn(self._write(batch))
 
@@ -280,7 +281,7 @@ class UpdatePath:
         if Outcome.READ_ONLY in outcomes:
             self._check_mount()
         self._landed.set()
-        self._write_ahead()  # the latest behind a stale write, or what came meanwhile
+        self._write_ahead(batch)  # the latest behind a stale write, or what came meanwhile
         self._watch()
         self._wake()
 
@@ -310,7 +311,7 @@ class UpdatePath:
                     count=len(reverted),
                 )
                 sched.reverted(reverted)
-                self._write_ahead()
+                self._write_ahead(reverted)
 
     # --- batches through the runtime -------------------------------------------------------------
 
@@ -341,11 +342,12 @@ class UpdatePath:
         started = _clock()
         if not await self.transports.batch(batch):
             self.schedule.lost(_clock())
+            self._write_ahead(batch)  # newer placements that waited for these to land
             return
         self.metrics.update_batch.observe(_clock() - started)
         retry, drop = await self._landed_of(batch)
         done = self.schedule.done(_clock(), retry, drop)
-        self._write_ahead()  # shrinks that came while these were in flight
+        self._write_ahead(batch)  # shrinks that came while these were in flight
         repins = self.metrics.repins
         repins.labels("sent").inc(len(batch))
         for outcome, ids in (

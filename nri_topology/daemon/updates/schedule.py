@@ -45,6 +45,7 @@ and asks it which batch to send and when to ask again. Its rules:
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -179,11 +180,9 @@ class Schedule:
         None got, no window: a container being written may hold any CPU, but none of none."""
         if not cpus:
             return None
-        waiting = {
-            cid
-            for cid in (*self._pending, *self._in_flight, *self._writing)
-            if cid != owner and self._may_run_on(cid, cpus)
-        }
+        candidates = self._pending.keys() | self._in_flight.keys() | self._writing.keys()
+        candidates.discard(owner)
+        waiting = self._may_run_on(candidates, cpus)
         if not waiting:
             return Closed(owner, 0.0)
         self._windows[owner] = _Window(cpus, waiting)
@@ -269,13 +268,20 @@ class Schedule:
         busy = self._writing.keys() | self._in_flight.keys()
         return {cid: p for cid, p in self._written.items() if cid not in busy}
 
-    def to_write(self) -> dict[str, Placement]:
+    def to_write(self, ids: Iterable[str] | None = None) -> dict[str, Placement]:
         """Pending placements to write to the containers' cgroups now, whatever they are due:
         not in flight (the runtime could apply the older placement after the write), not
-        written or being written, not refused before."""
+        written or being written, not refused before. `ids`: only those may have become
+        writable since the last call (those just changed, written, acknowledged or started),
+        so only those are looked at; a full node holds hundreds pending for the record."""
+        pending = self._pending
+        if ids is None:
+            entries: Iterable[tuple[str, _Pending]] = pending.items()
+        else:
+            entries = ((cid, entry) for cid in ids if (entry := pending.get(cid)) is not None)
         out = {
             cid: entry.placement
-            for cid, entry in self._pending.items()
+            for cid, entry in entries
             if not entry.unwritable
             and cid not in self._in_flight
             and cid not in self._writing
@@ -323,7 +329,8 @@ class Schedule:
                 else:  # no longer urgent: a later change may make it moot
                     entry.due = max(entry.due, now + self.pacing.grow_delay_s)
             # else stale: a newer decision came meanwhile; `to_write` hands it out next
-            closed += self._settled(cid, placement, now)
+            if self._windows:
+                closed += self._settled(cid, placement, now)
         return tuple(closed)
 
     def next_batch(self, now: float) -> dict[str, Placement]:
@@ -331,9 +338,11 @@ class Schedule:
         `batch` re-pins the cgroups do not hold yet, else one they hold."""
         if self._in_flight or now < self._ready_at or not self._pending:
             return {}
-        ready = sorted((t, cid, held) for cid, (t, held) in self._times(now).items() if t <= now)
-        urgent = [cid for _, cid, held in ready if not held]
-        chosen = urgent[: self.pacing.batch] if urgent else [cid for _, cid, _ in ready[:1]]
+        urgent, recorded, _ = self._ready(now)
+        if urgent:
+            chosen = [cid for _, cid in heapq.nsmallest(self.pacing.batch, urgent)]
+        else:
+            chosen = [] if recorded is None else [recorded[1]]
         batch = {}
         for cid in chosen:
             entry = self._pending.pop(cid)
@@ -344,10 +353,12 @@ class Schedule:
     def wakeup(self, now: float) -> float | None:
         """Seconds until `next_batch` has something; None while nothing is pending or a batch
         is in flight (`change`, `done` and `written` are the next moments to ask)."""
-        times = [t for t, _ in self._times(now).values()]
-        if self._in_flight or not times:
+        if self._in_flight:
+            return None
+        earliest = self._ready(now)[2]
+        if earliest is None:
             return None  # (or all being written: `written` is the next moment to ask)
-        return max(0.0, max(min(times), self._ready_at) - now)
+        return max(0.0, max(earliest, self._ready_at) - now)
 
     def done(self, now: float, retry: Collection[str] = (), drop: Collection[str] = ()) -> Done:
         """The batch in flight was acknowledged; `retry` did not land, `drop` are gone."""
@@ -386,13 +397,24 @@ class Schedule:
 
     # --- internals ---------------------------------------------------------------------------
 
-    def _may_run_on(self, cid: str, cpus: frozenset[int]) -> bool:
-        """Whether the container runs, or may soon, on some of `cpus`: by what its cgroup holds,
+    def _may_run_on(self, ids: Iterable[str], cpus: frozenset[int]) -> set[str]:
+        """Those of `ids` that run, or may soon, on some of `cpus`: by what the cgroup holds
+        (`_runs_on`, spelled out here as a grant asks it of every container of a full node),
         or by a re-pin in flight, which the runtime may apply at any moment."""
-        flying = self._in_flight.get(cid)
-        return _may_hold(self._runs_on(cid), cpus) or (
-            flying is not None and _may_hold(flying.placement, cpus)
-        )
+        writing, written, held, flying = self._writing, self._written, self._held, self._in_flight
+        out = set()
+        for cid in ids:
+            if cid in writing:
+                out.add(cid)  # what its cgroup holds is unknown: it may
+                continue
+            runs_on = written.get(cid)
+            if runs_on is None:
+                runs_on = held.get(cid)
+            if _may_hold(runs_on, cpus) or (
+                (f := flying.get(cid)) is not None and _may_hold(f.placement, cpus)
+            ):
+                out.add(cid)
+        return out
 
     def _runs_on(self, cid: str) -> Placement | None:
         """What the container's cgroup holds: written by us, else as the runtime applied it;
@@ -402,21 +424,36 @@ class Schedule:
         written = self._written.get(cid)
         return written if written is not None else self._held.get(cid)
 
-    def _times(self, now: float) -> dict[str, tuple[float, bool]]:
-        """When each pending re-pin (not being written) may go, and whether the cgroup holds
-        it already (written): when due; one the cgroup lacks not while a granted container
-        starts; one it holds only in a quiet moment."""
+    def _ready(
+        self, now: float
+    ) -> tuple[list[tuple[float, str]], tuple[float, str] | None, float | None]:
+        """When each pending re-pin (not being written) may go, in one pass, as `next_batch`
+        and `wakeup` ask it at every event of a full node: one the cgroup lacks when due, but
+        not while a granted container starts; one it holds (written) only in a quiet moment.
+        Returns those the cgroups lack that may go now (time, id), the first that may go now
+        of those they hold, and the earliest time any may go."""
         start = max(self._starting.values()) if self._waits(now) else 0.0
         quiet = self._last_event + self.pacing.quiet_s
-        out = {}
+        quiet_max = self.pacing.quiet_max_s
+        writing, written = self._writing, self._written
+        urgent: list[tuple[float, str]] = []
+        recorded: tuple[float, str] | None = None
+        earliest: float | None = None
         for cid, p in self._pending.items():
-            if cid in self._writing:
+            if cid in writing:
                 continue
-            if _covers(self._written.get(cid), p.placement):
-                out[cid] = (max(p.due, min(quiet, p.due + self.pacing.quiet_max_s)), True)
+            due = p.due
+            if (w := written.get(cid)) is not None and _covers(w, p.placement):
+                t = max(due, min(quiet, due + quiet_max))
+                if t <= now and (recorded is None or (t, cid) < recorded):
+                    recorded = (t, cid)
             else:
-                out[cid] = (max(p.due, start), False)
-        return out
+                t = max(due, start)
+                if t <= now:
+                    urgent.append((t, cid))
+            if earliest is None or t < earliest:
+                earliest = t
+        return urgent, recorded, earliest
 
     def _waits(self, now: float) -> bool:
         """Whether a granted container's start still holds the re-pins back."""
@@ -457,12 +494,14 @@ def _covers(held: Placement | None, wanted: Placement) -> bool:
     are left as they are)."""
     if held is None:
         return False
-    pairs = (
-        (held.cpus, wanted.cpus),
-        (held.mems, wanted.mems),
-        (held.cpu_shares, wanted.cpu_shares),
+    # Spelled out, as a full node asks it of every pending re-pin at every event; the same set
+    # object is common (a written placement keeps the decision's), and set equality is a walk.
+    cpus, mems, shares = wanted.cpus, wanted.mems, wanted.cpu_shares
+    return (
+        (cpus is None or cpus is held.cpus or cpus == held.cpus)
+        and (mems is None or mems is held.mems or mems == held.mems)
+        and (shares is None or shares == held.cpu_shares)
     )
-    return all(w is None or w == h for h, w in pairs)
 
 
 def _merged(held: Placement | None, new: Placement) -> Placement:
@@ -478,4 +517,4 @@ def _merged(held: Placement | None, new: Placement) -> Placement:
 
 def _may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:
     """Whether a container holding `placement` may run on some of `cpus` (unknown: it may)."""
-    return placement is None or placement.cpus is None or bool(placement.cpus & cpus)
+    return placement is None or placement.cpus is None or not placement.cpus.isdisjoint(cpus)
