@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.daemon.updates.schedule import Closed, Pacing, Schedule, shrinks
+from nri_topology.daemon.updates.holding import shrinks
+from nri_topology.daemon.updates.schedule import Closed, Pacing, Schedule
 from nri_topology.policy.types import Placement, Update
 
 PACING = Pacing(batch=3, gap_s=0.01, grow_delay_s=0.5, retries=2, retry_delay_s=0.2)

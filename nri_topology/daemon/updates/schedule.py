@@ -49,6 +49,7 @@ import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from nri_topology.daemon.updates.holding import covers, may_hold, merged, shrinks
 from nri_topology.policy.types import Placement, Update
 
 
@@ -113,16 +114,6 @@ class Done:
     dropped: tuple[str, ...] = ()  # gone meanwhile
 
 
-def shrinks(before: Placement | None, after: Placement) -> bool:
-    """Whether `after` takes a CPU or memory node away from `before` (unknown: assume so)."""
-    if before is None:
-        return True
-    for old, new in ((before.cpus, after.cpus), (before.mems, after.mems)):
-        if new is not None and (old is None or not old <= new):
-            return True
-    return False
-
-
 @dataclass(slots=True)
 class Schedule:
     """Pending re-pins, the batch in flight, and the open exclusivity windows."""
@@ -165,7 +156,7 @@ class Schedule:
             flying = self._in_flight.get(cid)
             base = flying.placement if flying is not None else self._held.get(cid)
             runs_on = self._runs_on(cid)
-            if _covers(base, placement) and (flying is not None or _covers(runs_on, placement)):
+            if covers(base, placement) and (flying is not None or covers(runs_on, placement)):
                 self._pending.pop(cid, None)  # grew and shrank back (or the reverse) unsent
                 continue
             urgent = shrinks(base, placement) or shrinks(runs_on, placement)
@@ -286,7 +277,7 @@ class Schedule:
             and cid not in self._in_flight
             and cid not in self._writing
             and cid not in self._no_cgroup
-            and not _covers(self._runs_on(cid), entry.placement)
+            and not covers(self._runs_on(cid), entry.placement)
         }
         self._writing.update(out)
         return out
@@ -313,18 +304,18 @@ class Schedule:
             if cid not in self._held and cid not in self._pending:
                 continue  # forgotten meanwhile
             held = self._held.get(cid)
-            holds = _merged(self._runs_on(cid), placement)
-            if _covers(held, holds):
+            holds = merged(self._runs_on(cid), placement)
+            if covers(held, holds):
                 self._written.pop(cid, None)  # back to the runtime's record
             else:
                 self._written[cid] = holds
             entry = self._pending.get(cid)
             if entry is None:
-                if not _covers(held, holds) and held is not None:
+                if not covers(held, holds) and held is not None:
                     # placed anew by a reply while this was written: write that back
                     self._pending[cid] = _Pending(held, now)
             elif entry.placement == placement:
-                if _covers(held, placement):
+                if covers(held, placement):
                     del self._pending[cid]  # nothing to send: the record holds it
                 else:  # no longer urgent: a later change may make it moot
                     entry.due = max(entry.due, now + self.pacing.grow_delay_s)
@@ -384,7 +375,7 @@ class Schedule:
                 due = now + self.pacing.retry_delay_s
                 self._pending[cid] = _Pending(entry.placement, due, entry.attempts + 1)
             else:
-                self._held[cid] = _merged(self._held.get(cid), entry.placement)
+                self._held[cid] = merged(self._held.get(cid), entry.placement)
                 self._written.pop(cid, None)
                 closed += self._settled(cid, entry.placement, now)
         return Done(tuple(closed), tuple(retried), tuple(given_up), tuple(dropped))
@@ -410,8 +401,8 @@ class Schedule:
             runs_on = written.get(cid)
             if runs_on is None:
                 runs_on = held.get(cid)
-            if _may_hold(runs_on, cpus) or (
-                (f := flying.get(cid)) is not None and _may_hold(f.placement, cpus)
+            if may_hold(runs_on, cpus) or (
+                (f := flying.get(cid)) is not None and may_hold(f.placement, cpus)
             ):
                 out.add(cid)
         return out
@@ -443,7 +434,7 @@ class Schedule:
             if cid in writing:
                 continue
             due = p.due
-            if (w := written.get(cid)) is not None and _covers(w, p.placement):
+            if (w := written.get(cid)) is not None and covers(w, p.placement):
                 t = max(due, min(quiet, due + quiet_max))
                 if t <= now and (recorded is None or (t, cid) < recorded):
                     recorded = (t, cid)
@@ -466,7 +457,7 @@ class Schedule:
         return [
             c
             for owner, w in list(self._windows.items())
-            if cid in w.waiting and not _may_hold(placement, w.cpus)
+            if cid in w.waiting and not may_hold(placement, w.cpus)
             for c in self._discard(owner, w, cid, now)
         ]
 
@@ -487,34 +478,3 @@ class Schedule:
             return []
         del self._windows[owner]
         return [Closed(owner, 0.0 if w.started is None else now - w.started, w.freed)]
-
-
-def _covers(held: Placement | None, wanted: Placement) -> bool:
-    """Whether a container holding `held` holds `wanted` already (fields `wanted` leaves unset
-    are left as they are)."""
-    if held is None:
-        return False
-    # Spelled out, as a full node asks it of every pending re-pin at every event; the same set
-    # object is common (a written placement keeps the decision's), and set equality is a walk.
-    cpus, mems, shares = wanted.cpus, wanted.mems, wanted.cpu_shares
-    return (
-        (cpus is None or cpus is held.cpus or cpus == held.cpus)
-        and (mems is None or mems is held.mems or mems == held.mems)
-        and (shares is None or shares == held.cpu_shares)
-    )
-
-
-def _merged(held: Placement | None, new: Placement) -> Placement:
-    """What a container holds once `new` is applied over `held`."""
-    if held is None:
-        return new
-    return Placement(
-        new.cpus if new.cpus is not None else held.cpus,
-        new.mems if new.mems is not None else held.mems,
-        new.cpu_shares if new.cpu_shares is not None else held.cpu_shares,
-    )
-
-
-def _may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:
-    """Whether a container holding `placement` may run on some of `cpus` (unknown: it may)."""
-    return placement is None or placement.cpus is None or not placement.cpus.isdisjoint(cpus)

@@ -1,0 +1,47 @@
+"""What a container holds as re-pins land, the comparisons the update schedule asks of every
+pending re-pin at every event: spelled out, as a full node has hundreds pending."""
+
+from __future__ import annotations
+
+from nri_topology.policy.types import Placement
+
+
+def shrinks(before: Placement | None, after: Placement) -> bool:
+    """Whether `after` takes a CPU or memory node away from `before` (unknown: assume so)."""
+    if before is None:
+        return True
+    for old, new in ((before.cpus, after.cpus), (before.mems, after.mems)):
+        if new is not None and (old is None or not old <= new):
+            return True
+    return False
+
+
+def covers(held: Placement | None, wanted: Placement) -> bool:
+    """Whether a container holding `held` holds `wanted` already (fields `wanted` leaves unset
+    are left as they are)."""
+    if held is None:
+        return False
+    # The same set object is common (a written placement keeps the decision's), and set
+    # equality is a walk over its members.
+    cpus, mems, shares = wanted.cpus, wanted.mems, wanted.cpu_shares
+    return (
+        (cpus is None or cpus is held.cpus or cpus == held.cpus)
+        and (mems is None or mems is held.mems or mems == held.mems)
+        and (shares is None or shares == held.cpu_shares)
+    )
+
+
+def merged(held: Placement | None, new: Placement) -> Placement:
+    """What a container holds once `new` is applied over `held`."""
+    if held is None:
+        return new
+    return Placement(
+        new.cpus if new.cpus is not None else held.cpus,
+        new.mems if new.mems is not None else held.mems,
+        new.cpu_shares if new.cpu_shares is not None else held.cpu_shares,
+    )
+
+
+def may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:
+    """Whether a container holding `placement` may run on some of `cpus` (unknown: it may)."""
+    return placement is None or placement.cpus is None or not placement.cpus.isdisjoint(cpus)
