@@ -433,13 +433,15 @@ class Schedule:
         for cid, p in self._pending.items():
             if cid in writing:
                 continue
-            due = p.due
+            due = p.due  # the times below spelled out, not with min and max: hundreds per event
             if (w := written.get(cid)) is not None and covers(w, p.placement):
-                t = max(due, min(quiet, due + quiet_max))
+                t = due + quiet_max  # when due, in a quiet moment or quiet_max_s later
+                if quiet < t:
+                    t = quiet if quiet > due else due
                 if t <= now and (recorded is None or (t, cid) < recorded):
                     recorded = (t, cid)
             else:
-                t = max(due, start)
+                t = due if due >= start else start
                 if t <= now:
                     urgent.append((t, cid))
             if earliest is None or t < earliest:
