@@ -149,6 +149,27 @@ async def test_a_written_cgroup_set_back_by_another_writer_is_written_again(
         assert peer.unsolicited_updates == []  # the runtime's record still waits
 
 
+async def test_memory_nodes_the_writes_leave_alone_are_not_taken_for_a_revert(
+    tmp_path: Path,
+) -> None:
+    """A re-pin writes CPUs only. A cgroup whose memory nodes are not those of the runtime's
+    record (set by another writer, or by a runtime that set them otherwise) was taken for one
+    set back: its CPUs were written again at every read-back, each write postponed the
+    record's re-pin, and the runtime's record never followed."""
+    pacing = Pacing(batch=3, gap_s=0.005, grow_delay_s=0.05, start_wait_s=0.05, recheck_s=0.02)
+    plugin = _plugin(tmp_path, pacing=pacing)
+    async with connected(plugin) as (peer, _):
+        dirs = await _shared(peer, tmp_path)
+        await plugin.settle()
+        (dirs[3] / "cpuset.mems").write_text("0-1\n")
+        pod, ctr, exclusive = await _grant(peer, 100)
+        await peer.start_container(pod, ctr)
+        assert not (_on(dirs[3]) & exclusive)
+        shared = _container(3).id
+        await _until(lambda: any(u.container_id == shared for u in peer.unsolicited_updates), 2.0)
+        assert _sample(plugin, "nri_topology_cgroup_drift_total", check="revert") == 0
+
+
 @pytest.mark.parametrize("read_only", [False, True])
 async def test_a_cgroup_root_holding_none_of_the_runtimes_containers_is_said_and_not_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, read_only: bool

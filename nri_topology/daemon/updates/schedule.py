@@ -122,6 +122,8 @@ class Schedule:
     _held: dict[str, Placement] = field(default_factory=dict)  # as acknowledged or created
     # written to the container's cgroup, not yet acknowledged by the runtime
     _written: dict[str, Placement] = field(default_factory=dict)
+    # of those, the fields our writes set: all a read-back may judge (the rest is the record's)
+    _wrote: dict[str, Placement] = field(default_factory=dict)
     # handed out by `to_write`, not yet told: what the cgroup holds is unknown until then
     _writing: dict[str, Placement] = field(default_factory=dict)
     _no_cgroup: set[str] = field(default_factory=set)  # none found: not written until it has
@@ -138,6 +140,7 @@ class Schedule:
         """Start over from what the runtime reported (Synchronize); nothing pending."""
         self._held = dict(held)
         self._written.clear()
+        self._wrote.clear()
         self._pending.clear()
         self._windows.clear()
         self._starting.clear()
@@ -146,7 +149,7 @@ class Schedule:
     def holds(self, container_id: str, placement: Placement) -> None:
         """A container got `placement` without us (created with it, or in a reply)."""
         self._held[container_id] = placement
-        self._written.pop(container_id, None)
+        self._unwritten(container_id)
         self._pending.pop(container_id, None)
 
     def change(self, updates: Iterable[Update], now: float) -> None:
@@ -195,7 +198,7 @@ class Schedule:
         """Written cgroups found back on the runtime's record (another writer undid ours):
         written again by the next `to_write`."""
         for cid in ids:
-            if self._written.pop(cid, None) is not None and cid in self._pending:
+            if self._unwritten(cid) is not None and cid in self._pending:
                 self._pending[cid].unwritable = False
 
     def starting(self, owner: str, now: float) -> None:
@@ -215,7 +218,7 @@ class Schedule:
         """The container is gone: nothing to send to it; its own window is void."""
         self._starting.pop(container_id, None)
         self._held.pop(container_id, None)
-        self._written.pop(container_id, None)
+        self._unwritten(container_id)
         self._pending.pop(container_id, None)
         self._windows.pop(container_id, None)
         self._no_cgroup.discard(container_id)
@@ -254,10 +257,11 @@ class Schedule:
         )
 
     def unrecorded(self) -> dict[str, Placement]:
-        """What the cgroups hold by our writes and the runtime's record does not yet (nothing
-        on its way to them): the placements another writer could undo."""
+        """What our writes set in the cgroups and the runtime's record does not hold yet
+        (nothing on its way to them): the fields another writer could undo. Only those: a
+        field the writes leave alone is the record's, whatever the cgroup holds."""
         busy = self._writing.keys() | self._in_flight.keys()
-        return {cid: p for cid, p in self._written.items() if cid not in busy}
+        return {cid: self._wrote[cid] for cid in self._written if cid not in busy}
 
     def to_write(self, ids: Iterable[str] | None = None) -> dict[str, Placement]:
         """Pending placements to write to the containers' cgroups now, whatever they are due:
@@ -306,9 +310,10 @@ class Schedule:
             held = self._held.get(cid)
             holds = merged(self._runs_on(cid), placement)
             if covers(held, holds):
-                self._written.pop(cid, None)  # back to the runtime's record
+                self._unwritten(cid)  # back to the runtime's record
             else:
                 self._written[cid] = holds
+                self._wrote[cid] = merged(self._wrote.get(cid), placement)
             entry = self._pending.get(cid)
             if entry is None:
                 if not covers(held, holds) and held is not None:
@@ -361,7 +366,7 @@ class Schedule:
             if cid in drop:
                 dropped.append(cid)
                 self._held.pop(cid, None)
-                self._written.pop(cid, None)
+                self._unwritten(cid)
                 self._pending.pop(cid, None)
                 closed += self._leave(cid, now)
             elif cid in retry:
@@ -376,7 +381,7 @@ class Schedule:
                 self._pending[cid] = _Pending(entry.placement, due, entry.attempts + 1)
             else:
                 self._held[cid] = merged(self._held.get(cid), entry.placement)
-                self._written.pop(cid, None)
+                self._unwritten(cid)
                 closed += self._settled(cid, entry.placement, now)
         return Done(tuple(closed), tuple(retried), tuple(given_up), tuple(dropped))
 
@@ -406,6 +411,11 @@ class Schedule:
             ):
                 out.add(cid)
         return out
+
+    def _unwritten(self, cid: str) -> Placement | None:
+        """The cgroup holds the runtime's record again (or the container is gone)."""
+        self._wrote.pop(cid, None)
+        return self._written.pop(cid, None)
 
     def _runs_on(self, cid: str) -> Placement | None:
         """What the container's cgroup holds: written by us, else as the runtime applied it;
