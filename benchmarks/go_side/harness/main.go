@@ -372,7 +372,12 @@ func run() error {
 	rep.FillMs = ms(time.Since(fillStart))
 	if *restart {
 		// Re-pins still on their way when the plugin stops are lost with it and come in its
-		// Synchronize reply instead, which would count them as moved by the restart.
+		// Synchronize reply instead, which would count them as moved by the restart. A plugin
+		// may hold them back until the events stop (ours, for re-pins its cgroup writes made
+		// already), so the quiet is counted from the fill's end too, not from the last update.
+		rt.mu.Lock()
+		rt.lastUpdate = time.Now()
+		rt.mu.Unlock()
 		settled := rt.settle(time.Second, 120*time.Second)
 		p.stop()
 		took, moved, err := p.start(synced)
