@@ -42,7 +42,8 @@ none (and may say so and stop writing: the cgroup root holds none of the runtime
 `--cgroups` gives every fill and probe container the cgroups path `/bench/<id>` and a cgroup v1
 cpuset directory of plain files for it in the sysfs tree (`fs/cgroup/cpuset/bench/<id>`, all
 CPUs and nodes, written afresh before every harness run), so such writes really are written:
-into files, not the kernel's cgroupfs, and the harness, unlike a runtime, never writes them.
+into files, not the kernel's cgroupfs, which the harness writes too as runc would, with each
+container's cpusets as it applies the plugin's adjustment or updates.
 
 Built in GOPATH mode, the harness's adaptation cannot tell its containerd/nri version (it reports
 `0.0.0-unknown`), so a plugin choosing its update transport from that version (ours, `auto`)
@@ -195,6 +196,7 @@ def run_once(
     config: Path | None = None,
     profile: Path | None = None,
     cpu: bool = False,
+    cgroups: bool = False,
 ) -> dict[str, Any]:
     """One harness run: start the plugin, fill, time the probes; the harness's report.
 
@@ -202,7 +204,8 @@ def run_once(
     writes the replies of this run. With `split`, ours times its own share of each probe's
     create (`plugin_side.py`), added to the report as `split`; with `profile`, ours writes its
     profiles per event kind there (`profile_side.py`) instead; with `cpu`, ours counts its CPU
-    time per request of each kind (`profile_side.py`, unprofiled), added as `cpu_us` (medians)."""
+    time per request of each kind (`profile_side.py`, unprofiled), added as `cpu_us` (medians).
+    With `cgroups`, the harness writes each container's cpusets into its cgroup directory."""
     with tempfile.TemporaryDirectory(prefix="nri-go-side-") as tmp:
         sock = Path(tmp) / "nri.sock"
         cmd = [tools["HARNESS"], f"-socket={sock}", f"-probes={probes}", f"-samples={samples}"]
@@ -210,6 +213,8 @@ def run_once(
         # profiled, a full node's Synchronize outlasts the runtime's deadline
         cmd += ["-restart"] if fill and not profile else []
         cmd += [f"-record={record}"] if record else []
+        if cgroups:  # the runtime writes each container's cpusets there, as runc does
+            cmd += [f"-cgroups={sysfs / 'fs' / 'cgroup' / 'cpuset' / CGROUP_PARENT}"]
         profile = profile if plugin == "ours" else None
         cpu = cpu and plugin in ("ours", BEFORE) and profile is None
         split = split and plugin == "ours" and profile is None and not cpu
@@ -600,6 +605,7 @@ def main(argv: list[str] | None = None) -> int:
                         args.before,
                         config,
                         cpu=args.cpu,
+                        cgroups=args.cgroups,
                     )
                     runs.setdefault((live, plugin), []).append(report)
                     print(
@@ -614,7 +620,18 @@ def main(argv: list[str] | None = None) -> int:
         for live in args.live if args.profile else ():  # apart: a profile slows ours down
             fill = work / f"fill-{live}.bin" if live else None
             where = args.profile / f"live-{live}"
-            run_once("ours", tools, sysfs, fill, probes, args.samples, profile=where)
+            if args.cgroups:
+                write_cgroups(sysfs, [*PROBES, *(f"fill{i:04}" for i in range(live))])
+            run_once(
+                "ours",
+                tools,
+                sysfs,
+                fill,
+                probes,
+                args.samples,
+                profile=where,
+                cgroups=args.cgroups,
+            )
             print(f"\n## Profile of ours, {live} live ({where})", file=sys.stderr)
             print(profile_side.report(where, 12), file=sys.stderr)
         answers = [

@@ -49,6 +49,22 @@ type runtime struct {
 	pods       map[string]*api.PodSandbox
 	containers map[string]*api.Container
 	lastUpdate time.Time // when the plugin's last updates apart from a reply came
+	cgroups    string    // a cpuset tree of plain files, one directory per container; "": none
+}
+
+// applied writes the container's cpusets into its cgroup directory, as runc does when the
+// runtime creates or updates it: a plugin reading or writing the cgroups meets what a runtime
+// leaves there, not the files as the benchmark made them.
+func (r *runtime) applied(c *api.Container) {
+	if r.cgroups == "" || c.Linux == nil || c.Linux.Resources == nil || c.Linux.Resources.Cpu == nil {
+		return
+	}
+	cpu := c.Linux.Resources.Cpu
+	for file, value := range map[string]string{"cpuset.cpus": cpu.Cpus, "cpuset.mems": cpu.Mems} {
+		if value != "" {
+			_ = os.WriteFile(filepath.Join(r.cgroups, c.Id, file), []byte(value+"\n"), 0o644)
+		}
+	}
 }
 
 // apply merges updates into the containers they name; unknown ids are skipped, as containerd
@@ -62,6 +78,7 @@ func (r *runtime) apply(updates []*api.ContainerUpdate) {
 			continue
 		}
 		proto.Merge(resources(c), u.Linux.Resources)
+		r.applied(c)
 	}
 }
 
@@ -283,6 +300,8 @@ func run() error {
 	restart := flag.Bool("restart", false, "after the fill, restart the plugin and time its "+
 		"registration and Synchronize with every fill container running")
 	record := flag.String("record", "", "file for the plugin's last replies to the probes")
+	cgroups := flag.String("cgroups", "", "cpuset tree of plain files the runtime writes each "+
+		"container's cpusets into, as runc does (one directory per container id)")
 	flag.Parse()
 	if *socket == "" || *probeFile == "" || flag.NArg() == 0 {
 		return errors.New("usage: harness -socket PATH -probes FILE [-fill FILE] -- PLUGIN ARGS...")
@@ -300,7 +319,9 @@ func run() error {
 		return err
 	}
 
-	rt := &runtime{pods: map[string]*api.PodSandbox{}, containers: map[string]*api.Container{}}
+	rt := &runtime{
+		pods: map[string]*api.PodSandbox{}, containers: map[string]*api.Container{}, cgroups: *cgroups,
+	}
 	synced := make(chan int, 1)
 	syncFn := func(ctx context.Context, cb adaptation.SyncCB) error {
 		pods, ctrs := rt.snapshot()
@@ -374,11 +395,12 @@ func run() error {
 		// Re-pins still on their way when the plugin stops are lost with it and come in its
 		// Synchronize reply instead, which would count them as moved by the restart. A plugin
 		// may hold them back until the events stop (ours, for re-pins its cgroup writes made
-		// already), so the quiet is counted from the fill's end too, not from the last update.
+		// already, after their writes land and a grow delay), so the quiet is counted from the
+		// fill's end too, not from the last update, and is longer than that hold.
 		rt.mu.Lock()
 		rt.lastUpdate = time.Now()
 		rt.mu.Unlock()
-		settled := rt.settle(time.Second, 120*time.Second)
+		settled := rt.settle(3*time.Second, 120*time.Second)
 		p.stop()
 		took, moved, err := p.start(synced)
 		if err != nil {
@@ -558,6 +580,7 @@ func (r *runtime) created(c *api.Container, rpl *api.CreateContainerResponse) {
 	}
 	r.mu.Lock()
 	r.containers[c.Id] = c
+	r.applied(c)
 	r.mu.Unlock()
 	r.apply(rpl.Update)
 }
