@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nri_topology.daemon.updates.holding import shrinks
+from nri_topology.daemon.updates.holding import batch_shrinks, shrinks
 from nri_topology.daemon.updates.schedule import Closed, Pacing, Schedule
 from nri_topology.policy.types import Placement, Update
 
@@ -51,6 +51,28 @@ def drain(s: Schedule, now: float) -> list[dict[str, Placement]]:
 )
 def test_shrinks(before: Placement | None, after: Placement, expected: bool) -> None:
     assert shrinks(before, after) is expected
+    judged = batch_shrinks()
+    assert judged(before, after) is expected
+    assert judged(before, after) is expected  # the second time from what it remembered
+
+
+_SETS = st.none() | st.frozensets(st.integers(0, 3))
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.none() | st.builds(Placement, _SETS, _SETS), st.builds(Placement, _SETS, _SETS)
+        )
+    )
+)
+def test_one_decisions_shrinks_are_judged_as_each_alone(
+    pairs: list[tuple[Placement | None, Placement]],
+) -> None:
+    """Judged once per pair of sets within a decision: the same answers as one by one."""
+    judged = batch_shrinks()
+    for before, after in pairs + pairs:
+        assert judged(before, after) is shrinks(before, after)
 
 
 def test_a_container_changed_twice_before_it_is_sent_gets_the_latest_once() -> None:

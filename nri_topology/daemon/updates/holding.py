@@ -3,6 +3,8 @@ pending re-pin at every event: spelled out, as a full node has hundreds pending.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from nri_topology.policy.types import Placement
 
 
@@ -14,6 +16,25 @@ def shrinks(before: Placement | None, after: Placement) -> bool:
         if new is not None and (old is None or not old <= new):
             return True
     return False
+
+
+def batch_shrinks() -> Callable[[Placement | None, Placement], bool]:
+    """`shrinks` for the re-pins of one decision: they share their sets, and so mostly do
+    what the containers hold, so each pair of sets is judged once, not once per container (a
+    subset test walks the set)."""
+    judged: dict[tuple[int, ...], bool] = {}
+
+    def shrunk(held: Placement | None, new: Placement) -> bool:
+        if held is None:
+            return True
+        if new.cpus is not None and (held.cpus is None or len(new.cpus) < len(held.cpus)):
+            return True  # fewer CPUs: some taken away, whichever they are
+        key = (id(held.cpus), id(held.mems), id(new.cpus), id(new.mems))  # alive meanwhile
+        if (known := judged.get(key)) is None:
+            known = judged[key] = shrinks(held, new)
+        return known
+
+    return shrunk
 
 
 def covers(held: Placement | None, wanted: Placement) -> bool:

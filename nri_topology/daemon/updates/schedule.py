@@ -49,7 +49,7 @@ import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from nri_topology.daemon.updates.holding import covers, may_hold, merged, shrinks
+from nri_topology.daemon.updates.holding import batch_shrinks, covers, may_hold, merged
 from nri_topology.policy.types import Placement, Update
 
 
@@ -154,6 +154,7 @@ class Schedule:
 
     def change(self, updates: Iterable[Update], now: float) -> None:
         """Other containers' new placements, to send after the reply."""
+        shrunk = batch_shrinks()
         for u in updates:
             cid, placement = u.container_id, u.placement
             flying = self._in_flight.get(cid)
@@ -162,7 +163,7 @@ class Schedule:
             if covers(base, placement) and (flying is not None or covers(runs_on, placement)):
                 self._pending.pop(cid, None)  # grew and shrank back (or the reverse) unsent
                 continue
-            urgent = shrinks(base, placement) or shrinks(runs_on, placement)
+            urgent = shrunk(base, placement) or shrunk(runs_on, placement)
             due = now if urgent else now + self.pacing.grow_delay_s
             old = self._pending.get(cid)
             if old is not None:
