@@ -630,6 +630,7 @@ def check_crio_systemd(node: Node) -> str:
     window 0), and systemd's view of them follows once CRI-O's own re-pin comes."""
     crio = switch_to_crio(node)
     version = crio.cri.version()
+    lag_record()  # CRI-O's re-pin comes well after the write: systemd's view shows which was which
     crio.run_pod("crio-be", "besteffort")
     crio.run_pod("crio-bu", "burstable", 200)
     crio.fill("crio-fill")
@@ -677,6 +678,8 @@ def check_crio_systemd(node: Node) -> str:
             "cgroups_path": path.replace(be, "<id>"),
             "scope": str(rel).replace(be, "<id>"),
             "conmon_scope": conmon.name.replace(be, "<id>"),
+            # not a container to NRI: CRI-O leaves it unrestricted (no infra_ctr_cpuset here)
+            "conmon_cpus": (conmon / "cpuset.cpus.effective").read_text().strip(),
             "transport": updates["transport"],
             "cpu": sorted(cpus),
             "holders": holders,
