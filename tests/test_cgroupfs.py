@@ -36,6 +36,8 @@ F = frozenset
 PATH = "/kubepods/besteffort/podU/abc"
 REL = "kubepods/besteffort/podU/abc"
 PLACEMENT = Placement(F({0, 1}), F({0}))
+UID = "289c1e4f_aae7_4550_ad08_c97aba7d10c9"  # the kubelet's pod slice: the pod's uid, - as _
+CID = "0123456789abcdef" * 4
 
 # --- which directory a cgroups path names
 
@@ -50,6 +52,11 @@ PLACEMENT = Placement(F({0, 1}), F({0}))
             "cri-containerd-abc.scope",
         ),
         ("kubepods-podU.slice:crio:abc", "kubepods.slice/kubepods-podU.slice/crio-abc.scope"),
+        (  # as CRI-O 1.36.3's systemd cgroup manager reports it (tests/vm, crio_systemd)
+            f"kubepods-besteffort-pod{UID}.slice:crio:{CID}",
+            f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{UID}.slice/"
+            f"crio-{CID}.scope",
+        ),
         ("-.slice:docker:abc", "docker-abc.scope"),
         (":docker:abc", "system.slice/docker-abc.scope"),  # no slice: runc's default
         ("a-b.slice:x:c.slice", "a.slice/a-b.slice/c.slice"),  # a slice unit, no prefix

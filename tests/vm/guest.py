@@ -1,8 +1,10 @@
 """The checks of the VM end-to-end test, run inside the guest (Debian 13, systemd, cgroup v2).
 
 The plugin runs as the shipped systemd unit, containerd with runc's systemd cgroup driver, pods
-in kubelet-style slices made over D-Bus. Every check reads what the kernel and systemd hold and
-compares it with what the plugin decided; the results go to a JSON file for the host's test:
+in kubelet-style slices made over D-Bus; last, when the host shared a CRI-O, containerd is
+stopped and CRI-O with its systemd cgroup manager takes over the same NRI socket. Every check
+reads what the kernel and systemd hold and compares it with what the plugin decided; the results
+go to a JSON file for the host's test:
 `[{"check": name, "ok": bool, "detail": str}, ...]`.
 
 usage: python guest.py OUT.json   (with the repository on PYTHONPATH, the plugin's venv Python)
@@ -21,6 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nri_topology.cri import api_pb2 as cri
+from nri_topology.daemon.cgroupfs import cgroup_dir
 from nri_topology.policy.types import QoS
 from nri_topology.topology.cpuset import parse as parse_cpus
 from tests.e2e.harness import (
@@ -37,6 +40,11 @@ from tests.e2e.harness import (
 )
 
 CGROUP = Path("/sys/fs/cgroup")
+CONTAINERD_SOCK = Path("/run/containerd/containerd.sock")
+# CRI-O as run.sh installs it (tests/vm/crio.conf, crio.service), when the host shared one.
+CRIO = Path("/usr/local/bin/crio")
+CRIO_SOCK = Path("/var/run/crio/crio.sock")
+CRIO_STORE = "overlay@/var/lib/containers/storage+/run/containers/storage"
 STATE = Path("/var/lib/nri-topology/state.json")
 GIB = 1 << 30
 
@@ -63,8 +71,8 @@ def start_slice(name: str, memory_max: int = 0) -> None:
 
 
 class Node:
-    def __init__(self) -> None:
-        self.cri = Cri(Path("/run/containerd/containerd.sock"))
+    def __init__(self, sock: Path = CONTAINERD_SOCK) -> None:
+        self.cri = Cri(sock)
         self.containers: dict[str, str] = {}  # name -> id
         self.pods: dict[str, str] = {}  # name -> sandbox id
         self.guaranteed: set[str] = set()
@@ -147,11 +155,38 @@ class Node:
         self.cri.runtime("StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod), 300)
         self.cri.runtime("RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod), 300)
 
-    def pid(self, cid: str) -> int:
+    def remove_all(self) -> None:
+        """Every pod the runtime has, tracked or not (one a failed check left), removed."""
+        for pod in self.cri.runtime("ListPodSandbox", cri.ListPodSandboxRequest(), 300).items:
+            listed = self.cri.runtime(
+                "ListContainers",
+                cri.ListContainersRequest(filter=cri.ContainerFilter(pod_sandbox_id=pod.id)),
+                300,
+            )
+            for c in listed.containers:
+                self.cri.runtime("StopContainer", cri.StopContainerRequest(container_id=c.id), 300)
+                self.cri.runtime(
+                    "RemoveContainer", cri.RemoveContainerRequest(container_id=c.id), 300
+                )
+            self.cri.runtime(
+                "StopPodSandbox", cri.StopPodSandboxRequest(pod_sandbox_id=pod.id), 300
+            )
+            self.cri.runtime(
+                "RemovePodSandbox", cri.RemovePodSandboxRequest(pod_sandbox_id=pod.id), 300
+            )
+        self.containers.clear()
+        self.pods.clear()
+        self.guaranteed.clear()
+
+    def info(self, cid: str) -> dict:
+        """The runtime's verbose ContainerStatus info: pid, runtimeSpec."""
         resp = self.cri.runtime(
             "ContainerStatus", cri.ContainerStatusRequest(container_id=cid, verbose=True)
         )
-        return int(json.loads(resp.info["info"])["pid"])
+        return json.loads(resp.info["info"])
+
+    def pid(self, cid: str) -> int:
+        return int(self.info(cid)["pid"])
 
     def cgroup(self, cid: str) -> Path:
         """The cgroup (v2) of the container's process: its scope, or a child of it (crun's
@@ -546,6 +581,126 @@ def check_crun(node: Node) -> str:
         node.remove_pod("crun-g")
 
 
+def switch_to_crio(node: Node) -> Node:
+    """containerd's pods removed and containerd stopped, then CRI-O started on the same NRI
+    socket: one runtime at a time owns it, the plugin's unit stays as shipped and reconnects by
+    itself, and no placement of containerd's is left to hold CPUs."""
+    node.remove_all()
+    synced = journal_count("synchronized with the runtime")
+    sh("systemctl", "stop", "containerd")
+    archive, store = (
+        "oci-archive:/mnt/host/busybox.tar",
+        f"containers-storage:[{CRIO_STORE}]{IMAGE}",
+    )
+    sh("skopeo", "--policy", "/etc/crio/policy.json", "copy", "--quiet", archive, store)
+    sh("systemctl", "start", "crio")  # Type=notify: its sockets serve when this returns
+    crio = Node(CRIO_SOCK)
+    wait_for("the image visible to CRI-O", lambda: crio.cri.image_present(IMAGE), 120)
+
+    def resynced() -> bool:
+        return journal_count("synchronized with the runtime") > synced
+
+    wait_for("synchronized with CRI-O", resynced, 180)  # its reconnection backs off to 30 s
+    wait_for("plugin ready", plugin_ready, 120)
+    return crio
+
+
+def grow_delay() -> str:
+    """updates.grow_delay_seconds as configured (lag_record may have raised it)."""
+    for line in Path("/etc/nri-topology/config.yaml").read_text().splitlines():
+        if line.strip().startswith("grow_delay_seconds:"):
+            return line.split(":", 1)[1].strip()
+    return "default"
+
+
+def windows() -> dict[str, float]:
+    """The exclusivity windows' histogram: how many, their sum, how many were 0."""
+    name = "nri_topology_exclusive_window_seconds"
+    return {
+        "count": metric(f"{name}_count"),
+        "sum": metric(f"{name}_sum"),
+        "le_0": metric(f"{name}_bucket", le="0.0"),
+    }
+
+
+def check_crio_systemd(node: Node) -> str:
+    """CRI-O 1.36 with its systemd cgroup manager (runc, conmon in the pod's slice): the plugin
+    finds the shared containers' `crio-<id>.scope` from the cgroups path CRI-O reports
+    (`slice:crio:id`), writes them before the Guaranteed container starts (outcome written,
+    window 0), and systemd's view of them follows once CRI-O's own re-pin comes."""
+    crio = switch_to_crio(node)
+    version = crio.cri.version()
+    lag_record()  # CRI-O's re-pin comes well after the write: systemd's view shows which was which
+    crio.run_pod("crio-be", "besteffort")
+    crio.run_pod("crio-bu", "burstable", 200)
+    crio.fill("crio-fill")
+    crio.agree("CRI-O's containers placed", 120)
+    # the cgroups path CRI-O hands runc (and NRI) names the scope the process is in
+    be = crio.containers["crio-be"]
+    path = crio.info(be)["runtimeSpec"]["linux"]["cgroupsPath"]
+    scope = crio.scope(be)
+    rel = cgroup_dir(path)
+    assert rel is not None and CGROUP / rel == scope, f"{path} names {rel}, the scope is {scope}"
+    assert crio.cgroup(be) == scope, f"runc's process not in its scope: {crio.cgroup(be)}"
+    conmon = scope.parent / f"crio-conmon-{be}.scope"
+    assert conmon.is_dir(), (
+        f"no {conmon.name} beside {scope.name}: {sorted(scope.parent.iterdir())}"
+    )
+    with urllib.request.urlopen("http://127.0.0.1:8967/status?format=json", timeout=30) as r:
+        updates = json.load(r)["updates"]  # the transport, and why writes are off if they are
+    assert metric("nri_topology_cgroup_writes_enabled") == 1, f"writes off: {updates}"
+    before = crio.snapshot()
+    files = {n: crio.cgroup(crio.containers[n]) / "cpuset.cpus.effective" for n in before}
+    outcomes = ("written", "gone", "busy", "refused", "outside", "read_only")
+    counts = {o: metric("nri_topology_cgroup_writes_total", outcome=o) for o in outcomes}
+    windows_before = windows()
+    cid = crio.run_pod("crio-g", "guaranteed", 1000, GIB // 8)
+    returned = time.monotonic()
+    # the shared containers' cgroups as StartContainer returned, read before anything else
+    at_return = {n: parse_cpus(f.read_text()) for n, f in files.items()}
+    try:
+        cpus = crio.effective(cid)[0]
+        assert len(cpus) == 1, f"the Guaranteed container got {sorted(cpus)}"
+        holders = sorted(n for n, (held, _) in before.items() if held & cpus)
+        assert holders, f"no shared container held CPU {sorted(cpus)}: {before}"
+        on_cpu = sorted(n for n, held in at_return.items() if held & cpus)
+        lagging = [n for n in holders if crio.systemd_view(crio.containers[n])[0] & cpus]
+        crio.agree("systemd agrees after CRI-O's re-pin", 180)
+        converged = time.monotonic() - returned
+        window = explained_window("crio-g")
+        delta = {o: metric("nri_topology_cgroup_writes_total", outcome=o) - counts[o]
+                 for o in outcomes}  # fmt: skip
+        wdelta = {k: v - windows_before[k] for k, v in windows().items()}
+        show = ("systemctl", "show", "-p", "AllowedCPUs", "--value")
+        allowed = {n: sh(*show, crio.scope(crio.containers[n]).name).strip() for n in holders}
+        r = {
+            "crio": f"{version.runtime_name} {version.runtime_version}",
+            "cgroups_path": path.replace(be, "<id>"),
+            "scope": str(rel).replace(be, "<id>"),
+            "conmon_scope": conmon.name.replace(be, "<id>"),
+            # not a container to NRI: CRI-O leaves it unrestricted (no infra_ctr_cpuset here)
+            "conmon_cpus": (conmon / "cpuset.cpus.effective").read_text().strip(),
+            "transport": updates["transport"],
+            "cpu": sorted(cpus),
+            "holders": holders,
+            "on_cpu_at_start": on_cpu,
+            "systemd_lagging_at_start": lagging,
+            "writes": delta,
+            "window_s": window,
+            "window_metric": wdelta,
+            "grow_delay_s": grow_delay(),
+            "systemd_converged_s": round(converged, 1),
+            "AllowedCPUs": allowed,
+        }
+        assert not on_cpu, f"shared containers on the granted CPU at start: {r}"
+        assert delta["written"] >= len(holders), f"not all holders written: {r}"
+        assert not any(delta[o] for o in outcomes if o != "written"), f"writes not landed: {r}"
+        assert window == 0 and wdelta["sum"] == 0 and wdelta["le_0"] >= 1, f"window: {r}"
+        return json.dumps(r)
+    finally:
+        crio.remove_pod("crio-g")
+
+
 def main(out: Path) -> int:
     results = []
 
@@ -569,6 +724,8 @@ def main(out: Path) -> int:
     record("set_property", lambda: check_set_property(node))
     record("daemon_reload", lambda: check_daemon_reload(node))
     record("crun", lambda: check_crun(node))
+    if CRIO.exists():  # the host shared a CRI-O (else the host's test skips and says why)
+        record("crio_systemd", lambda: check_crio_systemd(node))
     return 0
 
 

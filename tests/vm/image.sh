@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build, or find cached, the guest of the VM end-to-end test: a Debian 13 (trixie) root file system
-# from Debian's packages (systemd, its kernel, containerd, runc, crun, Python), with a service that
-# runs the script the host leaves in the 9p share and powers off. Prints KEY=VALUE lines:
+# from Debian's packages (systemd, its kernel, containerd, runc, crun, Python; conmon, skopeo and
+# the CNI plugins for a CRI-O the host may share, which Debian does not package), with a service
+# that runs the script the host leaves in the 9p share and powers off. Prints KEY=VALUE lines:
 #   KERNEL, INITRD, DISK (raw ext4 image; the test boots a copy-on-write overlay of it)
 #
 # The result is cached under $NRI_TOPOLOGY_VM_CACHE (default ~/.cache/nri-topology/vm), keyed by
@@ -46,7 +47,7 @@ trap 'rm -rf "$work"' EXIT
 say "mmdebstrap trixie into $work (a few minutes)"
 # The runner (guest-runner.service): mount the host's share, run its run.sh, power off.
 mmdebstrap --variant=important --components=main \
-    --include=systemd,systemd-sysv,dbus,udev,linux-image-amd64,containerd,runc,crun,python3,python3-venv,busybox-static,iproute2,kmod,procps \
+    --include=systemd,systemd-sysv,dbus,udev,linux-image-amd64,containerd,runc,crun,conmon,skopeo,containernetworking-plugins,libsqlite3-0,python3,python3-venv,busybox-static,iproute2,kmod,procps \
     --customize-hook='echo nri-vm > "$1/etc/hostname"' \
     --customize-hook='printf "/dev/vda / ext4 rw,errors=remount-ro 0 1\n" > "$1/etc/fstab"' \
     --customize-hook='mkdir -p "$1/mnt/host" && chroot "$1" passwd -d root' \

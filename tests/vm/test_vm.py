@@ -5,6 +5,9 @@ the repository, a wheelhouse for the guest's Python (the guest reaches no packag
 project's wheel, and the test image. In the guest, run.sh installs the plugin as the shipped
 systemd unit (docs/operations.md), starts containerd with the systemd cgroup driver (runc, and
 crun as a second runtime handler) and runs guest.py, whose checks each become one test here.
+CRI-O, which Debian does not package, comes from $NRI_TOPOLOGY_CRIO or ../shared/runtimes/crio
+beside the checkout (as for the e2e suite) through the share: its check, last, stops containerd
+and runs CRI-O with its systemd cgroup manager; without a CRI-O here that check skips.
 The machine: 2 sockets x 2 cores, one CPU per NUMA node (0-3) and node 4 memory-only, with SLIT
 distances and HMAT latencies and bandwidths. Timings in the guest mean nothing under software
 emulation; only results count.
@@ -33,7 +36,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 HERE = Path(__file__).resolve().parent
 CHECKS = (
     "topology", "placement", "drift", "plugin_restart", "runtime_restart", "hugepages",
-    "set_property", "daemon_reload", "crun",
+    "set_property", "daemon_reload", "crun", "crio_systemd",
 )  # fmt: skip
 GUEST_PYTHON = "3.13"
 BOOT_TIMEOUT = float(os.environ.get("NRI_TOPOLOGY_VM_TIMEOUT", 3600))
@@ -96,6 +99,12 @@ def qemu_argv(image: dict[str, str], overlay: Path, share: Path, console: Path) 
     ]  # fmt: skip
 
 
+def crio_dir() -> Path | None:
+    """CRI-O's binaries (crio, pinns) where tests/e2e/prepare.sh finds them; None when absent."""
+    found = Path(os.environ.get("NRI_TOPOLOGY_CRIO") or REPO.parent / "shared/runtimes/crio")
+    return found if (found / "crio").is_file() and (found / "pinns").is_file() else None
+
+
 def cache_dir() -> Path:
     default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "nri-topology/vm"
     return Path(os.environ.get("NRI_TOPOLOGY_VM_CACHE", default))
@@ -140,6 +149,17 @@ def make_share(share: Path) -> None:
     shutil.copyfile(HERE / "run.sh", share / "run.sh")
     layer = ociimage.layer(ociimage.busybox_entries(Path("/bin/busybox")))
     (share / "busybox.tar").write_bytes(ociimage.image_archive(IMAGE, [layer], cmd=SLEEP))
+    crio = crio_dir()
+    if crio is not None:  # run.sh installs it; the rest, as the e2e harness writes it
+        (share / "crio").mkdir()
+        for name in ("crio", "pinns"):
+            shutil.copy2(crio / name, share / "crio" / name)
+        (share / "crio/policy.json").write_text(
+            json.dumps({"default": [{"type": "insecureAcceptAnything"}]})
+        )
+        (share / "crio/10-loopback.conflist").write_text(
+            json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
+        )
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +207,18 @@ def guest(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     return {r["check"]: r for r in json.loads(result.read_text())}
 
 
-@pytest.mark.parametrize("check", CHECKS)
+# CRI-O is not on every machine: without it its check skips (also where e2e is required, as in
+# the e2e suite), before the guest boots for it.
+NO_CRIO = pytest.mark.skipif(
+    crio_dir() is None,
+    reason="e2e: no CRI-O here: neither $NRI_TOPOLOGY_CRIO nor ../shared/runtimes/crio beside "
+    "the checkout holds crio and pinns",
+)
+
+
+@pytest.mark.parametrize(
+    "check", [pytest.param(c, marks=NO_CRIO) if c == "crio_systemd" else c for c in CHECKS]
+)
 def test_guest_check(guest: dict[str, dict], check: str) -> None:
     assert check in guest, f"the guest did not get to {check}"
     r = guest[check]
