@@ -8,7 +8,7 @@ not hold yet (the runtime's bookkeeping waits for quiet moments, so on a busy no
 takes turns granting 2 exclusive CPUs of a pool whose `shared` containers are re-pinned off
 them, and releasing them. Per grant, what the plugin asks of the schedule as it does:
 `decided` (the shrinks handed over, the window opened, the writes handed out), the writes'
-return (`written`), and one pass of the pump (`next_batch` and `wakeup`); per release the same
+return (`written`), and one pass of the pump (`plan`); per release the same
 with the growth. The placements of one decision share their CPU sets, as the policy's do.
 """
 
@@ -36,6 +36,15 @@ def _to_write(s: Schedule, ids: Iterable[str]) -> dict[str, Placement]:
     return s.to_write()
 
 
+def _pump(s: Schedule, now: float) -> None:
+    """One pass of the pump as the plugin makes it; a schedule from before `plan` was asked
+    for a batch, then, with none, when to ask again."""
+    if hasattr(s, "plan"):
+        s.plan(now)
+    elif not s.next_batch(now):
+        s.wakeup(now)
+
+
 def _event(
     s: Schedule,
     updates: list[Update],
@@ -55,8 +64,7 @@ def _event(
     decided = time.perf_counter()
     s.written(handed, (), now)
     written = time.perf_counter()
-    s.next_batch(now)
-    s.wakeup(now)
+    _pump(s, now)
     pumped = time.perf_counter()
     times["decided"].append(decided - started)
     times["written"].append(written - decided)

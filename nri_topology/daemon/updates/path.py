@@ -325,12 +325,10 @@ class UpdatePath:
         """Send the schedule's batches as they fall due; ends when nothing is pending."""
         sched = self.schedule
         while True:
-            now = _clock()
-            batch = sched.next_batch(now)
+            batch, wait = sched.plan(_clock())
             if batch:
                 await self._send_batch(batch)
                 continue
-            wait = sched.wakeup(now)
             if wait is None:
                 return
             self._kick.clear()

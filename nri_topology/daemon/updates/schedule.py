@@ -333,26 +333,33 @@ class Schedule:
     def next_batch(self, now: float) -> dict[str, Placement]:
         """The updates to send now (empty: none due, or a batch is still in flight): up to
         `batch` re-pins the cgroups do not hold yet, else one they hold."""
-        if self._in_flight or now < self._ready_at or not self._pending:
-            return {}
-        urgent, recorded, _ = self._ready(now)
-        if urgent:
+        return self.plan(now)[0]
+
+    def wakeup(self, now: float) -> float | None:
+        """Seconds until `next_batch` has something; None while nothing is pending or a batch
+        is in flight (`change`, `done` and `written` are the next moments to ask)."""
+        return None if self._in_flight else self._wait(now, self._ready(now)[2])
+
+    def plan(self, now: float) -> tuple[dict[str, Placement], float | None]:
+        """`next_batch`, and when it has nothing, `wakeup`, from one pass over what is
+        pending: the pump asks both at every event of a full node."""
+        if self._in_flight or not self._pending:
+            return {}, None
+        urgent, recorded, earliest = self._ready(now)
+        if urgent and now >= self._ready_at:
             chosen = [cid for _, cid in heapq.nsmallest(self.pacing.batch, urgent)]
+        elif recorded is not None and now >= self._ready_at:
+            chosen = [recorded[1]]
         else:
-            chosen = [] if recorded is None else [recorded[1]]
+            return {}, self._wait(now, earliest)
         batch = {}
         for cid in chosen:
             entry = self._pending.pop(cid)
             self._in_flight[cid] = entry
             batch[cid] = entry.placement
-        return batch
+        return batch, None
 
-    def wakeup(self, now: float) -> float | None:
-        """Seconds until `next_batch` has something; None while nothing is pending or a batch
-        is in flight (`change`, `done` and `written` are the next moments to ask)."""
-        if self._in_flight:
-            return None
-        earliest = self._ready(now)[2]
+    def _wait(self, now: float, earliest: float | None) -> float | None:
         if earliest is None:
             return None  # (or all being written: `written` is the next moment to ask)
         return max(0.0, max(earliest, self._ready_at) - now)
