@@ -207,8 +207,8 @@ def test_guest_check(guest: dict[str, dict], check: str) -> None:
 
 
 # The Debian 12 guest (image-bookworm.sh, guest_bookworm.py), booted after the Debian 13 one's
-# checks: systemd 252's daemon-reload, which writes the scopes' properties back.
-BOOKWORM_CHECKS = ("daemon_reload_252",)
+# checks: systemd 252's daemon-reload and daemon-reexec, which write the scopes' properties back.
+BOOKWORM_CHECKS = ("daemon_reload_252", "daemon_reexec_252")
 BOOKWORM_PYTHON = "3.11"
 
 
