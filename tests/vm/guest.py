@@ -701,8 +701,10 @@ def check_crio_systemd(node: Node) -> str:
         crio.remove_pod("crio-g")
 
 
-def main(out: Path) -> int:
-    results = []
+def recorder(out: Path) -> Callable[[str, Callable[[], str]], None]:
+    """Run a check and write every result so far to `out`: the host reads what is there, also
+    when the guest is stopped before the last check."""
+    results: list[dict[str, object]] = []
 
     def record(name: str, fn: Callable[[], str]) -> None:
         started = time.monotonic()
@@ -714,6 +716,11 @@ def main(out: Path) -> int:
         results.append({"check": name, "ok": ok, "detail": detail, "seconds": round(took, 1)})
         out.write_text(json.dumps(results, indent=1))
 
+    return record
+
+
+def main(out: Path) -> int:
+    record = recorder(out)
     record("topology", check_topology)
     node = Node()
     record("placement", lambda: check_placement(node))

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-import traceback
-from collections.abc import Callable
 from pathlib import Path
 
-from tests.vm.guest import REPAIR_S, Node, revert_round, sh
+from tests.vm.guest import REPAIR_S, Node, recorder, revert_round, sh
 
 
 def reapplied(node: Node, pod: str, command: str) -> str:
@@ -36,18 +33,7 @@ def reapplied(node: Node, pod: str, command: str) -> str:
 
 
 def main(out: Path) -> int:
-    results = []
-
-    def record(name: str, fn: Callable[[], str]) -> None:
-        started = time.monotonic()
-        try:
-            detail, ok = fn(), True
-        except Exception:
-            detail, ok = traceback.format_exc(limit=4), False
-        took = time.monotonic() - started
-        results.append({"check": name, "ok": ok, "detail": detail, "seconds": round(took, 1)})
-        out.write_text(json.dumps(results, indent=1))
-
+    record = recorder(out)
     node = Node()
     record("daemon_reload_252", lambda: reapplied(node, "dr", "daemon-reload"))
     # what Debian's systemd package runs when it is upgraded on a node

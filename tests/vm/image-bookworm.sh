@@ -15,27 +15,16 @@ die() { say "$*"; exit 1; }
 HERE=$(cd "$(dirname "$0")" && pwd)
 # shellcheck source=../e2e/debian.sh
 . "$HERE/../e2e/debian.sh"
-KEY=$(cat "$0" "$HERE/guest-runner.service" "$HERE/../e2e/debian.sh" | sha256sum | cut -c1-16)
+KEY=$(cat "$0" "$HERE/guest-image.sh" "$HERE/guest-runner.service" "$HERE/../e2e/debian.sh" \
+    | sha256sum | cut -c1-16)
 CACHE=${NRI_TOPOLOGY_VM_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/nri-topology/vm}
 OUT=$CACHE/bookworm-$KEY
+# shellcheck source=guest-image.sh
+. "$HERE/guest-image.sh"
 
-print() {
-    echo "KERNEL=$OUT/vmlinuz"
-    echo "INITRD=$OUT/initrd.img"
-    echo "DISK=$OUT/disk.raw"
-}
-
-if [ -f "$OUT/done" ]; then print; exit 0; fi
+if [ -f "$OUT/done" ]; then print_image; exit 0; fi
 [ "$(id -u)" -eq 0 ] || die "building the guest needs root"
-missing=()
-for tool in mmdebstrap:mmdebstrap mkfs.ext4:e2fsprogs; do
-    command -v "${tool%%:*}" >/dev/null || missing+=("${tool#*:}")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    say "apt-get install ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2 \
-        || die "apt-get install ${missing[*]} failed"
-fi
+need_tools mmdebstrap:mmdebstrap mkfs.ext4:e2fsprogs
 
 mkdir -p "$CACHE"
 work=$(mktemp -d "$CACHE/build.XXXXXX")
@@ -51,19 +40,9 @@ say "mmdebstrap bookworm into $work"
 mmdebstrap --variant=required --components=main \
     --hook-dir=/usr/share/mmdebstrap/hooks/file-mirror-automount \
     --include=systemd,systemd-sysv,dbus,udev,linux-image-amd64,runc,python3,python3-venv,"$ctrd" \
-    --customize-hook='echo nri-vm > "$1/etc/hostname"' \
-    --customize-hook='printf "/dev/vda / ext4 rw,errors=remount-ro 0 1\n" > "$1/etc/fstab"' \
+    "${GUEST_HOOKS[@]}" \
     --customize-hook='printf "127.0.0.1 localhost nri-vm\n" > "$1/etc/hosts" && touch "$1/etc/resolv.conf"' \
-    --customize-hook='mkdir -p "$1/mnt/host" && chroot "$1" passwd -d root' \
-    --customize-hook="cp '$HERE/guest-runner.service' \"\$1/etc/systemd/system/\" && chroot \"\$1\" systemctl enable guest-runner.service" \
-    --customize-hook='chroot "$1" systemctl disable containerd.service' \
     --customize-hook='rm -rf "$1"/usr/share/doc/* "$1"/usr/share/man/* "$1"/var/cache/apt/*.bin' \
     bookworm "$work/root" "$uri" >&2 || die "mmdebstrap failed"
-cp -L "$work/root/vmlinuz" "$work/vmlinuz"
-cp -L "$work/root/initrd.img" "$work/initrd.img"
-mkfs.ext4 -q -F -L root -d "$work/root" "$work/disk.raw" 2G >&2 || die "mkfs.ext4 failed"
-rm -rf "$work/root" "$work/apt" "$OUT"
-mv "$work" "$OUT"
-trap - EXIT
-touch "$OUT/done"
-print
+finish_image "$work" 2G
+print_image
