@@ -402,23 +402,15 @@ class Schedule:
     # --- internals ---------------------------------------------------------------------------
 
     def _may_run_on(self, ids: Iterable[str], cpus: frozenset[int]) -> set[str]:
-        """Those of `ids` that run, or may soon, on some of `cpus`: by what the cgroup holds
-        (`_runs_on`, spelled out here as a grant asks it of every container of a full node),
+        """Those of `ids` that run, or may soon, on some of `cpus`: by what the cgroup holds,
         or by a re-pin in flight, which the runtime may apply at any moment."""
-        writing, written, held, flying = self._writing, self._written, self._held, self._in_flight
-        out = set()
-        for cid in ids:
-            if cid in writing:
-                out.add(cid)  # what its cgroup holds is unknown: it may
-                continue
-            runs_on = written.get(cid)
-            if runs_on is None:
-                runs_on = held.get(cid)
-            if may_hold(runs_on, cpus) or (
-                (f := flying.get(cid)) is not None and may_hold(f.placement, cpus)
-            ):
-                out.add(cid)
-        return out
+        flying = self._in_flight
+        return {
+            cid
+            for cid in ids
+            if may_hold(self._runs_on(cid), cpus)
+            or ((f := flying.get(cid)) is not None and may_hold(f.placement, cpus))
+        }
 
     def _unwritten(self, cid: str) -> Placement | None:
         """The cgroup holds the runtime's record again (or the container is gone)."""
