@@ -253,10 +253,10 @@ class UpdatePath:
             self._pool = ThreadPoolExecutor(1, thread_name_prefix="nri-topology-cgroups")
         return self._pool
 
-    def _write_ahead(self, ids: Iterable[str] | None = None) -> None:
+    def _write_ahead(self, ids: Iterable[str]) -> None:
         """Re-pins pending in the schedule go into the containers' cgroups now: the runtime
         applies them later, paced, but no container keeps running on CPUs taken from it.
-        `ids`: only those can have become writable (`Schedule.to_write`); None: any."""
+        `ids`: those an event touched, the only ones that can have become writable."""
         if not self.writes_cgroups():
             return
         batch = self.schedule.to_write(ids)
