@@ -132,15 +132,21 @@ def with_cgroup(
     return pod, ctr
 
 
-def write_cgroups(sysfs: Path, ids: list[str]) -> None:
-    """A cgroup v1 cpuset directory per container beneath the sysfs tree, holding every CPU and
-    node: where a plugin's re-pins written into cgroups land."""
+def cgroup_parent(sysfs: Path) -> Path:
+    """The directory of the containers' cgroups (`with_cgroup`) in the sysfs tree."""
+    return sysfs / "fs" / "cgroup" / "cpuset" / CGROUP_PARENT
+
+
+def write_cgroups(sysfs: Path, live: int) -> None:
+    """A cgroup v1 cpuset directory for each probe and each of `live` fill containers beneath
+    the sysfs tree, holding every CPU and node: where a plugin's re-pins written into cgroups
+    land, and the harness writes the cpusets it applies."""
     online = sysfs / "devices" / "system"
     cpus = (online / "cpu" / "online").read_text().strip()
     nodes = online / "node" / "online"
     mems = nodes.read_text().strip() if nodes.exists() else "0"
-    for cid in ids:
-        d = sysfs / "fs" / "cgroup" / "cpuset" / CGROUP_PARENT / cid
+    for cid in [*PROBES, *(f"fill{i:04}" for i in range(live))]:
+        d = cgroup_parent(sysfs) / cid
         d.mkdir(parents=True, exist_ok=True)
         (d / "cpuset.cpus").write_text(cpus + "\n")
         (d / "cpuset.mems").write_text(mems + "\n")
@@ -214,7 +220,7 @@ def run_once(
         cmd += ["-restart"] if fill and not profile else []
         cmd += [f"-record={record}"] if record else []
         if cgroups:  # the runtime writes each container's cpusets there, as runc does
-            cmd += [f"-cgroups={sysfs / 'fs' / 'cgroup' / 'cpuset' / CGROUP_PARENT}"]
+            cmd += [f"-cgroups={cgroup_parent(sysfs)}"]
         profile = profile if plugin == "ours" else None
         cpu = cpu and plugin in ("ours", BEFORE) and profile is None
         split = split and plugin == "ours" and profile is None and not cpu
@@ -590,8 +596,7 @@ def main(argv: list[str] | None = None) -> int:
                 for plugin in plugins if n % 2 == 0 else plugins[::-1]:
                     record = replies if plugin == "ours" and not replies.exists() else None
                     if args.cgroups:  # every run starts from the same cgroups
-                        ids = [*PROBES, *(f"fill{i:04}" for i in range(live))]
-                        write_cgroups(sysfs, ids)
+                        write_cgroups(sysfs, live)
                     report = run_once(
                         plugin,
                         tools,
@@ -621,7 +626,7 @@ def main(argv: list[str] | None = None) -> int:
             fill = work / f"fill-{live}.bin" if live else None
             where = args.profile / f"live-{live}"
             if args.cgroups:
-                write_cgroups(sysfs, [*PROBES, *(f"fill{i:04}" for i in range(live))])
+                write_cgroups(sysfs, live)
             run_once(
                 "ours",
                 tools,
