@@ -55,6 +55,7 @@ ERROR_REASONS = (
     "restore_failed",  # containers the checkpoint could not place again
     "update_failed",  # an UpdateContainers request failed
     "update_not_connected",  # an update was due while no runtime was connected
+    "update_schedule",  # a decision's re-pins could not be handed to the update schedule
     "window_unfreed",  # a window closed because a re-pin was given up: its CPUs may be shared
 )
 RELOAD_RESULTS = ("applied", "rejected")

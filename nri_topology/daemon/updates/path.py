@@ -56,7 +56,10 @@ class UpdatePath:
     ) -> None:
         self.metrics = metrics
         self.transports = transports
-        self.schedule = Schedule(pacing or PACED)
+        self._schedule = Schedule(pacing or PACED)
+        # Decisions whose re-pins the schedule has not taken yet: taken once the reply is out
+        # (`decided`), and before anything else asks the schedule (`schedule`).
+        self._decided: list[Callable[[], None]] = []
         self.cgroups = cgroups
         self._cgroup_first = cgroup_first and cgroups is not None
         self._placed = placed
@@ -80,6 +83,23 @@ class UpdatePath:
     @stub.setter
     def stub(self, stub: Stub | None) -> None:
         self.transports.stub = stub
+
+    @property
+    def schedule(self) -> Schedule:
+        """The schedule, with every decision made so far handed to it: whoever asks it (an
+        event, the writes' return, the pump) sees them all, in the order they were made."""
+        if self._decided:
+            self._catch_up()
+        return self._schedule
+
+    def _catch_up(self) -> None:
+        taken, self._decided = self._decided, []
+        for hand_over in taken:
+            try:
+                hand_over()
+            except Exception:  # one decision's failure must not lose the others'
+                self.metrics.error("update_schedule")
+                _log.exception("handing a decision's re-pins to the schedule failed")
 
     @property
     def paced(self) -> bool:
@@ -173,7 +193,11 @@ class UpdatePath:
 
     def decided(self, decision: Decision) -> tuple[Update, ...]:
         """Hand the decision's re-pins of other containers to the schedule, or, in in-reply
-        mode, return them for the reply; open the window of its exclusive CPUs."""
+        mode, return them for the reply; open the window of its exclusive CPUs.
+
+        Paced, the reply carries none of them, so the schedule takes them once the reply is
+        written (a full node's hundreds of re-pins then cost the runtime's lock nothing), and
+        before anything else asks it."""
         cid = decision.container_id
         others = tuple(u for u in decision.updates if u.container_id != cid)
         if not self.paced:
@@ -181,7 +205,14 @@ class UpdatePath:
                 self._closed((Closed(cid, 0.0),))
             return others
         now = _clock()
-        sched = self.schedule
+        if not self._decided:
+            asyncio.get_running_loop().call_soon(self._catch_up)
+        self._decided.append(lambda: self._hand_over(decision, others, now))
+        return ()
+
+    def _hand_over(self, decision: Decision, others: tuple[Update, ...], now: float) -> None:
+        cid = decision.container_id
+        sched = self._schedule
         sched.change(others, now)
         sched.holds(cid, decision.placement)
         closed = sched.grant(cid, decision.exclusive, now)
@@ -192,7 +223,6 @@ class UpdatePath:
         if others:
             self._write_ahead(u.container_id for u in others)
             self._wake()
-        return ()
 
     def defer(self, updates: Sequence[Update], why: str) -> None:
         """Re-pins with no reply to ride on (or after one): through the schedule, or in in-reply
@@ -216,15 +246,14 @@ class UpdatePath:
     async def before_start(self, container_id: str) -> None:
         """A container is about to start: if it was just granted exclusive CPUs, wait (bounded)
         for the writes that free them; its window counts from here."""
-        sched = self.schedule
         if self.writes_cgroups():
             loop = asyncio.get_running_loop()
-            until = loop.time() + sched.pacing.write_wait_s
-            while sched.writes_due(container_id) and (left := until - loop.time()) > 0:
+            until = loop.time() + self._schedule.pacing.write_wait_s
+            while self.schedule.writes_due(container_id) and (left := until - loop.time()) > 0:
                 self._landed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._landed.wait(), left)
-        sched.running(container_id, _clock())
+        self.schedule.running(container_id, _clock())
 
     def started(self, container_id: str) -> None:
         """The container started: the runtime's re-pins that waited for it may go, and its
@@ -293,12 +322,12 @@ class UpdatePath:
 
     async def _rechecks(self) -> None:
         assert self.cgroups is not None
-        sched = self.schedule
         while True:
-            await asyncio.sleep(sched.pacing.recheck_s)
-            if not (written := sched.unrecorded()) or not self.writes_cgroups():
+            await asyncio.sleep(self._schedule.pacing.recheck_s)
+            if not (written := self.schedule.unrecorded()) or not self.writes_cgroups():
                 return
             seen = await self.cgroups.read(written, self._writer())
+            sched = self.schedule
             now = sched.unrecorded()  # what changed while reading is not judged
             kept = {cid: p for cid, p in written.items() if now.get(cid) == p}
             reverted = [d.container_id for d in drifted(kept, seen)]
@@ -323,9 +352,8 @@ class UpdatePath:
 
     async def _drain(self) -> None:
         """Send the schedule's batches as they fall due; ends when nothing is pending."""
-        sched = self.schedule
         while True:
-            batch, wait = sched.plan(_clock())
+            batch, wait = self.schedule.plan(_clock())
             if batch:
                 await self._send_batch(batch)
                 continue
