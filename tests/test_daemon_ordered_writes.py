@@ -19,8 +19,9 @@ import structlog
 
 from nri_topology.daemon.cgroupfs import CgroupFS, Result
 from nri_topology.daemon.status import StatusPages
-from nri_topology.daemon.updates.schedule import Pacing
+from nri_topology.daemon.updates.schedule import Pacing, Schedule
 from nri_topology.nri import api_pb2
+from nri_topology.nri.mux import Mux
 from nri_topology.policy.types import Placement
 from nri_topology.testing.harness import connected
 from nri_topology.testing.runtime import RuntimePeer
@@ -97,6 +98,55 @@ async def test_a_release_then_a_grant_leave_no_shared_cgroup_on_the_granted_cpu(
             await peer.remove_pod_sandbox(pod)
             await plugin.settle()
     assert set(slow_writes) == {"nri-topology-cgroups_0"}  # a writer thread of their own
+
+
+async def test_a_grants_re_pins_reach_the_schedule_once_its_reply_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The runtime's NRI lock waits for the reply, not for the hand-over of hundreds of re-pins
+    on a full node; the writes still land before the start."""
+    order: list[str] = []
+    real_change, real_send = Schedule.change, Mux.send
+
+    def change(self: Schedule, updates, now: float) -> None:  # type: ignore[no-untyped-def]
+        if updates:
+            order.append("schedule")
+        real_change(self, updates, now)
+
+    async def send(self: Mux, conn_id: int, message: bytes) -> None:
+        await real_send(self, conn_id, message)
+        if message[8] == 2:  # a ttrpc response: the plugin's reply
+            order.append("reply")
+
+    monkeypatch.setattr(Schedule, "change", change)
+    monkeypatch.setattr(Mux, "send", send)
+    plugin = _plugin(tmp_path, pacing=LAGGING)
+    async with connected(plugin) as (peer, _):
+        dirs = await _shared(peer, tmp_path)
+        await plugin.settle()
+        pod, ctr = new_pod(100, ""), _container(100, cpus=1, qos="")
+        await peer.run_pod_sandbox(pod)
+        order.clear()
+        reply = await peer.create_container(pod, ctr)
+        assert order == ["reply", "schedule"]
+        exclusive = cpuset.parse(reply.adjust.linux.resources.cpu.cpus)
+        await peer.start_container(pod, ctr)
+        assert all(not (_on(d) & exclusive) for d in dirs)
+        assert plugin.decisions[ctr.id].window_s == 0.0
+
+
+async def test_whatever_asks_the_schedule_next_finds_the_grant_handed_over(
+    tmp_path: Path,
+) -> None:
+    """Even with no turn of the event loop between the reply and the next question."""
+    plugin = _plugin(tmp_path, pacing=LAGGING)
+    async with connected(plugin) as (peer, _):
+        await _shared(peer, tmp_path)
+        await plugin.settle()
+        pod, ctr = new_pod(100, ""), _container(100, cpus=1, qos="")
+        await plugin.create_container(pod, ctr)  # never suspends: no turn since
+        assert plugin.updates.schedule.writes_due(ctr.id)
+        await plugin.settle()
 
 
 async def test_the_start_waits_no_longer_than_its_bound_and_counts_the_window(
