@@ -452,6 +452,7 @@ class TopologyPlugin(Plugin):
 
     async def settle(self) -> None:
         """Wait until the background updates started so far are done."""
+        self.updates.catch_up()
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
 

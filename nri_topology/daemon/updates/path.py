@@ -57,9 +57,9 @@ class UpdatePath:
         self.metrics = metrics
         self.transports = transports
         self._schedule = Schedule(pacing or PACED)
-        # Decisions whose re-pins the schedule has not taken yet: taken once the reply is out
-        # (`decided`), and before anything else asks the schedule (`schedule`).
-        self._decided: list[Callable[[], None]] = []
+        # Re-pins the schedule has not taken yet: taken once the event's reply is out
+        # (`decided`, `defer`), and before anything else asks the schedule (`schedule`).
+        self._waiting: list[Callable[[], None]] = []
         self.cgroups = cgroups
         self._cgroup_first = cgroup_first and cgroups is not None
         self._placed = placed
@@ -86,14 +86,22 @@ class UpdatePath:
 
     @property
     def schedule(self) -> Schedule:
-        """The schedule, with every decision made so far handed to it: whoever asks it (an
-        event, the writes' return, the pump) sees them all, in the order they were made."""
-        if self._decided:
-            self._catch_up()
+        """The schedule, with every decision and release made so far handed to it: whoever asks
+        it (an event, the writes' return, the pump) sees them all, in the order they were made."""
+        if self._waiting:
+            self.catch_up()
         return self._schedule
 
-    def _catch_up(self) -> None:
-        taken, self._decided = self._decided, []
+    def _after_reply(self, hand_over: Callable[[], None]) -> None:
+        """`hand_over` to the schedule once the event's reply is written (the event loop's next
+        turn), or sooner when something asks the schedule first."""
+        if not self._waiting:
+            asyncio.get_running_loop().call_soon(self.catch_up)
+        self._waiting.append(hand_over)
+
+    def catch_up(self) -> None:
+        """Hand the schedule what waits for a reply to be written, now."""
+        taken, self._waiting = self._waiting, []
         for hand_over in taken:
             try:
                 hand_over()
@@ -205,9 +213,7 @@ class UpdatePath:
                 self._closed((Closed(cid, 0.0),))
             return others
         now = _clock()
-        if not self._decided:
-            asyncio.get_running_loop().call_soon(self._catch_up)
-        self._decided.append(lambda: self._hand_over(decision, others, now))
+        self._after_reply(lambda: self._hand_over(decision, others, now))
         return ()
 
     def _hand_over(self, decision: Decision, others: tuple[Update, ...], now: float) -> None:
@@ -225,14 +231,19 @@ class UpdatePath:
             self._wake()
 
     def defer(self, updates: Sequence[Update], why: str) -> None:
-        """Re-pins with no reply to ride on (or after one): through the schedule, or in in-reply
-        mode at once through the transport."""
+        """Re-pins with no reply to ride on (or after one): through the schedule (which takes
+        them after the event's reply, as a decision's), or in in-reply mode at once through the
+        transport."""
         if not updates:
             return
         if not self.paced:
             self._spawn(self.transports.send(updates, why))
             return
-        self.schedule.change(updates, _clock())
+        now = _clock()
+        self._after_reply(lambda: self._take(updates, now))
+
+    def _take(self, updates: Sequence[Update], now: float) -> None:
+        self._schedule.change(updates, now)
         self._write_ahead(u.container_id for u in updates)
         self._wake()
 
@@ -264,6 +275,7 @@ class UpdatePath:
         self._write_ahead((container_id,))
 
     async def close(self) -> None:
+        self._waiting.clear()  # nothing more is written or sent
         for task in (self._pump, self._recheck):
             if task is not None:
                 task.cancel()
