@@ -57,8 +57,8 @@ class UpdatePath:
         self.metrics = metrics
         self.transports = transports
         self._schedule = Schedule(pacing or PACED)
-        # Re-pins the schedule has not taken yet: taken once the event's reply is out
-        # (`decided`, `defer`), and before anything else asks the schedule (`schedule`).
+        # Decisions whose re-pins the schedule has not taken yet: taken once the reply is out
+        # (`decided`), and before anything else asks the schedule (`schedule`).
         self._waiting: list[Callable[[], None]] = []
         self.cgroups = cgroups
         self._cgroup_first = cgroup_first and cgroups is not None
@@ -86,8 +86,8 @@ class UpdatePath:
 
     @property
     def schedule(self) -> Schedule:
-        """The schedule, with every decision and release made so far handed to it: whoever asks
-        it (an event, the writes' return, the pump) sees them all, in the order they were made."""
+        """The schedule, with every decision made so far handed to it: whoever asks it (an
+        event, the writes' return, the pump) sees them all, in the order they were made."""
         if self._waiting:
             self.catch_up()
         return self._schedule
@@ -231,19 +231,15 @@ class UpdatePath:
             self._wake()
 
     def defer(self, updates: Sequence[Update], why: str) -> None:
-        """Re-pins with no reply to ride on (or after one): through the schedule (which takes
-        them after the event's reply, as a decision's), or in in-reply mode at once through the
-        transport."""
+        """Re-pins with no reply to ride on (or after one): through the schedule, or in in-reply
+        mode at once through the transport. Taken before the reply: a release's next event has
+        no gap to hide them in, unlike a grant's (`decided`)."""
         if not updates:
             return
         if not self.paced:
             self._spawn(self.transports.send(updates, why))
             return
-        now = _clock()
-        self._after_reply(lambda: self._take(updates, now))
-
-    def _take(self, updates: Sequence[Update], now: float) -> None:
-        self._schedule.change(updates, now)
+        self.schedule.change(updates, _clock())
         self._write_ahead(u.container_id for u in updates)
         self._wake()
 
