@@ -206,18 +206,18 @@ class UpdatePath:
         Paced, the reply carries none of them, so the schedule takes them once the reply is
         written (a full node's hundreds of re-pins then cost the runtime's lock nothing), and
         before anything else asks it."""
-        cid = decision.container_id
-        others = tuple(u for u in decision.updates if u.container_id != cid)
         if not self.paced:
+            cid = decision.container_id
             if decision.exclusive:  # applied before the container runs: no window
                 self._closed((Closed(cid, 0.0),))
-            return others
+            return tuple(u for u in decision.updates if u.container_id != cid)
         now = _clock()
-        self._after_reply(lambda: self._hand_over(decision, others, now))
+        self._after_reply(lambda: self._hand_over(decision, now))
         return ()
 
-    def _hand_over(self, decision: Decision, others: tuple[Update, ...], now: float) -> None:
+    def _hand_over(self, decision: Decision, now: float) -> None:
         cid = decision.container_id
+        others = tuple(u for u in decision.updates if u.container_id != cid)
         sched = self._schedule
         sched.change(others, now)
         sched.holds(cid, decision.placement)
