@@ -44,6 +44,15 @@ IMAGE = "e2e.local/busybox:1"
 SLEEP = ["/bin/sleep", "1000000"]
 
 
+def write_crio_files(policy: Path, cni: Path) -> None:
+    """What CRI-O needs beside its binaries to run a pod: an image policy that takes the local
+    test image, and the loopback network (CNI configuration in the directory `cni`)."""
+    policy.write_text(json.dumps({"default": [{"type": "insecureAcceptAnything"}]}))
+    (cni / "10-loopback.conflist").write_text(
+        json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
+    )
+
+
 # The runtimes the suite runs on, as prepare.sh names them.
 RUNTIMES = ("containerd-1.7", "containerd-2", "crio")
 
@@ -476,12 +485,7 @@ class Run:
             config = self.dir / "crio.conf"
             config.write_text(self.config_text())
             (self.dir / "crio.conf.d").mkdir(exist_ok=True)
-            (self.dir / "policy.json").write_text(
-                json.dumps({"default": [{"type": "insecureAcceptAnything"}]})
-            )
-            (self.dir / "cni/conf/10-loopback.conflist").write_text(
-                json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
-            )
+            write_crio_files(self.dir / "policy.json", self.dir / "cni/conf")
             return [str(self.tools.bin / "crio"), "--config", str(config),
                     "--config-dir", str(self.dir / "crio.conf.d")]  # fmt: skip
         config = self.dir / "containerd.toml"

@@ -29,7 +29,7 @@ import pytest
 
 from nri_topology.testing import ociimage
 from tests.e2e.conftest import _unavailable
-from tests.e2e.harness import IMAGE, REPO, SLEEP
+from tests.e2e.harness import IMAGE, REPO, SLEEP, write_crio_files
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(5400)]
 
@@ -154,12 +154,7 @@ def make_share(share: Path, python: str = GUEST_PYTHON) -> None:
         (share / "crio").mkdir()
         for name in ("crio", "pinns"):
             shutil.copy2(crio / name, share / "crio" / name)
-        (share / "crio/policy.json").write_text(
-            json.dumps({"default": [{"type": "insecureAcceptAnything"}]})
-        )
-        (share / "crio/10-loopback.conflist").write_text(
-            json.dumps({"cniVersion": "1.0.0", "name": "lo", "plugins": [{"type": "loopback"}]})
-        )
+        write_crio_files(share / "crio/policy.json", share / "crio")
 
 
 def usable() -> None:
