@@ -58,12 +58,16 @@ class Form(Generic[U, C, S]):
     blank: Callable[[U], U]  # the update's container and may_fail, no field
 
 
-def merged(current: Placement, change: Placement) -> Placement:
-    """`change` over `current`: fields the change leaves at None keep their value."""
+def merged(current: Placement | None, change: Placement) -> Placement:
+    """`change` over `current`: fields the change leaves at None keep their value; over an
+    unknown `current`, the change. (Positional: the update schedule asks it of hundreds of
+    containers per event.)"""
+    if current is None:
+        return change
     return Placement(
-        cpus=change.cpus if change.cpus is not None else current.cpus,
-        mems=change.mems if change.mems is not None else current.mems,
-        cpu_shares=change.cpu_shares if change.cpu_shares is not None else current.cpu_shares,
+        change.cpus if change.cpus is not None else current.cpus,
+        change.mems if change.mems is not None else current.mems,
+        change.cpu_shares if change.cpu_shares is not None else current.cpu_shares,
     )
 
 

@@ -52,17 +52,6 @@ def covers(held: Placement | None, wanted: Placement) -> bool:
     )
 
 
-def merged(held: Placement | None, new: Placement) -> Placement:
-    """What a container holds once `new` is applied over `held`."""
-    if held is None:
-        return new
-    return Placement(
-        new.cpus if new.cpus is not None else held.cpus,
-        new.mems if new.mems is not None else held.mems,
-        new.cpu_shares if new.cpu_shares is not None else held.cpu_shares,
-    )
-
-
 def may_hold(placement: Placement | None, cpus: frozenset[int]) -> bool:
     """Whether a container holding `placement` may run on some of `cpus` (unknown: it may)."""
     return placement is None or placement.cpus is None or not placement.cpus.isdisjoint(cpus)

@@ -49,7 +49,8 @@ import heapq
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from nri_topology.daemon.updates.holding import batch_shrinks, covers, may_hold, merged
+from nri_topology.daemon.updates.holding import batch_shrinks, covers, may_hold
+from nri_topology.policy.pinning import merged
 from nri_topology.policy.types import Placement, Update
 
 
