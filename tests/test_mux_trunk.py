@@ -11,6 +11,7 @@ import pytest
 from nri_topology.nri.mux import (
     HEADER,
     MAX_ACCEPTED_PAYLOAD,
+    READ_SIZE,
     Mux,
     MuxClosedError,
     MuxDecoder,
@@ -101,6 +102,24 @@ async def test_eof_inside_a_frame_is_an_error(trunk) -> None:  # type: ignore[no
     peer.close()
     assert await one.recv() == b""
     assert "inside a frame" in str(mux.error)
+
+
+async def test_reads_land_in_the_trunks_own_buffer_and_frames_longer_than_it_arrive_whole(
+    trunk,  # type: ignore[no-untyped-def]
+) -> None:
+    mux, _, peer = trunk
+    # The event loop reads into the trunk's buffer instead of making a new object per read.
+    assert isinstance(mux._trunk, asyncio.BufferedProtocol)
+    one, two = mux.open(1), mux.open(2)
+    mux.start()
+    big = bytes(range(256)) * (3 * READ_SIZE // 256 + 7)  # several reads into the same buffer
+    peer.write(HEADER.pack(1, 2) + b"hi" + HEADER.pack(2, len(big)) + big + HEADER.pack(1, 1))
+    await peer.drain()
+    peer.write(b"!")
+    await peer.drain()
+    assert await one.recv() == b"hi"
+    assert await two.recv() == big
+    assert await one.recv() == b"!"
 
 
 async def test_absurd_length_closes_without_allocating(trunk) -> None:  # type: ignore[no-untyped-def]

@@ -84,7 +84,7 @@ class MuxDecoder:
         """Bytes received but not yet returned as a complete frame."""
         return len(self._buffer)
 
-    def feed(self, data: bytes) -> list[tuple[int, bytes]]:
+    def feed(self, data: bytes | memoryview) -> list[tuple[int, bytes]]:
         if self._failed is not None:
             raise self._failed
         if not self._buffer and len(data) >= HEADER_SIZE:
@@ -179,10 +179,20 @@ class MuxChannel:
         self._close_read()
 
 
-class Trunk(asyncio.StreamReaderProtocol):
+READ_SIZE = 256 * 1024
+"""The trunk's read buffer, as large as the event loop's own reads."""
+
+
+class Trunk(asyncio.StreamReaderProtocol, asyncio.BufferedProtocol):
     """The protocol of the socket under a `Mux`: hands the mux every read as the event loop makes
     it. Reading waits for `Mux.start`; an end of the stream that came before is kept until then.
-    Writes go through an `asyncio.StreamWriter` on it, which keeps the streams' flow control."""
+    Writes go through an `asyncio.StreamWriter` on it, which keeps the streams' flow control.
+
+    The socket is read into one buffer the trunk keeps. The event loop's own reads make a new
+    256 KiB object each, above the C allocator's threshold for mapping memory from the kernel
+    unless something earlier raised it: every message would then cost a fresh mapping, its page
+    faults and its release, on every event.
+    """
 
     def __init__(self) -> None:
         # Never read: the writer takes it, as from `asyncio.open_unix_connection`, to raise
@@ -192,6 +202,7 @@ class Trunk(asyncio.StreamReaderProtocol):
         self._mux: Mux | None = None
         self._socket: asyncio.Transport | None = None
         self._ended: tuple[BaseException | None] | None = None  # before the mux started
+        self._read = memoryview(bytearray(READ_SIZE))
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -207,9 +218,12 @@ class Trunk(asyncio.StreamReaderProtocol):
         elif self._socket is not None and not self._socket.is_closing():
             self._socket.resume_reading()
 
-    def data_received(self, data: bytes) -> None:
-        if self._mux is not None:
-            self._mux._received(data)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._read
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._mux is not None:  # the mux copies what it keeps: the buffer is read into again
+            self._mux._received(self._read[:nbytes])
 
     def eof_received(self) -> bool:
         self._end(None)
@@ -316,7 +330,7 @@ class Mux:
         for channel in list(self._channels.values()):
             channel._close_read()
 
-    def _received(self, data: bytes) -> None:
+    def _received(self, data: bytes | memoryview) -> None:
         """Bytes the trunk read: their complete frames go to their channels."""
         if self._closed.is_set():
             return
