@@ -13,6 +13,7 @@ from pathlib import Path
 import yaml
 
 from nri_topology.config.load import ConfigError, read_config
+from nri_topology.config.validate import as_document
 from nri_topology.configured import policy_options
 from nri_topology.policy.options import CpuAmount
 from nri_topology.quantity import format_milli
@@ -45,7 +46,7 @@ def main(args: argparse.Namespace) -> int:
     print(f"{args.file}: valid")
     for note in notes:
         print(f"note: {note}")
-    effective = config.model_dump(mode="json")
+    effective = as_document(config)
     policy = effective["policy"]
     policy["reserved_resources"] = describe_cpus(options.reserved_resources)
     available = options.available_resources

@@ -1,9 +1,11 @@
-"""The configuration file: schema (`schema.py`) and side-effect-free loading (`load.py`)."""
+"""The configuration file: schema (`schema.py`), its checking key by key (`validate.py`) and
+side-effect-free loading (`load.py`)."""
 
 from nri_topology.config.load import (
     DEFAULT_PATH,
     ConfigError,
     Loaded,
+    config_from,
     load_config,
     parse_config,
     read_config,
@@ -16,6 +18,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "Loaded",
+    "config_from",
     "load_config",
     "parse_config",
     "read_config",

@@ -12,16 +12,15 @@ however made, reaches the recursive parts of the loader with more than they can 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NamedTuple, get_args, get_origin
+from typing import Any, NamedTuple
 
 import yaml
-from pydantic import BaseModel, ValidationError
 
 from nri_topology.bounded_read import TooLarge, read_bounded
 from nri_topology.config.schema import Config
+from nri_topology.config.validate import Invalid, as_document, dotted, keys, shown, to_config
 
 DEFAULT_PATH = Path("/etc/nri-topology/config.yaml")
 MAX_CONFIG_BYTES = 1 << 20  # the annotated example configurations are a few KiB
@@ -72,88 +71,16 @@ _StrictLoader.add_constructor(
 )
 
 
-def _shown(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
+def _lines(source: str, e: Invalid) -> list[str]:
+    return [f"{source}: {dotted(loc)}: {why}" for loc, why in e.problems]
+
+
+def config_from(data: object, source: str) -> Config:
+    """A parsed document (mappings, lists, scalars) as a `Config`; errors name `source`."""
     try:
-        return json.dumps(value)
-    except TypeError:
-        return repr(value)
-
-
-def _model_at(loc: tuple[int | str, ...]) -> type[BaseModel] | None:
-    """The model class whose keys live at `loc` (None for lists, maps and scalars)."""
-    model: Any = Config
-    for part in loc:
-        if not (isinstance(model, type) and issubclass(model, BaseModel)):
-            return None
-        field = model.model_fields.get(str(part))
-        if field is None:
-            return None
-        model = field.annotation
-        if get_origin(model) is not None:  # `Section | None`
-            models = [
-                a for a in get_args(model) if isinstance(a, type) and issubclass(a, BaseModel)
-            ]
-            model = models[0] if len(models) == 1 else None
-    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
-
-
-def _dotted(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        if part == "[key]":  # pydantic's marker for a bad mapping key
-            out += " (the key)"
-        elif isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else str(part)
-    return out or "(top level)"
-
-
-def _problem(error: Any) -> str:
-    kind = error["type"]
-    got = _shown(error.get("input"))
-    ctx = error.get("ctx") or {}
-    loc = tuple(error["loc"])
-    match kind:
-        case "extra_forbidden":
-            parent = _model_at(loc[:-1])
-            allowed = ", ".join(parent.model_fields) if parent else "none"
-            return f"unknown key; allowed: {allowed}"
-        case "missing":
-            return "required key is missing"
-        case "bool_type" | "bool_parsing":
-            return f"expected true or false, got {got}"
-        case "int_type" | "int_parsing" | "int_from_float":
-            return f"expected an integer, got {got}"
-        case "string_type":
-            return f"expected a string, got {got}"
-        case "literal_error":
-            return f"expected one of {ctx.get('expected')}, got {got}"
-        case "greater_than_equal":
-            return f"expected at least {ctx.get('ge')}, got {got}"
-        case "less_than_equal":
-            return f"expected at most {ctx.get('le')}, got {got}"
-        case "too_short":
-            return "expected at least one item"
-        case "string_too_short":
-            return "expected a non-empty string"
-        case "string_pattern_mismatch":
-            return f"expected text matching {ctx.get('pattern')}, got {got}"
-        case "model_type" | "model_attributes_type" | "dict_type":
-            return f"expected a mapping of keys, got {got}"
-        case "list_type":
-            return f"expected a list, got {got}"
-        case "value_error":
-            return str(error["msg"]).removeprefix("Value error, ")
-    return str(error["msg"])
-
-
-def _lines(source: str, e: ValidationError) -> list[str]:
-    return [f"{source}: {_dotted(tuple(err['loc']))}: {_problem(err)}" for err in e.errors()]
+        return to_config(data)
+    except Invalid as e:
+        raise ConfigError(_lines(source, e)) from None
 
 
 def _bounds_problem(text: str) -> str:
@@ -200,14 +127,11 @@ def parse_config(text: str, source: str) -> Config:
     if data is None:
         return Config()
     if not isinstance(data, dict):
-        sections = ", ".join(Config.model_fields)
+        sections = ", ".join(keys(Config))
         raise ConfigError(
-            [f"{source}: expected a mapping with sections {sections}, got {_shown(data)}"]
+            [f"{source}: expected a mapping with sections {sections}, got {shown(data)}"]
         )
-    try:
-        return Config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_lines(source, e)) from None
+    return config_from(data, source)
 
 
 def with_overrides(config: Config, updates: Mapping[str, Mapping[str, Any]], source: str) -> Config:
@@ -218,13 +142,10 @@ def with_overrides(config: Config, updates: Mapping[str, Mapping[str, Any]], sou
     """
     if not any(updates.values()):
         return config
-    data = config.model_dump()
+    data = as_document(config)
     for section, values in updates.items():
         data[section] = {**data[section], **values}
-    try:
-        return Config.model_validate(data)
-    except ValidationError as e:
-        raise ConfigError(_lines(source, e)) from None
+    return config_from(data, source)
 
 
 def read_config(path: Path | None = None) -> Loaded:

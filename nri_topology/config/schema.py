@@ -1,12 +1,16 @@
 """The configuration file's schema: every section, key, type, default and allowed value.
 
-All models forbid unknown keys so that a typo is an error rather than a silently ignored
+Every section refuses unknown keys so that a typo is an error rather than a silently ignored
 setting. Values are validated here (CPU amounts, tiers, ports, plugin identity) so that a
 `Config` that exists is one the daemon can apply; `nri_topology.configured` turns it into the
-policy's options, so this room knows nothing of the policy. Where a validator accepts more than
-the stored type (CPU amounts given as numbers, any letter case, a plugin index as an integer),
-`WithJsonSchema` says so, so that the JSON Schema generated from these models
-(`nri_topology.config.jsonschema`) accepts what the file accepts.
+policy's options, so this room knows nothing of the policy.
+
+The sections are msgspec Structs: frozen, and light to import beside the daemon. `Meta` bounds
+types and values; `Before` marks a function that reads a value the way the file may spell it
+(CPU amounts given as numbers, any letter case, a plugin index as an integer) before its type is
+checked, and `Input` says what such a field accepts, so that the JSON Schema generated from these
+Structs (`nri_topology.config.jsonschema`) accepts what the file accepts. `validate.py` applies
+them and names every problem by its key.
 """
 
 from __future__ import annotations
@@ -14,17 +18,10 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    WithJsonSchema,
-)
+from msgspec import Meta, Struct, structs
 
 from nri_topology.quantity import QuantityError, cpu_milli
 from nri_topology.topology import cpuset
@@ -38,17 +35,52 @@ TierName = Literal["dram", "pmem", "hbm", "cxl"]
 TIERS: tuple[str, ...] = get_args(TierName)
 
 
-def _any_case(*words: str) -> WithJsonSchema:
+class Before:
+    """A field's reading of the value as written, before its type is checked; it raises
+    `ValueError` (or `Problem`, to point inside the value) for what it cannot read. `schema`
+    is the JSON Schema of what it accepts, where that is more than the field's type."""
+
+    def __init__(self, read: Callable[[Any], Any], schema: dict[str, Any] | None = None) -> None:
+        self.read = read
+        self.schema = schema
+
+
+class Problem(ValueError):
+    """A value refused by a `Before`; `at` is the place inside the value (a mapping key is
+    followed by "[key]" where the key itself is at fault)."""
+
+    def __init__(self, message: str, at: tuple[int | str, ...] = ()) -> None:
+        super().__init__(message)
+        self.at = at
+
+
+def _any_case_pattern(*words: str) -> dict[str, Any]:
     """The input schema of a lower-cased choice: each word in any letter case."""
     spelled = ("".join(f"[{c.lower()}{c.upper()}]" if c.isalpha() else c for c in w) for w in words)
-    return WithJsonSchema({"type": "string", "pattern": f"^(?:{'|'.join(spelled)})$"})
+    return {"type": "string", "pattern": f"^(?:{'|'.join(spelled)})$"}
 
 
-_CPU_AMOUNT_INPUT = WithJsonSchema({"type": ["string", "number"]})
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+def _lowered(value: Any) -> Any:
+    """A choice, or a list of choices, in lower case."""
+    if isinstance(value, list):
+        return [_lower(v) for v in value]
+    return _lower(value)
+
+
+def _any_case(*words: str) -> Before:
+    """A lower-cased choice (or list of them), given in any letter case."""
+    return Before(_lowered, _any_case_pattern(*words))
+
+
+_CPU_AMOUNT_INPUT = {"type": ["string", "number"]}
+
+
+class _Section(Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+    pass
 
 
 # ---------------------------------------------------------------------------------------------
@@ -105,29 +137,25 @@ def _available_cpu(value: object) -> str:
 class ReservedResources(_Section):
     """CPUs for system pods (reserved namespaces, prefer-reserved-cpus)."""
 
-    cpu: Annotated[str, BeforeValidator(_reserved_cpu), _CPU_AMOUNT_INPUT] = "750m"
+    cpu: Annotated[str, Before(_reserved_cpu, _CPU_AMOUNT_INPUT)] = "750m"
 
 
 class AvailableResources(_Section):
     """The CPUs the plugin may hand out at all."""
 
-    cpu: Annotated[str, BeforeValidator(_available_cpu), _CPU_AMOUNT_INPUT]
-
-
-def _lower(value: Any) -> Any:
-    return value.lower() if isinstance(value, str) else value
+    cpu: Annotated[str, Before(_available_cpu, _CPU_AMOUNT_INPUT)]
 
 
 class AnnotationLimitsSection(_Section):
     """Bounds on one pod's annotations; the upper bounds keep a decision within milliseconds."""
 
-    max_value_bytes: Annotated[StrictInt, Field(ge=1024, le=262144)] = 16384
-    max_affinity_rules: Annotated[StrictInt, Field(ge=0, le=64)] = 8
-    max_affinity_values: Annotated[StrictInt, Field(ge=1, le=64)] = 16
-    max_affinity_globs: Annotated[StrictInt, Field(ge=0, le=64)] = 8
+    max_value_bytes: Annotated[int, Meta(ge=1024, le=262144)] = 16384
+    max_affinity_rules: Annotated[int, Meta(ge=0, le=64)] = 8
+    max_affinity_values: Annotated[int, Meta(ge=1, le=64)] = 16
+    max_affinity_globs: Annotated[int, Meta(ge=0, le=64)] = 8
 
 
-_Globs = list[Annotated[str, Field(min_length=1)]]
+_Globs = tuple[Annotated[str, Meta(min_length=1)], ...]
 
 
 class TrustedNamespacesSection(_Section):
@@ -138,56 +166,72 @@ class TrustedNamespacesSection(_Section):
 
     reserved_cpus: _Globs | None = None
     preserve: _Globs | None = None
-    isolated_cpus: _Globs = ["*"]
+    isolated_cpus: _Globs = ("*",)
 
 
 class PolicySection(_Section):
-    pin_cpu: StrictBool = True
-    pin_memory: StrictBool = True
-    prefer_isolated_cpus: StrictBool = True
-    prefer_shared_cpus: StrictBool = False
+    pin_cpu: bool = True
+    pin_memory: bool = True
+    prefer_isolated_cpus: bool = True
+    prefer_shared_cpus: bool = False
     reserved_resources: ReservedResources = ReservedResources()
     available_resources: AvailableResources | None = None
-    reserved_namespaces: list[Annotated[str, Field(min_length=1)]] = ["kube-system"]
-    colocate_pods: StrictBool = False
-    colocate_namespaces: StrictBool = False
-    prefer_closest_numa: StrictBool = True
-    distribute_across_numa: StrictBool = False
-    distribute_min_group: Annotated[StrictInt, Field(ge=1, le=1024)] = 1
-    full_pcpus_only: StrictBool = False
-    topology_hints: StrictBool = True
-    strict_topology_hints: StrictBool = False
+    reserved_namespaces: _Globs = ("kube-system",)
+    colocate_pods: bool = False
+    colocate_namespaces: bool = False
+    prefer_closest_numa: bool = True
+    distribute_across_numa: bool = False
+    distribute_min_group: Annotated[int, Meta(ge=1, le=1024)] = 1
+    full_pcpus_only: bool = False
+    topology_hints: bool = True
+    strict_topology_hints: bool = False
     numa_policy: Literal["best-effort", "single-numa-node"] = "best-effort"
     default_memory_tiers: Annotated[
-        list[Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)]], Field(min_length=1)
-    ] = ["dram"]
-    on_unfit: Annotated[Literal["degrade", "refuse"], BeforeValidator(_lower)] = "degrade"
-    strict_reserved_cpus: StrictBool = False
-    shared_placement: Annotated[Literal["pack", "spread"], BeforeValidator(_lower)] = "spread"
-    max_moves: Annotated[StrictInt, Field(ge=0, le=64)] = 4
+        tuple[TierName, ...],
+        Meta(min_length=1),
+        Before(_lowered, {"type": "array", "items": _any_case_pattern(*TIERS), "minItems": 1}),
+    ] = ("dram",)
+    on_unfit: Annotated[Literal["degrade", "refuse"], _any_case("degrade", "refuse")] = "degrade"
+    strict_reserved_cpus: bool = False
+    shared_placement: Annotated[Literal["pack", "spread"], _any_case("pack", "spread")] = "spread"
+    max_moves: Annotated[int, Meta(ge=0, le=64)] = 4
     annotation_limits: AnnotationLimitsSection = AnnotationLimitsSection()
     trusted_namespaces: TrustedNamespacesSection = TrustedNamespacesSection()
 
 
-def _node_id(value: object) -> object:
+def _node_id(value: object) -> int:
     """A NUMA node id: an integer, also spelled as a string ("2") as JSON and Helm write keys."""
     if isinstance(value, str) and value.strip().isdigit():
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0:
+            raise Problem(f"expected at least 0, got {value}", (str(value), "[key]"))
         return value
-    raise ValueError(f"expected a NUMA node id (an integer), got {_shown(value)}")
+    message = f"expected a NUMA node id (an integer), got {_shown(value)}"
+    raise Problem(message, (str(value), "[key]"))
+
+
+def _tier_map(value: object) -> object:
+    """NUMA node ids (given as integers or strings) to tiers (in any letter case)."""
+    if not isinstance(value, dict):
+        return value
+    return {_node_id(node): _lower(tier) for node, tier in value.items()}
 
 
 class TopologySection(_Section):
-    sysfs_root: Annotated[str, Field(min_length=1)] = "/sys"
-    proc_root: Annotated[str, Field(min_length=1)] | None = "/proc"
+    sysfs_root: Annotated[str, Meta(min_length=1)] = "/sys"
+    proc_root: Annotated[str, Meta(min_length=1)] | None = "/proc"
     # NUMA node id -> tier, overriding what discovery decided
     memory_tiers: Annotated[
-        dict[
-            Annotated[int, BeforeValidator(_node_id), Field(ge=0)],
-            Annotated[TierName, BeforeValidator(_lower), _any_case(*TIERS)],
-        ],
-        Field(json_schema_extra={"propertyNames": {"pattern": "^[0-9]+$"}}),
+        dict[int, TierName],
+        Before(
+            _tier_map,
+            {
+                "type": "object",
+                "propertyNames": {"pattern": "^[0-9]+$"},
+                "additionalProperties": _any_case_pattern(*TIERS),
+            },
+        ),
     ] = {}
 
 
@@ -201,27 +245,27 @@ def _plugin_index(value: object) -> object:
 
 
 class NriSection(_Section):
-    socket: Annotated[str, Field(min_length=1)] = "/var/run/nri/nri.sock"
-    plugin_name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_.+-]+$")] = "nri-topology"
+    socket: Annotated[str, Meta(min_length=1)] = "/var/run/nri/nri.sock"
+    plugin_name: Annotated[str, Meta(pattern=r"^[a-zA-Z0-9_.+-]+$")] = "nri-topology"
     plugin_index: Annotated[
         str,
-        BeforeValidator(_plugin_index),
-        WithJsonSchema(
+        Before(
+            _plugin_index,
             {
                 "anyOf": [
                     {"type": "string", "pattern": "^[0-9]{2}$"},
                     {"type": "integer", "minimum": 0, "maximum": 99},
                 ]
-            }
+            },
         ),
     ] = "90"
 
 
 class StateSection(_Section):
-    path: Annotated[str, Field(min_length=1)] = DEFAULT_STATE_PATH
+    path: Annotated[str, Meta(min_length=1)] = DEFAULT_STATE_PATH
     # Seconds a second instance waits for the state file's lock (an upgrade's new instance
     # beside the old one) before it gives up; 0: give up at once.
-    lock_wait_seconds: Annotated[float, Field(ge=0, le=3600)] = 300.0
+    lock_wait_seconds: Annotated[float, Meta(ge=0, le=3600)] = 300.0
 
 
 Format = Literal["auto", "json", "console"]
@@ -229,8 +273,8 @@ Level = Literal["debug", "info", "warning", "error"]
 
 
 class LoggingSection(_Section):
-    format: Annotated[Format, BeforeValidator(_lower), _any_case(*get_args(Format))] = "auto"
-    level: Annotated[Level, BeforeValidator(_lower), _any_case(*get_args(Level))] = "info"
+    format: Annotated[Format, _any_case(*get_args(Format))] = "auto"
+    level: Annotated[Level, _any_case(*get_args(Level))] = "info"
 
 
 def _address(value: object) -> object:
@@ -246,34 +290,34 @@ def _address(value: object) -> object:
 
 
 class MetricsSection(_Section):
-    enabled: StrictBool = True
-    address: Annotated[str, BeforeValidator(_address)] = "127.0.0.1"
-    port: Annotated[StrictInt, Field(ge=1, le=65535)] = DEFAULT_METRICS_PORT
+    enabled: bool = True
+    address: Annotated[str, Before(_address)] = "127.0.0.1"
+    port: Annotated[int, Meta(ge=1, le=65535)] = DEFAULT_METRICS_PORT
 
 
 class ExposeSection(_Section):
     """Telling the workload its placement: environment variables set at container creation,
     and a read-only file kept current."""
 
-    enabled: StrictBool = True
-    env_prefix: Annotated[str, Field(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
-    file: StrictBool = False
-    file_dir: Annotated[str, Field(pattern=r"^/\S*$")] = "/.nri-topology"
+    enabled: bool = True
+    env_prefix: Annotated[str, Meta(pattern=r"^[A-Z_][A-Z0-9_]*$")] = "NRI_TOPOLOGY_"
+    file: bool = False
+    file_dir: Annotated[str, Meta(pattern=r"^/\S*$")] = "/.nri-topology"
 
 
 class PodResourcesSection(_Section):
     """The kubelet's PodResources API, for the NUMA nodes of devices from device plugins."""
 
-    enabled: StrictBool = False
-    socket: Annotated[str, Field(min_length=1)] = "/var/lib/kubelet/pod-resources/kubelet.sock"
-    timeout_seconds: Annotated[float, Field(gt=0, le=60)] = 2.0  # deadline of one call
-    budget_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # CreateContainer waits this long
+    enabled: bool = False
+    socket: Annotated[str, Meta(min_length=1)] = "/var/lib/kubelet/pod-resources/kubelet.sock"
+    timeout_seconds: Annotated[float, Meta(gt=0, le=60)] = 2.0  # deadline of one call
+    budget_seconds: Annotated[float, Meta(ge=0, le=10)] = 0.5  # CreateContainer waits this long
 
 
 class HintsSection(_Section):
     """Where topology hints are looked for (whether they steer placement is a policy option)."""
 
-    devices: StrictBool = True  # the container's devices and device mounts, via sysfs
+    devices: bool = True  # the container's devices and device mounts, via sysfs
     pod_resources: PodResourcesSection = PodResourcesSection()
 
 
@@ -282,25 +326,25 @@ class NrtSection(_Section):
 
     # auto: publish when running in a cluster (a service account is mounted) or when a
     # kubeconfig is given; true: always (logs errors without credentials); false: never.
-    publish: StrictBool | Literal["auto"] = "auto"
-    node_name: Annotated[str, Field(min_length=1)] | None = None  # default: $NODE_NAME, hostname
-    kubeconfig: Annotated[str, Field(min_length=1)] | None = None  # systemd mode
+    publish: bool | Literal["auto"] = "auto"
+    node_name: Annotated[str, Meta(min_length=1)] | None = None  # default: $NODE_NAME, hostname
+    kubeconfig: Annotated[str, Meta(min_length=1)] | None = None  # systemd mode
     topology_manager_policy: Literal["none", "best-effort", "restricted", "single-numa-node"] = (
         "best-effort"
     )
     topology_manager_scope: Literal["container", "pod"] = "container"
-    min_interval_seconds: Annotated[float, Field(ge=0, le=3600)] = 5.0
-    max_backoff_seconds: Annotated[float, Field(gt=0, le=3600)] = 60.0
+    min_interval_seconds: Annotated[float, Meta(ge=0, le=3600)] = 5.0
+    max_backoff_seconds: Annotated[float, Meta(gt=0, le=3600)] = 60.0
     # Seconds between checks that the object on the server is the one to write (written again
     # when missing or different, e.g. collected after the Node was re-registered); 0: never.
-    resync_seconds: Annotated[float, Field(ge=0, le=86400)] = 60.0
+    resync_seconds: Annotated[float, Meta(ge=0, le=86400)] = 60.0
 
 
 class VerifySection(_Section):
     """Checking that containers' cgroups hold their placements (decided == applied)."""
 
     # Seconds between checks of every container; 0: only right after a container starts.
-    interval_seconds: Annotated[float, Field(ge=0, le=86400)] = 10.0
+    interval_seconds: Annotated[float, Meta(ge=0, le=86400)] = 10.0
 
 
 class KubeletSection(_Section):
@@ -309,13 +353,13 @@ class KubeletSection(_Section):
     # Its checkpoints, read at start and on every reload; "" skips one.
     cpu_manager_state: str = "/var/lib/kubelet/cpu_manager_state"
     memory_manager_state: str = "/var/lib/kubelet/memory_manager_state"
-    config: Annotated[str, Field(min_length=1)] | None = None  # its KubeletConfiguration file
+    config: Annotated[str, Meta(min_length=1)] | None = None  # its KubeletConfiguration file
     # With the static CPU manager or the Memory Manager on: keep off the CPUs it pinned
     # containers to (avoid), or refuse to run (refuse).
-    when_active: Annotated[Literal["avoid", "refuse"], BeforeValidator(_lower)] = "avoid"
+    when_active: Annotated[Literal["avoid", "refuse"], _any_case("avoid", "refuse")] = "avoid"
     # Take policy.reserved_resources.cpu from its reservedSystemCPUs, and
     # policy.strict_reserved_cpus from its strict-cpu-reservation option (needs `config`).
-    reserved_cpus: StrictBool = False
+    reserved_cpus: bool = False
 
 
 class RestartsSection(_Section):
@@ -323,7 +367,7 @@ class RestartsSection(_Section):
 
     # Seconds a stopped container's exclusive CPUs wait for its next attempt; 0: given back at
     # once. The kubelet's crash-loop back-off reaches 300 s.
-    hold_seconds: Annotated[float, Field(ge=0, le=3600)] = 330.0
+    hold_seconds: Annotated[float, Meta(ge=0, le=3600)] = 330.0
 
 
 class UpdatesSection(_Section):
@@ -334,7 +378,7 @@ class UpdatesSection(_Section):
     # exclusivity window, but its creation (and the runtime's other events) wait for all of them.
     # auto: after the reply wherever the transport is safe, in the reply elsewhere. false: after
     # the reply everywhere, through NRI UpdateContainers even where it may deadlock.
-    in_reply: StrictBool | Literal["auto"] = "auto"
+    in_reply: bool | Literal["auto"] = "auto"
     # How updates sent apart from a reply travel. cri: UpdateContainerResources on the runtime's
     # CRI socket, cpusets only, as the kubelet's CPU manager sends them (safe on every runtime).
     # nri: NRI UpdateContainers, safe only where the runtime's NRI is v0.12.1 or later. auto: NRI
@@ -342,22 +386,22 @@ class UpdatesSection(_Section):
     transport: Literal["auto", "cri", "nri"] = "auto"
     # The runtime's CRI socket; default by the runtime's name in Configure (containerd:
     # /run/containerd/containerd.sock, CRI-O: /var/run/crio/crio.sock).
-    cri_socket: Annotated[str, Field(min_length=1)] | None = None
-    batch: Annotated[StrictInt, Field(ge=1, le=64)] = 3  # re-pins per UpdateContainers
-    gap_seconds: Annotated[float, Field(ge=0, le=1)] = 0.01  # pause between two batches
-    grow_delay_seconds: Annotated[float, Field(ge=0, le=10)] = 0.5  # growth waits for a grant
+    cri_socket: Annotated[str, Meta(min_length=1)] | None = None
+    batch: Annotated[int, Meta(ge=1, le=64)] = 3  # re-pins per UpdateContainers
+    gap_seconds: Annotated[float, Meta(ge=0, le=1)] = 0.01  # pause between two batches
+    grow_delay_seconds: Annotated[float, Meta(ge=0, le=10)] = 0.5  # growth waits for a grant
     # re-pins wait (at most this long) for a container just granted exclusive CPUs to start
-    start_wait_seconds: Annotated[float, Field(ge=0, le=10)] = 1.0
+    start_wait_seconds: Annotated[float, Meta(ge=0, le=10)] = 1.0
     # With cgroup_first: a container just granted exclusive CPUs starts at most this long after
     # the runtime asked, waiting for the shared containers' cgroups to give them up; at most half
     # the runtime's default NRI request timeout, past which it starts the task without us.
-    write_wait_seconds: Annotated[float, Field(ge=0, le=1)] = 0.25
+    write_wait_seconds: Annotated[float, Meta(ge=0, le=1)] = 0.25
     # Paced re-pins are written into the containers' cgroups (cpuset files under
     # topology.sysfs_root) at once, then applied by the runtime grow_delay_seconds later: the
     # exclusivity window closes in milliseconds, not after every runtime re-pin.
     # Needs the cgroup files writable (the DaemonSet mounts them read-write); false: only the
     # runtime writes them.
-    cgroup_first: StrictBool = True
+    cgroup_first: bool = True
 
 
 class Config(_Section):
@@ -376,3 +420,8 @@ class Config(_Section):
     restarts: RestartsSection = RestartsSection()
     kubelet: KubeletSection = KubeletSection()
     updates: UpdatesSection = UpdatesSection()
+
+
+def with_sections(config: Config, **sections: _Section) -> Config:
+    """`config` with whole sections taken from another validated `Config` (a reload's)."""
+    return structs.replace(config, **sections)

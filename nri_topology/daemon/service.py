@@ -34,7 +34,7 @@ from nri_topology.config.load import (
     parse_config,
     read_config,
 )
-from nri_topology.config.schema import Config
+from nri_topology.config.schema import Config, with_sections
 from nri_topology.configured import tier_overrides
 from nri_topology.daemon import coexist, logs, takeover
 from nri_topology.daemon.checkpoint import Checkpoint
@@ -396,7 +396,7 @@ class Daemon:
         assert self.plugin is not None
         new = await self.kubelet.refresh(self.plugin.reconfigure)
         if new is not None:
-            self.config = self.config.model_copy(update={"policy": new.policy})
+            self.config = with_sections(self.config, policy=new.policy)
             self.kubelet.show(self.plugin.metrics)
 
     def _ready(self) -> tuple[bool, str]:

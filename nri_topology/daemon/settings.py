@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nri_topology.config.load import with_overrides
-from nri_topology.config.schema import Config
+from nri_topology.config.schema import Config, with_sections
 from nri_topology.daemon import convert
 from nri_topology.daemon.cgroupfs import cgroup_root
 from nri_topology.daemon.hints import HintFinder
@@ -124,4 +124,4 @@ def hint_finder(config: Config) -> HintFinder | None:
 def replace_config(old: Config, new: Config) -> Config:
     """The configuration in force after a reload: live sections from `new`, others from `old`."""
     live = ("policy", "expose", "restarts", "kubelet")
-    return old.model_copy(update={name: getattr(new, name) for name in live})
+    return with_sections(old, **{name: getattr(new, name) for name in live})
