@@ -284,7 +284,7 @@ def test_cpu_amounts(value, quantity, expected):
         (
             "nrt: {publish: 1}\ntopology: {proc_root: 3, memory_tiers: {-1: dram, 0: ssd}}\n",
             [
-                "c.yaml: topology.proc_root: expected a string or null, got 3",
+                "c.yaml: topology.proc_root: expected a string, got 3",
                 "c.yaml: topology.memory_tiers.-1 (the key): expected at least 0, got -1",
                 "c.yaml: nrt.publish: expected one of true, false or 'auto', got 1",
             ],

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nri_topology.config.jsonschema import config_schema
-from nri_topology.config.validate import Invalid, to_config
+from nri_topology.config.load import ConfigError, config_from
 
 ROOT = Path(__file__).resolve().parents[1]
 VALIDATOR = jsonschema.Draft202012Validator(config_schema())
@@ -22,8 +22,8 @@ VALIDATOR = jsonschema.Draft202012Validator(config_schema())
 
 def _model_accepts(doc: Any) -> bool:
     try:
-        to_config(doc)
-    except Invalid:
+        config_from(doc)
+    except ConfigError:
         return False
     return True
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import structlog
 
+from nri_topology.config.load import config_from
 from nri_topology.config.schema import Config
-from nri_topology.config.validate import to_config
 from nri_topology.daemon import convert
 from nri_topology.daemon.hints import HintFinder
 from nri_topology.daemon.plugin import TopologyPlugin
@@ -149,11 +149,11 @@ async def test_pod_resources_hints_and_a_stuck_kubelet_never_hold_the_reply(
 
 
 def test_config_decides_where_hints_are_looked_for(tmp_path: Path) -> None:
-    assert hint_finder(to_config({"hints": {"devices": False}})) is None
+    assert hint_finder(config_from({"hints": {"devices": False}})) is None
     finder = hint_finder(Config())
     assert finder is not None and finder.locator is not None and finder.pod_resources is None
     finder = hint_finder(
-        to_config(
+        config_from(
             {"hints": {"pod_resources": {"enabled": True, "socket": str(tmp_path / "k.sock")}}}
         )
     )

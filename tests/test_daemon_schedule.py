@@ -13,7 +13,7 @@ import math
 import pytest
 import yaml
 
-from nri_topology.config.validate import Invalid, to_config
+from nri_topology.config.load import ConfigError, config_from
 from nri_topology.daemon.plugin import TopologyPlugin
 from nri_topology.daemon.settings import Settings, settings_of
 from nri_topology.daemon.updates.schedule import Pacing
@@ -164,7 +164,7 @@ async def test_removing_a_pod_releases_what_its_containers_still_hold() -> None:
 def test_the_updates_section_chooses_where_re_pins_travel(
     text: str, expected: tuple[Pacing | None, bool]
 ) -> None:
-    settings = settings_of(to_config(yaml.safe_load(text) or {}))
+    settings = settings_of(config_from(yaml.safe_load(text) or {}))
     assert (settings.pacing, settings.pace_old_runtimes) == expected
 
 
@@ -178,8 +178,8 @@ def test_the_updates_section_chooses_where_re_pins_travel(
     ],
 )
 def test_the_updates_section_refuses_what_cannot_pace(text: str) -> None:
-    with pytest.raises(Invalid):
-        to_config(yaml.safe_load(text))
+    with pytest.raises(ConfigError):
+        config_from(yaml.safe_load(text))
 
 
 @pytest.mark.parametrize(

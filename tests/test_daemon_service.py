@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 import nri_topology
-from nri_topology.config.load import ConfigError
+from nri_topology.config.load import ConfigError, config_from
 from nri_topology.config.schema import Config
-from nri_topology.config.validate import to_config
 from nri_topology.daemon.checkpoint import Checkpoint
 from nri_topology.daemon.service import Daemon, StartupError
 from nri_topology.daemon.settings import Overrides, effective
@@ -227,7 +226,7 @@ def test_startup_problems_are_clear_errors(tmp_path, config, sysfs, message) -> 
 
 
 def test_command_line_overrides_win_over_the_file() -> None:
-    base = to_config({"metrics": {"port": 9000}, "nri": {"socket": "/a"}})
+    base = config_from({"metrics": {"port": 9000}, "nri": {"socket": "/a"}})
     out = effective(base, Overrides(socket="/b", metrics_port=0, log_level="debug"))
     assert out.nri.socket == "/b" and not out.metrics.enabled and out.metrics.port == 9000
     assert out.logging.level == "debug"

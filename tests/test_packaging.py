@@ -23,9 +23,8 @@ import pytest
 import yaml
 
 from nri_topology.cli import build_parser
-from nri_topology.config.load import parse_config
+from nri_topology.config.load import config_from, parse_config
 from nri_topology.config.schema import DEFAULT_METRICS_PORT, Config
-from nri_topology.config.validate import to_config
 from nri_topology.configured import policy_options
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -551,7 +550,7 @@ def test_shipped_configurations_are_valid() -> None:
         "nri drop-in": (PACKAGING / "nri" / "90-nri-topology.conf").read_text(),
     }
     # the defaults, and in a cluster the kubelet's configuration where kubeadm writes it
-    kubeadm = to_config({"kubelet": {"config": "/var/lib/kubelet/config.yaml"}})
+    kubeadm = config_from({"kubelet": {"config": "/var/lib/kubelet/config.yaml"}})
     for source, text in configs.items():
         assert parse_config(text, source) == (Config() if source == "nri drop-in" else kubeadm)
     chart = render_chart({"config": {"policy": {"reserved_resources": {"cpu": "2"}}}})

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from nri_topology.config.validate import to_config
+from nri_topology.config.load import config_from
 from nri_topology.configured import policy_options
 from nri_topology.policy.options import CpuAmount, Options
 from nri_topology.policy.policy import Policy
@@ -216,10 +216,10 @@ def test_invalid_policy_is_named() -> None:
 
 @pytest.mark.parametrize(("value", "strict"), [("best-effort", False), ("single-numa-node", True)])
 def test_config_option(value: str, strict: bool, tmp_path: Path) -> None:
-    cfg = to_config({"policy": {"numa_policy": value}})
+    cfg = config_from({"policy": {"numa_policy": value}})
     assert policy_options(cfg).single_numa_node is strict
 
 
 def test_config_option_rejects_other_values() -> None:
     with pytest.raises(ValueError, match="numa_policy"):
-        to_config({"policy": {"numa_policy": "restricted"}})
+        config_from({"policy": {"numa_policy": "restricted"}})

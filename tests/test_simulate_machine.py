@@ -87,8 +87,8 @@ def _with(path: str, value: object) -> dict[str, Any]:
         ("distances", [[10, 21], [21, 10]], "distances: need a 3x3 matrix"),
         ("packages.0.cores.1", "1-x", "packages.0.cores.1"),
         ("format", 7, "format: version 7 is not supported"),
-        ("surprise", 1, "surprise: Extra inputs are not permitted"),
-        ("name", None, "name: Field required"),
+        ("surprise", 1, "surprise: unknown key; allowed: format, name,"),
+        ("name", None, "name: required key is missing"),
         ("packages.0.dies", [{"cores": ["0"]}], "give exactly one of 'dies' or 'cores'"),
         (
             "packages.0",

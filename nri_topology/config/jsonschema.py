@@ -13,14 +13,14 @@ from typing import Annotated, Any, get_args, get_origin
 
 import msgspec
 
-from nri_topology.config.schema import Before, Config
-from nri_topology.config.validate import section_of
+from nri_topology.config.schema import Config
+from nri_topology.config.validate import Before, struct_of
 
 
 def _inputs(section: type[msgspec.Struct], out: dict[str, dict[str, dict[str, Any]]]) -> None:
     """Each section's fields whose `Before` says what they accept, by section and key."""
     for field in msgspec.structs.fields(section):
-        nested = section_of(field.type)
+        nested = struct_of(field.type)
         if nested is not None:
             _inputs(nested, out)
         elif get_origin(field.type) is Annotated:

@@ -20,7 +20,7 @@ import yaml
 
 from nri_topology.bounded_read import TooLarge, read_bounded
 from nri_topology.config.schema import Config
-from nri_topology.config.validate import Invalid, as_document, dotted, keys, shown, to_config
+from nri_topology.config.validate import Invalid, as_document, convert, dotted, keys, shown
 
 DEFAULT_PATH = Path("/etc/nri-topology/config.yaml")
 MAX_CONFIG_BYTES = 1 << 20  # the annotated example configurations are a few KiB
@@ -75,10 +75,10 @@ def _lines(source: str, e: Invalid) -> list[str]:
     return [f"{source}: {dotted(loc)}: {why}" for loc, why in e.problems]
 
 
-def config_from(data: object, source: str) -> Config:
+def config_from(data: object, source: str = "configuration") -> Config:
     """A parsed document (mappings, lists, scalars) as a `Config`; errors name `source`."""
     try:
-        return to_config(data)
+        return convert(Config, data)
     except Invalid as e:
         raise ConfigError(_lines(source, e)) from None
 

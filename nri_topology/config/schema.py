@@ -6,11 +6,11 @@ setting. Values are validated here (CPU amounts, tiers, ports, plugin identity) 
 policy's options, so this room knows nothing of the policy.
 
 The sections are msgspec Structs: frozen, and light to import beside the daemon. `Meta` bounds
-types and values; `Before` marks a function that reads a value the way the file may spell it
-(CPU amounts given as numbers, any letter case, a plugin index as an integer) before its type is
-checked, and `Input` says what such a field accepts, so that the JSON Schema generated from these
-Structs (`nri_topology.config.jsonschema`) accepts what the file accepts. `validate.py` applies
-them and names every problem by its key.
+types and values; a `Before` reads a value the way the file may spell it (CPU amounts given as
+numbers, any letter case, a plugin index as an integer) before its type is checked, and says
+what it accepts, so that the JSON Schema generated from these Structs
+(`nri_topology.config.jsonschema`) accepts what the file accepts. `validate.py` applies them and
+names every problem by its key.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
-from collections.abc import Callable
 from typing import Annotated, Any, Literal, get_args
 
 from msgspec import Meta, Struct, structs
 
+from nri_topology.config.validate import Before, Problem
 from nri_topology.quantity import QuantityError, cpu_milli
 from nri_topology.topology import cpuset
 
@@ -33,25 +33,6 @@ DEFAULT_METRICS_PORT = 8967
 
 TierName = Literal["dram", "pmem", "hbm", "cxl"]
 TIERS: tuple[str, ...] = get_args(TierName)
-
-
-class Before:
-    """A field's reading of the value as written, before its type is checked; it raises
-    `ValueError` (or `Problem`, to point inside the value) for what it cannot read. `schema`
-    is the JSON Schema of what it accepts, where that is more than the field's type."""
-
-    def __init__(self, read: Callable[[Any], Any], schema: dict[str, Any] | None = None) -> None:
-        self.read = read
-        self.schema = schema
-
-
-class Problem(ValueError):
-    """A value refused by a `Before`; `at` is the place inside the value (a mapping key is
-    followed by "[key]" where the key itself is at fault)."""
-
-    def __init__(self, message: str, at: tuple[int | str, ...] = ()) -> None:
-        super().__init__(message)
-        self.at = at
 
 
 def _any_case_pattern(*words: str) -> dict[str, Any]:
@@ -79,7 +60,7 @@ def _any_case(*words: str) -> Before:
 _CPU_AMOUNT_INPUT = {"type": ["string", "number"]}
 
 
-class _Section(Struct, forbid_unknown_fields=True, frozen=True, kw_only=True):
+class _Section(Struct, forbid_unknown_fields=True, frozen=True):
     pass
 
 

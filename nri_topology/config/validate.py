@@ -1,51 +1,72 @@
-"""A parsed document into a `Config`, with every problem named by its key, in the file's words.
+"""A parsed document (YAML's or JSON's mappings, lists and scalars) into a msgspec Struct, with
+every problem named by its key, in the plugin's own words.
 
-msgspec checks each key's value against its type and bounds; this module walks the sections so
-that one bad key does not hide the others (msgspec stops at the first), applies the fields'
-`Before` readings, and says what msgspec found the way the rest of the configuration's messages
-say it ("expected at least 1, got 0").
+msgspec checks each value against its type and bounds; this module walks the document so that
+one bad key does not hide the others (msgspec stops at the first), applies the `Before`
+readings fields carry, and says what msgspec found the way the rest of the plugin's messages say
+it ("expected at least 1, got 0"). The configuration file and the simulator's machine
+descriptions and workload files are read through it.
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 import msgspec
 
-from nri_topology.config.schema import Before, Config, Problem
-
 Loc = tuple[int | str, ...]
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+class Before:
+    """A field's reading of the value as written, before its type is checked; it raises
+    `ValueError` (or `Problem`, to point inside the value) for what it cannot read. `schema`
+    is the JSON Schema of what it accepts, where that is more than the field's type."""
+
+    def __init__(self, read: Callable[[Any], Any], schema: dict[str, Any] | None = None) -> None:
+        self.read = read
+        self.schema = schema
+
+
+class Problem(ValueError):
+    """A value refused by a `Before`; `at` is the place inside the value (a mapping key is
+    followed by "[key]" where the key itself is at fault)."""
+
+    def __init__(self, message: str, at: Loc = ()) -> None:
+        super().__init__(message)
+        self.at = at
 
 
 class Invalid(ValueError):
-    """A document the configuration refuses; one (key, problem) per problem."""
+    """A document refused; one (place, problem) per problem, in the order of the schema."""
 
     def __init__(self, problems: list[tuple[Loc, str]]) -> None:
         super().__init__("; ".join(f"{dotted(loc)}: {why}" for loc, why in problems))
         self.problems = tuple(problems)
 
 
-def to_config(data: object) -> Config:
-    """`data` (mappings, lists and scalars, as YAML or JSON gives them) as a `Config`."""
+def convert(cls: type[T], data: object) -> T:
+    """`data` as a `cls`, or `Invalid` naming every problem."""
     problems: list[tuple[Loc, str]] = []
-    config = _struct(Config, data, (), problems)
+    value = _struct(cls, data, (), problems)
     if problems:
         raise Invalid(problems)
-    return config
+    return value
 
 
 def as_document(value: msgspec.Struct) -> dict[str, Any]:
-    """A section (or the whole `Config`) as the plain mappings and lists JSON would carry: what
-    the file could say to mean it."""
+    """A Struct as the plain mappings and lists JSON would carry: what a file could say."""
     return msgspec.json.decode(msgspec.json.encode(value))
 
 
-def keys(section: type[msgspec.Struct]) -> tuple[str, ...]:
-    """A section's keys, in the order the schema declares them."""
-    return section.__struct_fields__
+def keys(cls: type[msgspec.Struct]) -> tuple[str, ...]:
+    """A Struct's keys, in the order it declares them."""
+    return cls.__struct_fields__
 
 
 def dotted(loc: Loc) -> str:
@@ -61,24 +82,35 @@ def dotted(loc: Loc) -> str:
     return out or "(top level)"
 
 
-_BAD = object()
-_UNIONS = (Union, types.UnionType)
+def shown(value: Any) -> str:
+    """A value as a message shows it: JSON for scalars, "a mapping" or "a list" for the rest."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    try:
+        return json.dumps(value)
+    except TypeError:
+        return repr(value)
 
 
-def section_of(tp: Any) -> type[msgspec.Struct] | None:
-    """The section a field holds (`Section` or `Section | None`), or None for a plain value."""
+def struct_of(tp: Any) -> type[msgspec.Struct] | None:
+    """The Struct a field holds (`S` or `S | None`), or None for any other value."""
     if isinstance(tp, type) and issubclass(tp, msgspec.Struct):
         return tp
     if get_origin(tp) in _UNIONS:
-        sections = [
-            a for a in get_args(tp) if isinstance(a, type) and issubclass(a, msgspec.Struct)
-        ]
-        if len(sections) == 1:
-            return sections[0]
+        held = [struct_of(a) for a in get_args(tp) if a is not type(None)]
+        if len(held) == 1:
+            return held[0]
     return None
 
 
-def _struct(cls: type[msgspec.Struct], data: object, loc: Loc, problems: list) -> Any:
+_BAD = object()
+_UNIONS = (Union, types.UnionType)
+_Problems = list[tuple[Loc, str]]
+
+
+def _struct(cls: type[msgspec.Struct], data: object, loc: Loc, problems: _Problems) -> Any:
     if not isinstance(data, dict):
         problems.append((loc, f"expected a mapping of keys, got {shown(data)}"))
         return _BAD
@@ -90,17 +122,24 @@ def _struct(cls: type[msgspec.Struct], data: object, loc: Loc, problems: list) -
             if field.required:
                 problems.append((here, "required key is missing"))
             continue
-        value = _field(field.type, data[field.name], here, problems)
+        value = _value(field.type, data[field.name], here, problems)
         if value is not _BAD:
             values[field.name] = value
     for key in data:
         if key not in cls.__struct_fields__:
             allowed = ", ".join(cls.__struct_fields__)
             problems.append(((*loc, key), f"unknown key; allowed: {allowed}"))
-    return _BAD if len(problems) > before else cls(**values)
+    if len(problems) > before:
+        return _BAD
+    try:
+        return cls(**values)
+    except ValueError as e:  # the Struct's own check of its keys together (`__post_init__`)
+        problems.append((loc, str(e)))
+        return _BAD
 
 
-def _field(tp: Any, value: object, loc: Loc, problems: list) -> Any:
+def _value(tp: Any, value: object, loc: Loc, problems: _Problems, *, key: bool = False) -> Any:
+    """`value` as type `tp`: Befores applied, Structs and containers of them walked."""
     base, extras = tp, ()
     if get_origin(tp) is Annotated:
         base, *extras = get_args(tp)
@@ -114,26 +153,59 @@ def _field(tp: Any, value: object, loc: Loc, problems: list) -> Any:
             except ValueError as e:
                 problems.append((loc, str(e)))
                 return _BAD
-    section = section_of(base)
-    if section is not None and value is not None:
-        return _struct(section, value, loc, problems)
-    if get_origin(base) is dict and isinstance(value, dict):  # by key: msgspec names none
-        key_type, value_type = get_args(base)
-        before = len(problems)
-        entries = {
-            _checked(key_type, k, (*loc, str(k), "[key]"), problems): _checked(
-                value_type, v, (*loc, str(k)), problems
+    if get_origin(base) in _UNIONS and type(None) in get_args(base):
+        if value is None:
+            return None
+        rest = [a for a in get_args(base) if a is not type(None)]
+        if len(rest) == 1:
+            return _value(rest[0], value, loc, problems, key=key)
+    held = struct_of(base)
+    if held is not None:
+        return _struct(held, value, loc, problems)
+    origin = get_origin(base)
+    if origin in (list, tuple, dict) and (origin is dict or _walked(base)):
+        shape: Any = dict[Any, Any] if origin is dict else list[Any]
+        if extras:  # the container's own bounds
+            shape = Annotated[(shape, *extras)]
+        if _checked(shape, value, loc, problems) is _BAD:
+            return _BAD
+        return _container(base, value, loc, problems)
+    return _checked(tp, value, loc, problems, strict=not key)
+
+
+def _container(tp: Any, value: Any, loc: Loc, problems: _Problems) -> Any:
+    """A list, tuple or mapping checked item by item, so that each is named (msgspec names no
+    mapping key)."""
+    before = len(problems)
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is dict:
+        out: Any = {
+            _value(args[0], k, (*loc, str(k), "[key]"), problems, key=True): _value(
+                args[1], v, (*loc, str(k)), problems
             )
             for k, v in value.items()
         }
-        return _BAD if len(problems) > before else entries
-    return _checked(tp, value, loc, problems)
+    else:
+        out = origin(_value(args[0], v, (*loc, i), problems) for i, v in enumerate(value))
+    return _BAD if len(problems) > before else out
 
 
-def _checked(tp: Any, value: object, loc: Loc, problems: list) -> Any:
-    """`value` as msgspec converts it to `tp`, or _BAD with the problem noted."""
+def _walked(tp: Any) -> bool:
+    """Whether a type holds a Before or a Struct, which msgspec alone would not apply."""
+    if get_origin(tp) is Annotated:
+        if any(isinstance(x, Before) for x in get_args(tp)[1:]):
+            return True
+        tp = get_args(tp)[0]
+    if struct_of(tp) is not None:
+        return True
+    return any(_walked(a) for a in get_args(tp) if a is not Ellipsis)
+
+
+def _checked(tp: Any, value: object, loc: Loc, problems: _Problems, strict: bool = True) -> Any:
+    """`value` as msgspec converts it to `tp`, or _BAD with the problem noted. Mapping keys are
+    read leniently: JSON writes every key as a string."""
     try:
-        return msgspec.convert(value, tp)
+        return msgspec.convert(value, tp, strict=strict)
     except msgspec.ValidationError as e:
         at, message = _split(str(e))
         got = _at(value, at)
@@ -162,7 +234,7 @@ def _at(value: Any, at: Loc) -> Any:
 
 
 def _type_at(tp: Any, at: Loc) -> Any:
-    for _ in at:  # an index into a tuple
+    for _ in at:  # an index into a list or tuple
         tp = get_args(_plain(tp))[0]
     return _plain(tp)
 
@@ -177,10 +249,13 @@ def _choices(tp: Any) -> str:
     """A field's choices as a message lists them: 'dram', 'pmem', 'hbm' or 'cxl'."""
     words: list[str] = []
     for arg in get_args(tp) if get_origin(tp) in _UNIONS else (tp,):
+        arg = _plain(arg)
         if arg is bool:
             words += ["true", "false"]
         elif get_origin(arg) is Literal:
             words += [repr(a) for a in get_args(arg)]
+        elif isinstance(arg, type) and issubclass(arg, enum.Enum):
+            words += [repr(m.value) for m in arg]
     return ", ".join(words[:-1]) + f" or {words[-1]}" if len(words) > 1 else "".join(words)
 
 
@@ -197,7 +272,7 @@ _BOUNDS = {">=": "at least", "<=": "at most", ">": "more than", "<": "less than"
 
 
 def _said(message: str, got: Any, tp: Any) -> str:
-    """msgspec's `message` about the value `got` of type `tp`, in the configuration's words."""
+    """msgspec's `message` about the value `got` of type `tp`, in the plugin's words."""
     said = shown(got)
     choices = _choices(tp)
     if choices and (message.startswith("Invalid enum value") or " | " in message):
@@ -211,6 +286,9 @@ def _said(message: str, got: Any, tp: Any) -> str:
         return "expected a non-empty string"
     if message == "Expected `array` of length >= 1":
         return "expected at least one item"
+    if m := re.fullmatch(r"Expected `(str|array|object)` of length ([<>]=) (\d+)", message):
+        unit = {"str": "characters", "array": "items", "object": "keys"}[m[1]]
+        return f"expected {_BOUNDS[m[2]]} {m[3]} {unit}, got {said}"
     if m := re.fullmatch(r"Expected `str` matching regex '(.*)'", message):
         return f"expected text matching {m[1]}, got {said}"
     return f"{message[:1].lower()}{message[1:]}, got {said}"
@@ -219,15 +297,3 @@ def _said(message: str, got: Any, tp: Any) -> str:
 def _number(text: str) -> str:
     """A bound as the schema writes it: 0.0 as 0."""
     return text.removesuffix(".0") if re.fullmatch(r"-?\d+\.0", text) else text
-
-
-def shown(value: Any) -> str:
-    """A value as a message shows it: JSON for scalars, "a mapping" or "a list" for the rest."""
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    try:
-        return json.dumps(value)
-    except TypeError:
-        return repr(value)

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from msgspec import Meta, Struct
 
+from nri_topology.config.validate import Before, Invalid, convert
 from nri_topology.quantity import memory_bytes
 from nri_topology.topology import cpuset
 from nri_topology.topology.model import CoreKind, Cpu, Machine, MemoryTier, NumaNode
@@ -51,23 +52,23 @@ def _bytes(value: object) -> int:
     raise ValueError(f"expected a memory quantity such as '32Gi', got {value!r}")
 
 
-CpuList = Annotated[frozenset[int], BeforeValidator(_cpu_list)]
-Bytes = Annotated[int, BeforeValidator(_bytes)]
+CpuList = Annotated[frozenset[int], Before(_cpu_list)]
+Bytes = Annotated[int, Before(_bytes)]
 TierSource = Literal["cpu", "hmat", "kernel", "heuristic", "config"]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(Struct, forbid_unknown_fields=True, frozen=True):
+    pass
 
 
-class DieSpec(_Strict):
+class DieSpec(_Strict, kw_only=True):
     id: int = 0
-    cores: list[CpuList] = Field(min_length=1)  # each core: the list of its hardware threads
+    cores: Annotated[list[CpuList], Meta(min_length=1)]  # each core: its hardware threads
     core_ids: list[int] | None = None  # the kernel's core_id of each core; default: positions
     clusters: dict[int, CpuList] | None = None  # cluster id -> its CPUs; default: one per core
 
 
-class PackageSpec(_Strict):
+class PackageSpec(_Strict, kw_only=True):
     id: int
     dies: list[DieSpec] | None = None
     cores: list[CpuList] | None = None  # shorthand for a single die 0
@@ -78,24 +79,24 @@ class PackageSpec(_Strict):
         return self.dies if self.dies is not None else [DieSpec(id=0, cores=self.cores or [])]
 
 
-class NodeSpec(_Strict):
+class NodeSpec(_Strict, kw_only=True):
     id: int
     cpus: CpuList = frozenset()
     memory: Bytes = 0
     tier: MemoryTier | None = None  # default: dram for nodes with CPUs; required otherwise
     tier_source: TierSource | None = None  # default: "cpu" for DRAM with CPUs, else "config"
-    hugepages: dict[int, int] = Field(default_factory=dict)  # page size in kB -> pages
+    hugepages: dict[int, int] = {}  # page size in kB -> pages
     normal_memory: bool = True  # false: movable-only memory, not in has_normal_memory
 
 
-class CacheSpec(_Strict):
+class CacheSpec(_Strict, kw_only=True):
     """CPUs sharing a cache, as groups; every CPU in exactly one group of a level given."""
 
     l2: list[CpuList] | None = None  # default: each core's threads
     l3: list[CpuList] | None = None  # default: each die's CPUs
 
 
-class MachineSpec(_Strict):
+class MachineSpec(_Strict, kw_only=True):
     format: int = FORMAT_VERSION
     name: str
     description: str = ""
@@ -104,11 +105,11 @@ class MachineSpec(_Strict):
     offline: CpuList = frozenset()
     efficiency: CpuList = frozenset()  # CPUs of efficiency cores (hybrid machines)
     core_kinds_from: str | None = None  # where the kinds were read; default: this description
-    packages: list[PackageSpec] = Field(min_length=1)
-    nodes: list[NodeSpec] = Field(min_length=1)
+    packages: Annotated[list[PackageSpec], Meta(min_length=1)]
+    nodes: Annotated[list[NodeSpec], Meta(min_length=1)]
     distances: list[list[int]]  # rows and columns in the order of `nodes`
     caches: CacheSpec = CacheSpec()
-    warnings: list[str] = Field(default_factory=list)  # what the topology reader could not read
+    warnings: list[str] = []  # what the topology reader could not read
 
 
 def _build(spec: MachineSpec) -> Machine:
@@ -257,19 +258,19 @@ def _with_caches(cpus: dict[int, Cpu], caches: CacheSpec) -> dict[int, Cpu]:
     }
 
 
-def _errors(exc: ValidationError) -> str:
+def _errors(exc: Invalid) -> str:
     lines = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        lines.append(f"{where}: {err['msg']}")
+    for loc, problem in exc.problems:
+        where = ".".join(str(p) for p in loc if p != "[key]") or "(top level)"
+        lines.append(f"{where}: {problem}")
     return "; ".join(lines)
 
 
 def parse_spec(data: Mapping[str, Any], *, origin: str = "machine description") -> MachineSpec:
     """Validate a decoded document; the error names the origin and the key."""
     try:
-        return MachineSpec.model_validate(data)
-    except ValidationError as exc:
+        return convert(MachineSpec, data)
+    except Invalid as exc:
         raise MachineSpecError(f"{origin}: {_errors(exc)}") from None
 
 

@@ -153,7 +153,7 @@ class Runner:
 
     def step(self, number: int, step: Step) -> StepResult:
         # Loaded here, not with the module: the daemon's status pages import this module for the
-        # node picture and need no workload schema (its pydantic models take about 1 MB).
+        # node picture and need no workload schema.
         from nri_topology.simulate.workload import container_id, create_containers, pod_id, resized
 
         base = StepResult(number, step.action, step.target, step.note, step.expect_error)

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from nri_topology.policy.options import Options
 from nri_topology.simulate import machine_spec
 from nri_topology.simulate.machine_spec import MachineSpecError
@@ -109,7 +111,7 @@ def load_inputs(
     if until is not None:
         if not 1 <= until <= len(wl.steps):
             raise SimulationError(f"--until {until}: the workload has steps 1 to {len(wl.steps)}")
-        wl = wl.model_copy(update={"steps": wl.steps[:until]})
+        wl = msgspec.structs.replace(wl, steps=wl.steps[:until])
     return Inputs(m, name, wl, options)
 
 

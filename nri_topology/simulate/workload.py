@@ -16,15 +16,9 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    ValidationError,
-    model_validator,
-)
+from msgspec import Meta, Struct
 
+from nri_topology.config.validate import Before, Invalid, convert, dotted
 from nri_topology.kubelet import linux_resources as kubelet
 from nri_topology.kubelet.linux_resources import Amounts
 from nri_topology.policy.intake.request import parse_duration
@@ -54,65 +48,62 @@ def _memory(value: object) -> int:
     raise ValueError(f"expected a memory quantity such as '512Mi', got {value!r}")
 
 
-MilliCpu = Annotated[int, BeforeValidator(_cpu)]
-Bytes = Annotated[int, BeforeValidator(_memory)]
+MilliCpu = Annotated[int, Before(_cpu)]
+Bytes = Annotated[int, Before(_memory)]
 Name = Annotated[
-    str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+    str, Meta(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 ]
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Strict(Struct, forbid_unknown_fields=True, frozen=True):
+    pass
 
 
-class ResourceList(_Strict):
+class ResourceList(_Strict, kw_only=True):
     cpu: MilliCpu | None = None
     memory: Bytes | None = None
 
 
-class DeviceSpec(_Strict):
+class DeviceSpec(_Strict, kw_only=True):
     """A device the container uses and the NUMA nodes it sits on (what the daemon would find
     in sysfs or from the kubelet)."""
 
-    name: Annotated[str, Field(min_length=1)]
-    numa: Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+    name: Annotated[str, Meta(min_length=1)]
+    numa: Annotated[list[Annotated[int, Meta(ge=0)]], Meta(min_length=1)]
     source: HintSource = HintSource.DEVICES
 
 
-class ContainerSpec(_Strict):
+class ContainerSpec(_Strict, kw_only=True):
     name: Name
     requests: ResourceList = ResourceList()
     limits: ResourceList = ResourceList()
-    annotations: dict[str, str] = Field(default_factory=dict)
-    labels: dict[str, str] = Field(default_factory=dict)
-    devices: list[DeviceSpec] = Field(default_factory=list)
+    annotations: dict[str, str] = {}
+    labels: dict[str, str] = {}
+    devices: list[DeviceSpec] = []
 
-    @model_validator(mode="after")
-    def _requests_within_limits(self) -> ContainerSpec:
+    def __post_init__(self) -> None:
         for key in ("cpu", "memory"):
             req, lim = getattr(self.requests, key), getattr(self.limits, key)
             if req is not None and lim is not None and req > lim:
                 raise ValueError(f"requests.{key} is larger than limits.{key}")
-        return self
 
     def effective_requests(self) -> ResourceList:
         """Requests as the API server stores them: a missing request defaults to the limit."""
-        return ResourceList.model_construct(
+        return ResourceList(
             cpu=self.requests.cpu if self.requests.cpu is not None else self.limits.cpu,
             memory=self.requests.memory if self.requests.memory is not None else self.limits.memory,
         )
 
 
-class CreateSpec(_Strict):
+class CreateSpec(_Strict, kw_only=True):
     pod: Name
     namespace: Name = "default"
     qos: QoS | None = None  # optional statement of intent, checked against the resources
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
-    containers: list[ContainerSpec] = Field(min_length=1)
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
+    containers: Annotated[list[ContainerSpec], Meta(min_length=1)]
 
-    @model_validator(mode="after")
-    def _check(self) -> CreateSpec:
+    def __post_init__(self) -> None:
         names = [c.name for c in self.containers]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -123,16 +114,15 @@ class CreateSpec(_Strict):
                 f"qos: says {self.qos.value} but the requests and limits make the pod "
                 f"{derived.value}"
             )
-        return self
 
 
-class RemoveSpec(_Strict):
+class RemoveSpec(_Strict, kw_only=True):
     pod: Name
     namespace: Name = "default"
     container: Name | None = None  # None: the whole pod
 
 
-class ResizeSpec(_Strict):
+class ResizeSpec(_Strict, kw_only=True):
     pod: Name
     namespace: Name = "default"
     container: Name
@@ -148,11 +138,11 @@ def _duration(value: object) -> str:
     raise ValueError(f"expected a positive duration such as '60s' or '1m30s', got {value!r}")
 
 
-Duration = Annotated[str, BeforeValidator(_duration)]
+Duration = Annotated[str, Before(_duration)]
 ACTIONS = ("create", "remove", "resize", "wait")
 
 
-class Step(_Strict):
+class Step(_Strict, kw_only=True):
     create: CreateSpec | None = None
     remove: RemoveSpec | None = None
     resize: ResizeSpec | None = None
@@ -160,14 +150,12 @@ class Step(_Strict):
     note: str = ""
     expect_error: bool = False
 
-    @model_validator(mode="after")
-    def _one_action(self) -> Step:
+    def __post_init__(self) -> None:
         given = [k for k in ACTIONS if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError(
                 f"give exactly one of {', '.join(ACTIONS)} (got {', '.join(given) or 'none'})"
             )
-        return self
 
     @property
     def action(self) -> Literal["create", "remove", "resize", "wait"]:
@@ -196,11 +184,11 @@ class Step(_Strict):
         return f"{base}/{container}" if container else base
 
 
-class Workload(_Strict):
+class Workload(_Strict, kw_only=True):
     name: str = ""
     description: str = ""
     machine: str | None = None  # bundled machine the workload was written for
-    steps: list[Step] = Field(min_length=1)
+    steps: Annotated[list[Step], Meta(min_length=1)]
 
 
 def qos_class(containers: list[ContainerSpec]) -> QoS:
@@ -271,7 +259,7 @@ def create_containers(
 
 def _merged(old: ResourceList, new: ResourceList) -> ResourceList:
     """Each value given in `new` replaces the one in `old` (values are already parsed)."""
-    return ResourceList.model_construct(
+    return ResourceList(
         cpu=new.cpu if new.cpu is not None else old.cpu,
         memory=new.memory if new.memory is not None else old.memory,
     )
@@ -287,20 +275,10 @@ def resized(running: RunningContainer, spec: ResizeSpec) -> RunningContainer:
 
 def _where(loc: tuple[int | str, ...]) -> str:
     """`("steps", 3, "create", "containers", 0, "name")` -> `step 4: create.containers[0].name`."""
-    rest = list(loc)
-    step = ""
-    if len(rest) >= 2 and rest[0] == "steps" and isinstance(rest[1], int):
-        step = f"step {rest[1] + 1}"
-        rest = rest[2:]
-    key = ""
-    for p in rest:
-        if isinstance(p, int):
-            key += f"[{p}]"
-        elif not p.startswith("function-"):
-            key += ("." if key else "") + p
-    if step and key:
-        return f"{step}: {key}"
-    return step or key or "(top level)"
+    if len(loc) >= 2 and loc[0] == "steps" and isinstance(loc[1], int):
+        step = f"step {loc[1] + 1}"
+        return f"{step}: {dotted(loc[2:])}" if loc[2:] else step
+    return dotted(loc)
 
 
 def _check_sequence(workload: Workload) -> None:
@@ -361,12 +339,9 @@ def parse_workload(data: Any, *, origin: str = "workload") -> Workload:
     if not isinstance(data, dict):
         raise WorkloadError(f"{origin}: expected a mapping with 'steps' at the top level")
     try:
-        workload = Workload.model_validate(data)
-    except ValidationError as exc:
-        lines = [
-            f"{_where(tuple(e['loc']))}: {e['msg'].removeprefix('Value error, ')}"
-            for e in exc.errors()
-        ]
+        workload = convert(Workload, data)
+    except Invalid as exc:
+        lines = [f"{_where(loc)}: {problem}" for loc, problem in exc.problems]
         raise WorkloadError(f"{origin}: " + "; ".join(lines)) from None
     try:
         _check_sequence(workload)
