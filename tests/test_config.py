@@ -282,6 +282,13 @@ def test_cpu_amounts(value, quantity, expected):
             ],
         ),
         (
+            'state: {lock_wait_seconds: "300"}\nrestarts: {hold_seconds: true}\n',
+            [
+                'c.yaml: state.lock_wait_seconds: expected a number, got "300"',
+                "c.yaml: restarts.hold_seconds: expected a number, got true",
+            ],
+        ),
+        (
             "nrt: {publish: 1}\ntopology: {proc_root: 3, memory_tiers: {-1: dram, 0: ssd}}\n",
             [
                 "c.yaml: topology.proc_root: expected a string, got 3",
